@@ -1,0 +1,6 @@
+"""`python -m specpilot` is the `specpilot` command."""
+
+from specpilot.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

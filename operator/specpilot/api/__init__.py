@@ -1,0 +1,1 @@
+"""The SpeculativeDeployment API: pydantic models, CRD and docs generation (pure)."""
