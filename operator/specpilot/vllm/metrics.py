@@ -1,0 +1,59 @@
+"""The Prometheus series vLLM exposes, per version (reference/vllm.md §7).
+
+Names changed several times (V0 gauges vs V1 counters; time_per_output_token -> inter_token_latency; the per-request
+TPOT histogram arrived in 0.11). Query builders take a MetricNames so no PromQL hard-codes a name that a given
+version does not export; a missing series is None, and the caller reports that measurement as unavailable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specpilot.vllm.versions import V0_ENGINE_REMOVED, VllmVersion, v
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    accepted_tokens: str  # counter
+    draft_tokens: str  # counter
+    drafts: str | None  # counter: verification steps with >= 1 draft token (V1 0.8.5+)
+    accepted_per_position: str | None  # counter with label `position` (V1 0.8.5+)
+    acceptance_rate_gauge: str | None  # V0 only: ratio gauge over vLLM's own logging window
+    per_token_latency: str | None  # histogram: per-request decode time / (tokens - 1); the TPOT to decide on
+    inter_token_latency: str  # histogram: one observation per engine step (per step, not per token, under SD)
+    time_to_first_token: str  # histogram
+    e2e_latency: str  # histogram
+    running_requests: str  # gauge
+    waiting_requests: str  # gauge
+    kv_cache_usage: str  # gauge 0..1
+    generation_tokens: str  # counter
+    request_success: str  # counter, label finished_reason
+    preemptions: str  # counter
+    mean_acceptance_length_includes_bonus: bool  # 0.9.0+: 1 + accepted/drafts
+    engine_label: bool  # V1 series carry `engine`
+
+
+def metric_names_for(version: VllmVersion) -> MetricNames:
+    """Return the series names this vLLM version exports."""
+    v1 = version >= v("0.8.0")
+    return MetricNames(
+        accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
+        draft_tokens="vllm:spec_decode_num_draft_tokens_total",
+        drafts="vllm:spec_decode_num_drafts_total" if version >= v("0.8.5") else None,
+        accepted_per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total" if version >= v("0.8.5") else None,
+        acceptance_rate_gauge="vllm:spec_decode_draft_acceptance_rate" if version < V0_ENGINE_REMOVED else None,
+        per_token_latency="vllm:request_time_per_output_token_seconds" if version >= v("0.11.0") else None,
+        inter_token_latency=(
+            "vllm:inter_token_latency_seconds" if version >= v("0.10.2") else "vllm:time_per_output_token_seconds"
+        ),
+        time_to_first_token="vllm:time_to_first_token_seconds",
+        e2e_latency="vllm:e2e_request_latency_seconds",
+        running_requests="vllm:num_requests_running",
+        waiting_requests="vllm:num_requests_waiting",
+        kv_cache_usage="vllm:kv_cache_usage_perc" if version >= v("0.9.2") else "vllm:gpu_cache_usage_perc",
+        generation_tokens="vllm:generation_tokens_total",
+        request_success="vllm:request_success_total",
+        preemptions="vllm:num_preemptions_total",
+        mean_acceptance_length_includes_bonus=version >= v("0.9.0"),
+        engine_label=v1 and version >= v("0.8.3"),
+    )
