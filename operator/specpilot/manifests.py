@@ -1,0 +1,241 @@
+"""Pure builders for the objects a SpeculativeDeployment owns: Deployment, Service, PodMonitor, PodDisruptionBudget.
+
+The builders take the already-rendered vLLM command and its config hash, so they never decide *what* vLLM runs, only
+*how* it is packaged. Every object carries the controller owner reference (garbage collection removes it with the CR)
+and the recommended labels; nothing copies Argo CD tracking labels from the CR (control-loop rule 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.api import v1alpha1
+from specpilot.api.durations import parse_duration
+
+LABEL_DEPLOYMENT = f"{v1alpha1.GROUP}/deployment"
+LABEL_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
+ANNOTATION_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
+ANNOTATION_SPECULATION = f"{v1alpha1.GROUP}/speculation"
+HTTP_PORT_NAME = "http"
+# vLLM exits on SIGTERM after draining; give in-flight generations time to finish.
+TERMINATION_GRACE_SECONDS = 120
+# Loading 70B+ weights can take many minutes; the startup probe allows 30 minutes before liveness takes over.
+STARTUP_PROBE_PERIOD_SECONDS = 10
+STARTUP_PROBE_FAILURES = 180
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The SpeculativeDeployment that owns the children (same namespace: cross-namespace owners are not allowed)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": v1alpha1.API_VERSION,
+            "kind": v1alpha1.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def selector_labels(owner: Owner) -> dict[str, str]:
+    """Labels that select this deployment's pods; immutable, so the config hash is not among them."""
+    return {"app.kubernetes.io/instance": owner.name, LABEL_DEPLOYMENT: owner.name}
+
+
+def common_labels(owner: Owner, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": "specpilot",
+        "app.kubernetes.io/part-of": "specpilot",
+        **selector_labels(owner),
+    }
+
+
+def _metadata(owner: Owner, component: str, name: str | None = None) -> dict[str, Any]:
+    return {
+        "name": name or owner.name,
+        "namespace": owner.namespace,
+        "labels": common_labels(owner, component),
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def _http_probe(period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+
+
+def _resources(spec: v1alpha1.SpeculativeDeploymentSpec) -> dict[str, Any]:
+    res = spec.resources
+    limits: dict[str, str] = {res.gpu_resource_name: str(res.gpus_per_replica)}
+    if res.cpu:
+        limits["cpu"] = res.cpu
+    if res.memory:
+        limits["memory"] = res.memory
+    # Extended resources must have requests == limits; CPU and memory are pinned too for a Guaranteed pod.
+    return {"limits": dict(limits), "requests": dict(limits)}
+
+
+def _env(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
+    defaults = [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}]
+    user_names = {entry.get("name") for entry in spec.engine.env}
+    return [e for e in defaults if e["name"] not in user_names] + [dict(e) for e in spec.engine.env]
+
+
+def build_deployment(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    owner: Owner,
+    *,
+    command: Sequence[str],
+    config_hash: str,
+    speculation: bool,
+) -> dict[str, Any]:
+    """The vLLM Deployment: one pod per replica running exactly `command`.
+
+    The config hash sits on the pod template, so a changed command line rolls the pods and an unchanged one does not.
+    The rollout replaces one pod at a time without surge: GPU nodes rarely have a spare GPU for an extra pod.
+    """
+    pod_labels = {**common_labels(owner, "inference-server"), LABEL_CONFIG_HASH: config_hash}
+    pod_annotations = {ANNOTATION_CONFIG_HASH: config_hash, ANNOTATION_SPECULATION: "on" if speculation else "off"}
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": spec.engine.image,
+        "command": list(command),
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}],
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "cache", "mountPath": "/root/.cache"}],
+        "startupProbe": _http_probe(STARTUP_PROBE_PERIOD_SECONDS, STARTUP_PROBE_FAILURES),
+        "readinessProbe": _http_probe(5, 3),
+        "livenessProbe": _http_probe(10, 6),
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.resources.shm_size_gi_b:g}Gi"}},
+            {"name": "cache", "emptyDir": {}},
+        ],
+    }
+    if spec.resources.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
+    if spec.resources.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.resources.tolerations]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {**_metadata(owner, "inference-server"), "annotations": {ANNOTATION_CONFIG_HASH: config_hash}},
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(owner)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "progressDeadlineSeconds": max(60, round(parse_duration(spec.autotune.rollout_deadline))),
+            "revisionHistoryLimit": 3,
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
+        },
+    }
+
+
+def build_service(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dict[str, Any]:
+    """ClusterIP Service on vLLM's OpenAI-compatible port."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, "inference-server"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(owner),
+            "ports": [
+                {"name": HTTP_PORT_NAME, "port": spec.service.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+# Metric label names the autotuner's queries select on; the PodMonitor relabels pod labels into them.
+METRIC_LABEL_NAMESPACE = "namespace"
+METRIC_LABEL_DEPLOYMENT = "specpilot_deployment"
+METRIC_LABEL_CONFIG_HASH = "specpilot_config_hash"
+
+
+def scrape_relabelings() -> list[dict[str, Any]]:
+    """Prometheus relabel rules (kubernetes_sd pod role) that give each vLLM series its deployment and config hash."""
+    return [
+        {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": METRIC_LABEL_NAMESPACE},
+        {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod"},
+        {
+            "sourceLabels": ["__meta_kubernetes_pod_label_specpilot_dev_deployment"],
+            "targetLabel": METRIC_LABEL_DEPLOYMENT,
+        },
+        {
+            "sourceLabels": ["__meta_kubernetes_pod_label_specpilot_dev_config_hash"],
+            "targetLabel": METRIC_LABEL_CONFIG_HASH,
+        },
+    ]
+
+
+def build_pod_monitor(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dict[str, Any]:
+    """A prometheus-operator PodMonitor scraping /metrics and labelling series for the autotuner's queries."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(owner, "monitoring"),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(owner)},
+            "namespaceSelector": {"matchNames": [owner.namespace]},
+            "podMetricsEndpoints": [
+                {
+                    "port": HTTP_PORT_NAME,
+                    "path": "/metrics",
+                    "interval": spec.autotune.scrape_interval,
+                    "relabelings": scrape_relabelings(),
+                }
+            ],
+        },
+    }
+
+
+def build_pod_disruption_budget(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dict[str, Any] | None:
+    """Keep all but one replica serving during node drains; pointless (and blocking) for a single replica."""
+    if spec.replicas < 2:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(owner, "inference-server"),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(owner)}},
+    }
+
+
+def build_children(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    owner: Owner,
+    *,
+    command: Sequence[str],
+    config_hash: str,
+    speculation: bool,
+) -> list[dict[str, Any]]:
+    """Every child object in apply order (Service before Deployment, so endpoints exist when pods become ready)."""
+    children = [
+        build_service(spec, owner),
+        build_deployment(spec, owner, command=command, config_hash=config_hash, speculation=speculation),
+    ]
+    pdb = build_pod_disruption_budget(spec, owner)
+    if pdb is not None:
+        children.append(pdb)
+    if spec.monitoring.pod_monitor:
+        children.append(build_pod_monitor(spec, owner))
+    return children

@@ -1,0 +1,134 @@
+"""Child-object builders: owner references, labels, GPU resources, probes, rollout strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specpilot import manifests
+from specpilot.api import v1alpha1
+
+OWNER = manifests.Owner(name="llama", namespace="inference", uid="1234-uid")
+COMMAND = ("vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000")
+
+
+def spec(**overrides: Any) -> v1alpha1.SpeculativeDeploymentSpec:
+    raw: dict[str, Any] = {
+        "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0"},
+        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+        **overrides,
+    }
+    return v1alpha1.parse_spec(raw)
+
+
+def deployment(s: v1alpha1.SpeculativeDeploymentSpec, config_hash: str = "abc123") -> dict[str, Any]:
+    return manifests.build_deployment(s, OWNER, command=COMMAND, config_hash=config_hash, speculation=True)
+
+
+def test_build_deployment_sets_controller_owner_reference() -> None:
+    ref = deployment(spec())["metadata"]["ownerReferences"][0]
+    assert ref == {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "name": "llama",
+        "uid": "1234-uid",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def test_build_deployment_puts_config_hash_on_pods_not_selector() -> None:
+    dep = deployment(spec(), "feedbeef00")
+    template = dep["spec"]["template"]["metadata"]
+    assert template["labels"][manifests.LABEL_CONFIG_HASH] == "feedbeef00"
+    assert template["annotations"][manifests.ANNOTATION_CONFIG_HASH] == "feedbeef00"
+    assert manifests.LABEL_CONFIG_HASH not in dep["spec"]["selector"]["matchLabels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= template["labels"].items()
+
+
+def test_build_deployment_runs_exactly_the_rendered_command() -> None:
+    container = deployment(spec())["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == list(COMMAND)
+    assert "args" not in container
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected_limits"),
+    [
+        ({}, {"nvidia.com/gpu": "1"}),
+        ({"gpusPerReplica": 2}, {"nvidia.com/gpu": "2"}),
+        ({"gpusPerReplica": 4, "gpuResourceName": "amd.com/gpu"}, {"amd.com/gpu": "4"}),
+        ({"cpu": "8", "memory": "64Gi"}, {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"}),
+    ],
+)
+def test_build_deployment_requests_gpus(resources: dict[str, Any], expected_limits: dict[str, str]) -> None:
+    container = deployment(spec(resources=resources))["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"limits": expected_limits, "requests": expected_limits}
+
+
+def test_build_deployment_rolls_without_spare_gpus() -> None:
+    strategy = deployment(spec())["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def test_build_deployment_probes_vllm_health() -> None:
+    container = deployment(spec())["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    # weights of large models take minutes to load: the startup probe must allow it
+    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 1800
+
+
+def test_build_deployment_mounts_shared_memory() -> None:
+    pod = deployment(spec(resources={"shmSizeGiB": 16}))["spec"]["template"]["spec"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_build_deployment_user_env_overrides_defaults() -> None:
+    env = deployment(spec(engine={"image": "i", "version": "0.33.0", "env": [{"name": "DO_NOT_TRACK", "value": "0"}]}))
+    entries = env["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in entries if e["name"] == "DO_NOT_TRACK"] == [{"name": "DO_NOT_TRACK", "value": "0"}]
+
+
+def test_build_deployment_progress_deadline_follows_rollout_deadline() -> None:
+    assert deployment(spec(autotune={"rolloutDeadline": "20m"}))["spec"]["progressDeadlineSeconds"] == 1200
+
+
+@pytest.mark.parametrize(("replicas", "has_pdb"), [(0, False), (1, False), (2, True), (5, True)])
+def test_build_pod_disruption_budget_only_for_several_replicas(replicas: int, has_pdb: bool) -> None:
+    pdb = manifests.build_pod_disruption_budget(spec(replicas=replicas), OWNER)
+    assert (pdb is not None) == has_pdb
+
+
+@pytest.mark.parametrize(
+    ("overrides", "kinds"),
+    [
+        ({}, ["Service", "Deployment"]),
+        ({"replicas": 2}, ["Service", "Deployment", "PodDisruptionBudget"]),
+        (
+            {"replicas": 2, "monitoring": {"podMonitor": True}},
+            ["Service", "Deployment", "PodDisruptionBudget", "PodMonitor"],
+        ),
+    ],
+)
+def test_build_children_kinds(overrides: dict[str, Any], kinds: list[str]) -> None:
+    children = manifests.build_children(spec(**overrides), OWNER, command=COMMAND, config_hash="h", speculation=True)
+    assert [c["kind"] for c in children] == kinds
+    for child in children:
+        assert child["metadata"]["namespace"] == "inference"
+        assert child["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "specpilot"
+
+
+def test_build_pod_monitor_relabels_pod_labels_for_queries() -> None:
+    monitor = manifests.build_pod_monitor(spec(), OWNER)
+    targets = {r["targetLabel"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
+    assert {manifests.METRIC_LABEL_DEPLOYMENT, manifests.METRIC_LABEL_CONFIG_HASH} <= targets
+
+
+def test_build_service_selects_the_deployment_pods() -> None:
+    svc = manifests.build_service(spec(service={"port": 9000}), OWNER)
+    assert svc["spec"]["selector"] == manifests.selector_labels(OWNER)
+    assert svc["spec"]["ports"][0]["port"] == 9000
