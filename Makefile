@@ -16,6 +16,7 @@ deps: ## install uv (if missing) and the locked Python environment
 generate: deps ## regenerate crds/, the chart's CRDs and docs/api.md from the pydantic models
 	$(RUN) specpilot crd -o crds/specpilot.dev_speculativedeployments.yaml
 	$(RUN) specpilot crd --docs -o docs/api.md
+	cp crds/*.yaml charts/specpilot/crds/
 
 lint: deps ## ruff, formatting and the import-linter contract (pure core does no I/O)
 	$(RUN) ruff check .

@@ -1,0 +1,34 @@
+"""The Helm chart ships the generated CRD unchanged and its values satisfy its own schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "specpilot"
+
+
+def test_chart_crds_equal_generated_crds() -> None:
+    for crd in (ROOT / "crds").glob("*.yaml"):
+        assert (CHART / "crds" / crd.name).read_text() == crd.read_text(), f"run `make generate` ({crd.name})"
+    assert {p.name for p in (CHART / "crds").glob("*.yaml")} == {p.name for p in (ROOT / "crds").glob("*.yaml")}
+
+
+def test_chart_values_match_values_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+
+
+def test_chart_values_schema_rejects_unknown_keys() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    errors = list(jsonschema.Draft7Validator(schema).iter_errors({"replicas": 2}))
+    assert errors
+
+
+def test_dashboard_is_valid_json_with_panels() -> None:
+    dashboard = json.loads((CHART / "dashboards" / "specpilot.json").read_text())
+    assert len(dashboard["panels"]) >= 4
