@@ -3,13 +3,18 @@
 Names changed several times (V0 gauges vs V1 counters; time_per_output_token -> inter_token_latency; the per-request
 TPOT histogram arrived in 0.11). Query builders take a MetricNames so no PromQL hard-codes a name that a given
 version does not export; a missing series is None, and the caller reports that measurement as unavailable.
+
+The engine matters as much as the version: from 0.8.0 to 0.9.2 a speculating pod may run the V0 engine (vLLM falls
+back to it for draft_model, and in 0.8.x for every method unless VLLM_USE_V1=1), and V0 exports a ratio gauge, no
+per-draft counters and no `engine` label, and counts accepted tokens differently (§7.2: do not compare V0 and V1
+rates). dialects.render_command reports which engine runs; pass it here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specpilot.vllm.versions import V0_ENGINE_REMOVED, VllmVersion, v
+from specpilot.vllm.versions import V0_ENGINE_REMOVED, V1_ENGINE_DEFAULT, V1_ENGINE_OPT_IN, Engine, VllmVersion, v
 
 
 @dataclass(frozen=True)
@@ -33,15 +38,27 @@ class MetricNames:
     engine_label: bool  # V1 series carry `engine`
 
 
-def metric_names_for(version: VllmVersion) -> MetricNames:
-    """Return the series names this vLLM version exports."""
-    v1 = version >= v("0.8.0")
+def default_engine(version: VllmVersion) -> Engine:
+    """The engine a pod without speculation runs when VLLM_USE_V1 is not set."""
+    return Engine.V1 if version >= V1_ENGINE_DEFAULT else Engine.V0
+
+
+def metric_names_for(version: VllmVersion, engine: Engine | None = None) -> MetricNames:
+    """Return the series names a pod of this vLLM version exports on this engine (default: the version's default)."""
+    engine = engine or default_engine(version)
+    if engine is Engine.V0 and version >= V0_ENGINE_REMOVED:
+        raise ValueError(f"vLLM {version} has no V0 engine (removed in {V0_ENGINE_REMOVED})")
+    if engine is Engine.V1 and version < V1_ENGINE_OPT_IN:
+        raise ValueError(f"vLLM {version} has no V1 engine (opt-in from {V1_ENGINE_OPT_IN})")
+    v1 = engine is Engine.V1
     return MetricNames(
         accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
         draft_tokens="vllm:spec_decode_num_draft_tokens_total",
-        drafts="vllm:spec_decode_num_drafts_total" if version >= v("0.8.5") else None,
-        accepted_per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total" if version >= v("0.8.5") else None,
-        acceptance_rate_gauge="vllm:spec_decode_draft_acceptance_rate" if version < V0_ENGINE_REMOVED else None,
+        drafts="vllm:spec_decode_num_drafts_total" if v1 and version >= v("0.8.5") else None,
+        accepted_per_position=(
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total" if v1 and version >= v("0.8.5") else None
+        ),
+        acceptance_rate_gauge=None if v1 else "vllm:spec_decode_draft_acceptance_rate",
         per_token_latency="vllm:request_time_per_output_token_seconds" if version >= v("0.11.0") else None,
         inter_token_latency=(
             "vllm:inter_token_latency_seconds" if version >= v("0.10.2") else "vllm:time_per_output_token_seconds"
@@ -50,10 +67,10 @@ def metric_names_for(version: VllmVersion) -> MetricNames:
         e2e_latency="vllm:e2e_request_latency_seconds",
         running_requests="vllm:num_requests_running",
         waiting_requests="vllm:num_requests_waiting",
-        kv_cache_usage="vllm:kv_cache_usage_perc" if version >= v("0.9.2") else "vllm:gpu_cache_usage_perc",
+        kv_cache_usage="vllm:kv_cache_usage_perc" if v1 and version >= v("0.9.2") else "vllm:gpu_cache_usage_perc",
         generation_tokens="vllm:generation_tokens_total",
         request_success="vllm:request_success_total",
         preemptions="vllm:num_preemptions_total",
-        mean_acceptance_length_includes_bonus=version >= v("0.9.0"),
+        mean_acceptance_length_includes_bonus=v1 and version >= v("0.9.0"),
         engine_label=v1 and version >= v("0.8.3"),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import total_ordering
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?")
@@ -43,10 +44,27 @@ def v(text: str) -> VllmVersion:
     return VllmVersion.parse(text)
 
 
-# Boundaries from reference/vllm.md §1; each name says what starts at that version.
+class Engine(StrEnum):
+    """vLLM's two engines: they read different speculative settings and export different metrics."""
+
+    V0 = "V0"
+    V1 = "V1"
+
+
+# Boundaries from reference/vllm.md §1 and the vLLM sdists; each name says what starts at that version.
+OLDEST_SUPPORTED = v("0.6.0")  # oldest version whose flags reference/vllm.md documents
+V2_BLOCK_MANAGER_DEFAULT = v("0.6.3")  # before this, speculation needs --use-v2-block-manager
+NO_ENABLE_PREFIX_CACHING = v("0.6.6")  # --enable-prefix-caching becomes a BooleanOptionalAction
+V1_ENGINE_OPT_IN = v("0.7.0")  # VLLM_USE_V1=1 selects the V1 alpha
+V1_ENGINE_DEFAULT = v("0.8.0")  # VLLM_USE_V1 defaults to 1; speculation still falls back to V0
 SPECULATIVE_CONFIG_JSON = v("0.8.2")  # --speculative-config; 0.8.2 parses it as a Python literal
 LEGACY_FLAGS_REMOVED = v("0.8.3")  # --speculative-model & co. gone; JSON parsed with json.loads
+V1_EAGLE = v("0.8.3")  # the V0/V1 selector reads `method` and lets eagle run on V1 (opt-in)
+EAGLE3_METHOD = v("0.8.5")  # method "eagle3" (V1 only)
+V1_SPECULATION_DEFAULT = v("0.9.0")  # ngram/eagle/eagle3 run on V1 without VLLM_USE_V1=1
 V0_ENGINE_REMOVED = v("0.10.0")  # disable_by_batch_size only honoured by V0 (<= 0.9.2)
+MTP_METHOD = v("0.11.0")  # the generic method name "mtp" (PR #25232); before: deepseek_mtp & co.
+SUFFIX_METHOD = v("0.11.1")  # method "suffix" (needs arctic-inference)
 DISABLE_BY_BATCH_SIZE_REJECTED = v("0.17.0")
 DYNAMIC_SPECULATION = v("0.24.0")  # num_speculative_tokens_per_batch_size
 DRAFT_MODEL_V1 = v("0.15.0")  # draft_model back on V1 (NotImplementedError 0.10.0-0.14.x)
