@@ -32,6 +32,7 @@ CONDITION_TYPES: tuple[str, ...] = (
     MEMORY_FIT,
     THROTTLED,
     PAUSED,
+    THRESHOLD_SUPPORTED,
 )
 
 

@@ -8,6 +8,7 @@ conversion is mechanical and lives here so `crds/`, the chart's copy and docs/ap
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import yaml
@@ -20,6 +21,14 @@ NAME_RULE = {
     "message": "metadata.name must be a DNS-1035 label of at most 50 characters (lowercase letters, digits, '-', "
     "starting with a letter) so the Deployment, Service and pod names derived from it stay valid",
 }
+
+_NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def name_is_valid(name: str) -> bool:
+    """The Python twin of NAME_RULE's CEL, for offline validation."""
+    return len(name) <= 50 and bool(_NAME_PATTERN.match(name))
+
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Mode", "type": "string", "jsonPath": ".spec.autotune.mode"},

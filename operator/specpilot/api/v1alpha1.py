@@ -478,8 +478,12 @@ class EffectiveStatus(_Model):
     method: str | None = None
     num_speculative_tokens: int | None = None
     disable_above_batch_size: int | None = None
+    batch_schedule: list[list[int]] | None = Field(
+        None, description="Rendered num_speculative_tokens_per_batch_size ([first, last, K] ranges)."
+    )
     threshold_support: str | None = Field(None, description="How the threshold is expressed for this vLLM version.")
     config_hash: str = Field(description="Hash of the rendered vLLM command line on the pod template.")
+    source: str | None = Field(None, description="Where the running intent comes from: spec, autotune or override.")
 
 
 class MemoryStatus(_Model):

@@ -1,0 +1,229 @@
+"""kopf wiring only: observe, call the pure reconcile, apply its result, write status, post events.
+
+One level-based reconcile runs on resume, create and update, and again from a timer that also repairs drift and
+runs the autotuner when its interval is due. Children are read from kopf indexes (no API reads per tick), and an
+unchanged object causes no API writes at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from specpilot import reconcile as rec
+from specpilot import telemetry
+from specpilot.adapters.k8s import KubeAdapter, MissingApi, load_credentials
+from specpilot.api import v1alpha1
+from specpilot.events import EventLimiter
+
+GROUP, VERSION, PLURAL = v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL
+MANAGED = {"app.kubernetes.io/managed-by": "specpilot"}
+TICK_SECONDS = float(os.environ.get("SPECPILOT_TICK_SECONDS", "10"))
+# A child we just applied may not be in the index yet; trust our own write this long to avoid writing twice.
+RECENT_APPLY_GRACE_SECONDS = 30.0
+
+log = logging.getLogger("specpilot")
+_limiter = EventLimiter()
+_recent_applies: dict[str, tuple[str, float]] = {}
+_known_pod_monitors: dict[str, str | None] = {}
+_kube: KubeAdapter | None = None
+
+
+def kube() -> KubeAdapter:
+    global _kube
+    if _kube is None:
+        _kube = KubeAdapter(load_credentials(), on_write=lambda k, v: telemetry.API_WRITES.labels(k, v).inc())
+    return _kube
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Own storage names, quiet event posting, standalone: decided once, because changing storages later is risky."""
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP, v1=False)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration", v1=False
+    )
+    settings.posting.reporting_component = "specpilot"
+    settings.posting.level = logging.WARNING
+    settings.peering.standalone = True
+    settings.execution.default_backoff = 30
+    settings.watching.initial_streaming = True
+    settings.scanning.disabled = True
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def owned_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str | None, str], Any]:
+    """The live state of our Deployments, so ticks read memory instead of the API server."""
+    return {
+        (namespace, name): {
+            "metadata": {"generation": body.metadata.get("generation"), "annotations": dict(body.metadata.annotations)},
+            "spec": {
+                "template": {
+                    "metadata": {
+                        "annotations": dict(body.spec.get("template", {}).get("metadata", {}).get("annotations", {}))
+                    }
+                }
+            },
+            "status": dict(body.get("status", {})),
+        }
+    }
+
+
+@kopf.index("", "v1", "services", labels=MANAGED)
+def owned_services(
+    namespace: str | None, name: str, annotations: Mapping[str, str], **_: Any
+) -> dict[tuple[str | None, str], str]:
+    return {(namespace, name): annotations.get(rec.ANNOTATION_APPLIED_HASH, "")}
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+def owned_disruption_budgets(
+    namespace: str | None, name: str, annotations: Mapping[str, str], **_: Any
+) -> dict[tuple[str | None, str], str]:
+    return {(namespace, name): annotations.get(rec.ANNOTATION_APPLIED_HASH, "")}
+
+
+Indexes = Mapping[str, kopf.Index[tuple[str, str], Any]]
+
+
+def _indexes(kwargs: Mapping[str, Any]) -> Indexes:
+    """kopf injects indexes as keyword arguments named after the index functions."""
+    return {
+        "deployments": kwargs["owned_deployments"],
+        "services": kwargs["owned_services"],
+        "disruption_budgets": kwargs["owned_disruption_budgets"],
+    }
+
+
+def _first(index: kopf.Index[tuple[str, str], Any], key: tuple[str, str]) -> Any | None:
+    for value in index.get(key, []):
+        return value
+    return None
+
+
+def _live_children(
+    namespace: str, name: str, indexes: Indexes, wants_pod_monitor: bool, fresh_read: bool
+) -> tuple[dict[str, str | None], rec.ObservedDeployment | None]:
+    """Applied digest of every live child ("Kind/name" -> digest); absent keys are children that do not exist."""
+    live: dict[str, str | None] = {}
+    deployment = _first(indexes["deployments"], (namespace, name))
+    observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
+    if observed is not None:
+        live[f"Deployment/{name}"] = observed.applied_hash
+    for kind, index in (("Service", "services"), ("PodDisruptionBudget", "disruption_budgets")):
+        digest = _first(indexes[index], (namespace, name))
+        if digest is not None:
+            live[f"{kind}/{name}"] = digest
+    monitor_key = f"PodMonitor/{name}"
+    if wants_pod_monitor and fresh_read:
+        _known_pod_monitors[f"{namespace}/{name}"] = kube().applied_digest(
+            "monitoring.coreos.com/v1", "PodMonitor", namespace, name
+        )
+    known = _known_pod_monitors.get(f"{namespace}/{name}")
+    if known is not None:
+        live[monitor_key] = known
+    now = time.monotonic()
+    for key, (digest, at) in list(_recent_applies.items()):
+        if now - at > RECENT_APPLY_GRACE_SECONDS:
+            del _recent_applies[key]
+        elif key.startswith(f"{namespace}/") and key.endswith(f"/{name}"):
+            live.setdefault(key.split("/", 1)[1], digest)
+    return live, observed
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_reconcile(
+    trigger: str,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    indexes: Indexes,
+    status_override: Mapping[str, Any] | None = None,
+) -> rec.ReconcileResult:
+    """Observe → decide (pure) → apply → status → events."""
+    meta = body.metadata
+    namespace, name = str(meta.namespace), str(meta.name)
+    started = time.monotonic()
+    wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
+    live, observed = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
+    status = dict(status_override if status_override is not None else body.get("status", {}))
+    inputs = rec.ReconcileInputs(
+        name=name,
+        namespace=namespace,
+        uid=str(meta.uid),
+        generation=int(meta.get("generation", 0)),
+        annotations=dict(meta.annotations),
+        spec=dict(body.spec),
+        status=status,
+        now=_now(),
+        live_children=live,
+        deployment=observed,
+    )
+    result = rec.reconcile(inputs)
+    for child in result.apply:
+        key = rec.child_key(child)
+        try:
+            kube().apply(child)
+        except MissingApi as err:
+            log.warning("%s/%s: skipping %s: %s", namespace, name, key, err)
+            continue
+        digest = child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
+        _recent_applies[f"{namespace}/{key}"] = (digest, time.monotonic())
+        if child["kind"] == "PodMonitor":
+            _known_pod_monitors[f"{namespace}/{name}"] = digest
+    for key in result.delete:
+        kind, child_name = key.split("/", 1)
+        kube().delete(rec.CHILD_API_VERSIONS[kind], kind, namespace, child_name)
+        _recent_applies.pop(f"{namespace}/{key}", None)
+        if kind == "PodMonitor":
+            _known_pod_monitors.pop(f"{namespace}/{name}", None)
+    if result.status_patch is not None:
+        for key, value in result.status_patch.items():
+            patch.status[key] = value
+    post_events(body, result.events)
+    telemetry.RECONCILES.labels(trigger, "ok").inc()
+    telemetry.RECONCILE_SECONDS.labels(trigger).observe(time.monotonic() - started)
+    return result
+
+
+def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
+    uid = str(body.metadata.uid)
+    for event in events:
+        if _limiter.allow(uid, event.reason, event.message, time.monotonic()):
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
+            telemetry.API_WRITES.labels("Event", "create").inc()
+            telemetry.EVENTS.labels(event.reason, "posted").inc()
+        else:
+            telemetry.EVENTS.labels(event.reason, "suppressed").inc()
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def reconcile_speculativedeployment(body: kopf.Body, patch: kopf.Patch, reason: str, **kwargs: Any) -> None:
+    run_reconcile(str(reason), body, patch, _indexes(kwargs))
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
+def refresh_speculativedeployment(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    """Follow rollouts, repair drift of children, and run the autotuner when it is due."""
+    run_reconcile("timer", body, patch, _indexes(kwargs))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def forget_speculativedeployment(body: kopf.Body, **_: Any) -> None:
+    """Children go by garbage collection (owner references); only in-memory bookkeeping is dropped here."""
+    _limiter.forget(str(body.metadata.uid))
+    prefix = f"{body.metadata.namespace}/"
+    for key in [k for k in _recent_applies if k.startswith(prefix) and k.endswith(f"/{body.metadata.name}")]:
+        del _recent_applies[key]
+    _known_pod_monitors.pop(f"{body.metadata.namespace}/{body.metadata.name}", None)

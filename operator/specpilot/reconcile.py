@@ -1,0 +1,381 @@
+"""One reconcile of a SpeculativeDeployment, as a pure function of what the operator observed.
+
+Steps, in order (Flux-style): parse the spec, check the memory plan, choose the speculation intent (spec, autotune
+decision, user overrides), render the vLLM command for the engine version, build the children, diff them against the
+live children, then summarise status. The handler applies `ReconcileResult.apply`, patches `status_patch` when it is
+not None, and posts `events`; nothing here talks to the API server, so every branch is table-tested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specpilot import conditions as cond
+from specpilot import manifests
+from specpilot.api import v1alpha1
+from specpilot.catalog import UnknownArchitecture
+from specpilot.plan import GIB, MemoryPlan, plan_memory
+from specpilot.vllm.dialects import (
+    RenderedCommand,
+    ThresholdSupport,
+    UnsupportedCombination,
+    describe_threshold,
+    render_command,
+)
+from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
+
+ANNOTATION_APPLIED_HASH = f"{v1alpha1.GROUP}/applied-hash"
+
+# Reasons that are worth an Event when a condition moves to them (Normal unless listed as Warning).
+EVENT_REASONS = frozenset(
+    {
+        "RolloutStarted",
+        "RolloutCompleted",
+        "RolloutFailed",
+        "MemoryDoesNotFit",
+        "InvalidSpec",
+        "SpeculationEnabled",
+        "SpeculationDisabled",
+        "MetricsUnavailable",
+        "MetricsRestored",
+        "ActuationThrottled",
+        "AutomationPaused",
+        "ThresholdUnsupported",
+    }
+)
+WARNING_REASONS = frozenset(
+    {"RolloutFailed", "MemoryDoesNotFit", "InvalidSpec", "MetricsUnavailable", "ActuationThrottled",
+     "ThresholdUnsupported"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ObservedDeployment:
+    """The parts of the live child Deployment that reconcile reads."""
+
+    generation: int
+    observed_generation: int
+    replicas: int
+    updated_replicas: int
+    ready_replicas: int
+    available_replicas: int
+    template_config_hash: str | None
+    applied_hash: str | None
+    progress_deadline_exceeded: bool
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> ObservedDeployment:
+        meta = obj.get("metadata", {})
+        status = obj.get("status", {}) or {}
+        template_meta = obj.get("spec", {}).get("template", {}).get("metadata", {})
+        deadline = any(
+            c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+            for c in status.get("conditions", []) or []
+        )
+        return cls(
+            generation=int(meta.get("generation", 0)),
+            observed_generation=int(status.get("observedGeneration", 0)),
+            replicas=int(status.get("replicas", 0)),
+            updated_replicas=int(status.get("updatedReplicas", 0)),
+            ready_replicas=int(status.get("readyReplicas", 0)),
+            available_replicas=int(status.get("availableReplicas", 0)),
+            template_config_hash=(template_meta.get("annotations") or {}).get(manifests.ANNOTATION_CONFIG_HASH),
+            applied_hash=(meta.get("annotations") or {}).get(ANNOTATION_APPLIED_HASH),
+            progress_deadline_exceeded=deadline,
+        )
+
+
+@dataclass(frozen=True)
+class ReconcileInputs:
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    annotations: Mapping[str, str]
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    now: str
+    # Applied hash of each live child, keyed by "Kind/name"; a missing key means the child does not exist.
+    live_children: Mapping[str, str | None] = field(default_factory=dict)
+    deployment: ObservedDeployment | None = None
+
+
+# Children that may have to be removed when the spec stops asking for them.
+CHILD_API_VERSIONS = {
+    "Deployment": "apps/v1",
+    "Service": "v1",
+    "PodDisruptionBudget": "policy/v1",
+    "PodMonitor": "monitoring.coreos.com/v1",
+}
+OPTIONAL_CHILDREN = ("PodDisruptionBudget", "PodMonitor")
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    apply: list[dict[str, Any]]
+    status_patch: dict[str, Any] | None
+    events: list[Event]
+    rendered: RenderedCommand | None = None
+    delete: list[str] = field(default_factory=list)  # "Kind/name" of children no longer wanted
+
+
+MEMORY_FINDING = "DoesNotFit"
+
+
+def memory_summary(plan: MemoryPlan) -> str:
+    """One line with the numbers an admin needs: weights, KV cache, tokens and sequences per replica."""
+    return (
+        f"weights {plan.weight_bytes / GIB:.1f} GiB of {plan.total_vram_bytes / GIB:.1f} GiB, "
+        f"KV cache {plan.kv_cache_bytes / GIB:.1f} GiB = {plan.kv_tokens} tokens, "
+        f"{plan.concurrent_sequences} sequences at maxModelLen {plan.max_model_len}"
+    )
+
+
+def object_hash(obj: Mapping[str, Any]) -> str:
+    """Stable short hash of a manifest, stored on the child so unchanged children are never written again."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def speculation_digest(spec: v1alpha1.SpeculativeDeploymentSpec) -> str:
+    """Digest of the spec parts an autotune decision depends on; when they change, the user's spec wins again."""
+    relevant = {"speculation": spec.speculation.model_dump(mode="json"), "version": spec.engine.version}
+    return object_hash(relevant)
+
+
+def choose_intent(
+    spec: v1alpha1.SpeculativeDeploymentSpec, autotune_status: Mapping[str, Any] | None
+) -> tuple[SpeculationIntent, str]:
+    """Return the intent to run and where it came from (spec, autotune or override)."""
+    intent = intent_from_spec(spec)
+    source = "spec"
+    decided = (autotune_status or {}).get("intent")
+    if (
+        spec.autotune.mode == v1alpha1.AutotuneMode.AUTO
+        and isinstance(decided, Mapping)
+        and decided.get("specDigest") == speculation_digest(spec)
+    ):
+        schedule = decided.get("batchSchedule")
+        intent = SpeculationIntent(
+            enabled=bool(decided.get("enabled", intent.enabled)),
+            num_speculative_tokens=decided.get("numSpeculativeTokens", intent.num_speculative_tokens),
+            disable_above_batch_size=decided.get("disableAboveBatchSize", intent.disable_above_batch_size),
+            batch_schedule=tuple((int(a), int(b), int(k)) for a, b, k in schedule) if schedule else None,
+        )
+        source = "autotune"
+    override = spec.autotune.overrides.speculation
+    if override == v1alpha1.SpeculationOverride.FORCE_OFF and intent.enabled:
+        intent, source = intent.without_speculation(), "override"
+    elif override == v1alpha1.SpeculationOverride.FORCE_ON and not intent.enabled:
+        intent, source = (
+            SpeculationIntent(True, intent.num_speculative_tokens, intent.disable_above_batch_size),
+            "override",
+        )
+    if spec.autotune.overrides.pin_batch_threshold:
+        intent = SpeculationIntent(
+            intent.enabled, intent.num_speculative_tokens, spec.speculation.disable_above_batch_size
+        )
+    return intent, source
+
+
+def _with_applied_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    digest = object_hash(obj)
+    annotated = json.loads(json.dumps(obj))
+    annotated["metadata"].setdefault("annotations", {})[ANNOTATION_APPLIED_HASH] = digest
+    return annotated, digest
+
+
+def child_key(obj: Mapping[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def _rollout_conditions(
+    spec: v1alpha1.SpeculativeDeploymentSpec, desired_hash: str, live: ObservedDeployment | None, applying: bool
+) -> tuple[list[cond.ConditionUpdate], str]:
+    """Ready, Progressing and Degraded from the Deployment's own status; returns the updates and a short summary."""
+    want = spec.replicas
+    if live is None:
+        progress = cond.ConditionUpdate(
+            cond.PROGRESSING, "True", "RolloutStarted", f"creating {want} replicas of config {desired_hash}"
+        )
+        ready = cond.ConditionUpdate(cond.READY, "False", "RolloutInProgress", f"0/{want} replicas available")
+        return [progress, ready, cond.ConditionUpdate(cond.DEGRADED, "False", "AsExpected")], "creating"
+    available = f"{live.available_replicas}/{want} replicas available"
+    on_new_config = live.template_config_hash == desired_hash and not applying
+    settled = (
+        on_new_config
+        and live.observed_generation >= live.generation
+        and live.updated_replicas >= want
+        and live.available_replicas >= want
+        and live.replicas <= want
+    )
+    if on_new_config and live.progress_deadline_exceeded:
+        msg = f"config {desired_hash} did not become available before the progress deadline; {available}"
+        return [
+            cond.ConditionUpdate(cond.PROGRESSING, "False", "RolloutFailed", msg),
+            cond.ConditionUpdate(cond.DEGRADED, "True", "RolloutFailed", msg),
+            cond.ConditionUpdate(cond.READY, "True" if live.available_replicas > 0 else "False", "RolloutFailed", msg),
+        ], "failed"
+    if settled:
+        ready_reason = "ScaledToZero" if want == 0 else "Available"
+        return [
+            cond.ConditionUpdate(cond.PROGRESSING, "False", "RolloutCompleted", f"config {desired_hash}: {available}"),
+            cond.ConditionUpdate(cond.READY, "True", ready_reason, available),
+            cond.ConditionUpdate(cond.DEGRADED, "False", "AsExpected"),
+        ], "settled"
+    updated = f"{live.updated_replicas if on_new_config else 0}/{want} pods on config {desired_hash}"
+    return [
+        cond.ConditionUpdate(cond.PROGRESSING, "True", "RolloutStarted", updated),
+        cond.ConditionUpdate(
+            cond.READY, "True" if live.available_replicas > 0 else "False", "RolloutInProgress", available
+        ),
+        cond.ConditionUpdate(cond.DEGRADED, "False", "AsExpected"),
+    ], "rolling"
+
+
+def _events(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[Event]:
+    """One event per new reason: two conditions moving for the same cause (Ready and MemoryFit) say it once."""
+    events: list[Event] = []
+    for old, new in cond.transitions(before, after):
+        reason = str(new.get("reason", ""))
+        # A condition's first value is news only if it is a problem or the first rollout starting.
+        first_worth_telling = reason in WARNING_REASONS or reason == "RolloutStarted"
+        if reason in EVENT_REASONS and (old is not None or first_worth_telling):
+            kind = "Warning" if reason in WARNING_REASONS else "Normal"
+            if all(e.reason != reason for e in events):
+                events.append(Event(kind, reason, str(new.get("message", "")) or reason))
+    return events
+
+
+def _finish(
+    inputs: ReconcileInputs,
+    updates: list[cond.ConditionUpdate],
+    fields: dict[str, Any],
+    apply: list[dict[str, Any]],
+    rendered: RenderedCommand | None = None,
+    delete: list[str] | None = None,
+) -> ReconcileResult:
+    before = list(inputs.status.get("conditions", []) or [])
+    merged = cond.merge_conditions(before, updates, generation=inputs.generation, now=inputs.now)
+    new_status = {"observedGeneration": inputs.generation, "conditions": merged, **fields}
+    unchanged = all(inputs.status.get(k) == v for k, v in new_status.items())
+    return ReconcileResult(
+        apply=apply,
+        status_patch=None if unchanged else new_status,
+        events=_events(before, merged),
+        rendered=rendered,
+        delete=delete or [],
+    )
+
+
+def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
+    """Decide children to apply, the status to write and the events to post."""
+    try:
+        spec = v1alpha1.parse_spec(dict(inputs.spec))
+    except v1alpha1.InvalidSpec as err:
+        msg = "; ".join(err.problems)
+        return _finish(inputs, [cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], {}, [])
+
+    fields: dict[str, Any] = {}
+    try:
+        memory: MemoryPlan | None = plan_memory(spec)
+    except UnknownArchitecture as err:
+        memory = None
+        fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "Unknown", "ArchitectureUnknown", str(err))
+    if memory is not None:
+        fields["memory"] = memory.to_status()
+        allow_overcommit = inputs.annotations.get(v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT, "").lower() == "true"
+        memory_errors = [f.line() for f in memory.errors if f.code == MEMORY_FINDING]
+        other_errors = [f.line() for f in memory.errors if f.code != MEMORY_FINDING]
+        if memory.fits and not memory_errors:
+            fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "True", "Fits", memory_summary(memory))
+        else:
+            overcommit = " (deploying anyway: specpilot.dev/allow-memory-overcommit)" if allow_overcommit else ""
+            message = "; ".join(memory_errors) or memory_summary(memory)
+            fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "False", "MemoryDoesNotFit", message + overcommit)
+            if not allow_overcommit:
+                ready = cond.ConditionUpdate(cond.READY, "False", "MemoryDoesNotFit", fit_update.message)
+                return _finish(inputs, [fit_update, ready], fields, [])
+        if other_errors:
+            invalid = cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", "; ".join(other_errors))
+            return _finish(inputs, [fit_update, invalid], fields, [])
+
+    intent, source = choose_intent(spec, inputs.status.get("autotune"))
+    try:
+        rendered = render_command(spec, intent)
+    except UnsupportedCombination as err:
+        msg = f"{err.field}: {err}"
+        return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
+
+    owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
+    children = manifests.build_children(
+        spec, owner, command=rendered.argv, config_hash=rendered.config_hash, speculation=intent.enabled
+    )
+    apply = []
+    for child in children:
+        annotated, digest = _with_applied_hash(child)
+        if inputs.live_children.get(child_key(child)) != digest:
+            apply.append(annotated)
+    wanted = {child_key(c) for c in children}
+    delete = sorted(k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN and k not in wanted)
+    applying_deployment = any(c["kind"] == "Deployment" for c in apply)
+    rollout, _ = _rollout_conditions(spec, rendered.config_hash, inputs.deployment, applying_deployment)
+
+    speculating = intent.enabled
+    spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
+    spec_message = _speculation_message(spec, intent, source, inputs.status.get("autotune"))
+    threshold = (
+        cond.ConditionUpdate(cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered))
+        if rendered.threshold_support == ThresholdSupport.UNSUPPORTED
+        else cond.ConditionUpdate(
+            cond.THRESHOLD_SUPPORTED, "True", rendered.threshold_support.value, describe_threshold(rendered)
+        )
+    )
+    updates = [
+        fit_update,
+        *rollout,
+        threshold,
+        cond.ConditionUpdate(cond.SPECULATION_ACTIVE, "True" if speculating else "False", spec_reason, spec_message),
+    ]
+    fields["effective"] = {
+        "speculation": speculating,
+        "method": spec.speculation.method.value if speculating else None,
+        "numSpeculativeTokens": intent.num_speculative_tokens if speculating else None,
+        "disableAboveBatchSize": rendered.disable_above_batch_size if speculating else None,
+        "batchSchedule": [list(r) for r in rendered.batch_schedule] if rendered.batch_schedule else None,
+        "thresholdSupport": rendered.threshold_support.value,
+        "configHash": rendered.config_hash,
+        "source": source,
+    }
+    live = inputs.deployment
+    fields["replicas"] = live.replicas if live else 0
+    fields["readyReplicas"] = live.ready_replicas if live else 0
+    fields["updatedReplicas"] = live.updated_replicas if live else 0
+    return _finish(inputs, updates, fields, apply, rendered, delete)
+
+
+def _speculation_message(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    intent: SpeculationIntent,
+    source: str,
+    autotune_status: Mapping[str, Any] | None,
+) -> str:
+    if source == "autotune":
+        reason = str(((autotune_status or {}).get("intent") or {}).get("reason", "decided by autotune"))
+        return reason
+    if source == "override":
+        return f"pinned by spec.autotune.overrides.speculation={spec.autotune.overrides.speculation.value}"
+    if not intent.enabled:
+        return "spec.speculation.enabled is false"
+    k = intent.num_speculative_tokens
+    return f"{spec.speculation.method.value}" + (f" with {k} speculative tokens" if k else "")

@@ -1,0 +1,38 @@
+"""Run the operator: kopf embedded in our own asyncio loop, plus the operator's Prometheus metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+
+import kopf
+from prometheus_client import start_http_server
+
+
+def run_operator(
+    *,
+    namespaces: Sequence[str],
+    metrics_port: int,
+    health_port: int,
+    bind_address: str,
+    log_level: str,
+    tick_seconds: float,
+) -> None:
+    """Block running the operator until interrupted."""
+    os.environ["SPECPILOT_TICK_SECONDS"] = str(tick_seconds)  # read by handlers at import (decorator arguments)
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    import specpilot.handlers  # noqa: F401  (registers the handlers)
+
+    start_http_server(metrics_port, addr=bind_address)
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            liveness_endpoint=f"http://{bind_address}:{health_port}/healthz",
+        )
+    )

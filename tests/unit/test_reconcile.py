@@ -1,0 +1,267 @@
+"""The pure reconcile: what to apply, what status to write, which events to post — table by table, no mocks."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from specpilot import conditions as cond
+from specpilot import reconcile as rec
+from specpilot.api import v1alpha1
+
+BASE_SPEC: dict[str, Any] = {
+    "replicas": 2,
+    "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxModelLen": 8192, "maxNumSeqs": 64},
+    "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+    "speculation": {
+        "method": "draft_model",
+        "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+        "numSpeculativeTokens": 4,
+    },
+    "resources": {"gpusPerReplica": 1, "gpuMemoryGiB": 80},
+}
+
+
+def spec_with(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(BASE_SPEC)
+    for dotted, value in changes.items():
+        node = spec
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return spec
+
+
+def inputs(spec: dict[str, Any], **kw: Any) -> rec.ReconcileInputs:
+    defaults: dict[str, Any] = {
+        "name": "llama",
+        "namespace": "inference",
+        "uid": "uid-1",
+        "generation": 1,
+        "annotations": {},
+        "spec": spec,
+        "status": {},
+        "now": "2026-11-26T00:00:00Z",
+    }
+    defaults.update(kw)
+    return rec.ReconcileInputs(**defaults)
+
+
+def settled_deployment(result: rec.ReconcileResult, replicas: int = 2, **kw: Any) -> rec.ObservedDeployment:
+    deployment = next(c for c in result.apply if c["kind"] == "Deployment")
+    values: dict[str, Any] = {
+        "generation": 1,
+        "observed_generation": 1,
+        "replicas": replicas,
+        "updated_replicas": replicas,
+        "ready_replicas": replicas,
+        "available_replicas": replicas,
+        "template_config_hash": deployment["spec"]["template"]["metadata"]["annotations"]["specpilot.dev/config-hash"],
+        "applied_hash": deployment["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH],
+        "progress_deadline_exceeded": False,
+    }
+    values.update(kw)
+    return rec.ObservedDeployment(**values)
+
+
+def live_of(result: rec.ReconcileResult) -> dict[str, str | None]:
+    return {rec.child_key(c): c["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH] for c in result.apply}
+
+
+def condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    found = cond.find(status["conditions"], ctype)
+    assert found is not None, ctype
+    return found
+
+
+def converge(spec: dict[str, Any]) -> tuple[rec.ReconcileResult, rec.ReconcileInputs]:
+    """Create, then observe the rollout finished: the steady state of a healthy object."""
+    created = rec.reconcile(inputs(spec))
+    assert created.status_patch is not None
+    steady_inputs = inputs(
+        spec, status=created.status_patch, live_children=live_of(created), deployment=settled_deployment(created)
+    )
+    return rec.reconcile(steady_inputs), steady_inputs
+
+
+def test_reconcile_new_object_applies_service_and_deployment_and_starts_rollout() -> None:
+    result = rec.reconcile(inputs(BASE_SPEC))
+    assert [c["kind"] for c in result.apply] == ["Service", "Deployment", "PodDisruptionBudget"]
+    assert result.status_patch is not None
+    assert result.status_patch["observedGeneration"] == 1
+    assert condition(result.status_patch, cond.PROGRESSING)["reason"] == "RolloutStarted"
+    assert condition(result.status_patch, cond.READY)["status"] == "False"
+    assert condition(result.status_patch, cond.MEMORY_FIT)["status"] == "True"
+    assert {c["type"] for c in result.status_patch["conditions"]} >= set(cond.CONDITION_TYPES)
+    assert [e.reason for e in result.events] == ["RolloutStarted"]
+    effective = result.status_patch["effective"]
+    assert effective["speculation"] is True
+    assert effective["configHash"] == result.rendered.config_hash if result.rendered else False
+
+
+def test_reconcile_completes_rollout_then_goes_quiet() -> None:
+    steady, steady_inputs = converge(BASE_SPEC)
+    assert steady.apply == []
+    assert steady.status_patch is not None
+    assert condition(steady.status_patch, cond.READY)["reason"] == "Available"
+    assert condition(steady.status_patch, cond.PROGRESSING)["reason"] == "RolloutCompleted"
+    assert [e.reason for e in steady.events] == ["RolloutCompleted"]
+    # the same observation again: nothing to write, nothing to say
+    again = rec.reconcile(
+        inputs(
+            BASE_SPEC,
+            status=steady.status_patch,
+            live_children=steady_inputs.live_children,
+            deployment=steady_inputs.deployment,
+            now="2026-11-26T01:00:00Z",
+        )
+    )
+    assert (again.apply, again.status_patch, again.events) == ([], None, [])
+
+
+@pytest.mark.parametrize(
+    ("change", "rolls"),
+    [
+        ({"speculation__numSpeculativeTokens": 3}, True),
+        ({"engine__maxNumSeqs": 128}, True),
+        ({"speculation__enabled": False}, True),
+        ({"autotune__interval": "2m"}, False),
+        ({"autotune__acceptance": {"disableBelow": 0.4, "enableAbove": 0.6}}, False),
+        ({"engine__image": "vllm/vllm-openai:v0.33.1"}, True),
+    ],
+)
+def test_reconcile_rolls_only_when_the_pod_template_changes(change: dict[str, Any], rolls: bool) -> None:
+    steady, steady_inputs = converge(BASE_SPEC)
+    assert steady.status_patch is not None
+    changed = rec.reconcile(
+        inputs(
+            spec_with(**change),
+            generation=2,
+            status=steady.status_patch,
+            live_children=steady_inputs.live_children,
+            deployment=steady_inputs.deployment,
+        )
+    )
+    assert ("Deployment" in [c["kind"] for c in changed.apply]) == rolls
+    assert changed.status_patch is not None  # observedGeneration moves either way
+    assert changed.status_patch["observedGeneration"] == 2
+    assert (condition(changed.status_patch, cond.PROGRESSING)["status"] == "True") == rolls
+
+
+def test_reconcile_invalid_spec_sets_condition_and_applies_nothing() -> None:
+    bad = spec_with(speculation={"method": "draft_model", "numSpeculativeTokens": 4})
+    result = rec.reconcile(inputs(bad))
+    assert result.apply == []
+    assert result.status_patch is not None
+    ready = condition(result.status_patch, cond.READY)
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "spec.speculation.draft is required" in ready["message"]
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "InvalidSpec")]
+
+
+def too_big() -> dict[str, Any]:
+    return spec_with(
+        target={"model": "meta-llama/Llama-3.1-70B-Instruct"},
+        speculation={
+            "method": "draft_model",
+            "draft": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+            "numSpeculativeTokens": 4,
+        },
+    )
+
+
+def test_reconcile_memory_that_does_not_fit_blocks_the_deployment() -> None:
+    result = rec.reconcile(inputs(too_big()))
+    assert result.apply == []
+    assert result.status_patch is not None
+    fit = condition(result.status_patch, cond.MEMORY_FIT)
+    assert (fit["status"], fit["reason"]) == ("False", "MemoryDoesNotFit")
+    assert any(ch.isdigit() for ch in fit["message"])
+    assert result.status_patch["memory"]["fits"] is False
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "MemoryDoesNotFit")]
+
+
+def test_reconcile_memory_overcommit_annotation_deploys_anyway() -> None:
+    result = rec.reconcile(inputs(too_big(), annotations={v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT: "true"}))
+    assert "Deployment" in [c["kind"] for c in result.apply]
+    assert result.status_patch is not None
+    assert condition(result.status_patch, cond.MEMORY_FIT)["status"] == "False"
+
+
+def test_reconcile_progress_deadline_exceeded_is_degraded() -> None:
+    created = rec.reconcile(inputs(BASE_SPEC))
+    assert created.status_patch is not None
+    stuck = settled_deployment(created, available_replicas=1, updated_replicas=1, progress_deadline_exceeded=True)
+    result = rec.reconcile(
+        inputs(BASE_SPEC, status=created.status_patch, live_children=live_of(created), deployment=stuck)
+    )
+    assert result.status_patch is not None
+    degraded = condition(result.status_patch, cond.DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "RolloutFailed")
+    assert ("Warning", "RolloutFailed") in [(e.type, e.reason) for e in result.events]
+
+
+def test_reconcile_scaling_to_one_replica_deletes_the_disruption_budget() -> None:
+    steady, steady_inputs = converge(BASE_SPEC)
+    assert steady.status_patch is not None
+    result = rec.reconcile(
+        inputs(
+            spec_with(replicas=1),
+            generation=2,
+            status=steady.status_patch,
+            live_children=steady_inputs.live_children,
+            deployment=steady_inputs.deployment,
+        )
+    )
+    assert result.delete == ["PodDisruptionBudget/llama"]
+
+
+def autotune_status(spec: dict[str, Any], enabled: bool) -> dict[str, Any]:
+    digest = rec.speculation_digest(v1alpha1.parse_spec(spec))
+    return {"intent": {"enabled": enabled, "specDigest": digest, "reason": "acceptance 0.12 < 0.50 over 5m"}}
+
+
+@pytest.mark.parametrize(
+    ("mode", "override", "digest_matches", "speculating", "source"),
+    [
+        ("Auto", "Auto", True, False, "autotune"),
+        ("Auto", "Auto", False, True, "spec"),  # the user changed speculation since the decision
+        ("Recommend", "Auto", True, True, "spec"),  # recommend-only never changes what runs
+        ("Auto", "ForceOn", True, True, "override"),
+        ("Recommend", "ForceOff", True, False, "override"),
+    ],
+)
+def test_reconcile_intent_precedence(
+    mode: str, override: str, digest_matches: bool, speculating: bool, source: str
+) -> None:
+    spec = spec_with(
+        autotune={"mode": mode, "prometheus": {"url": "http://prom:9090"}, "overrides": {"speculation": override}}
+    )
+    status = {"autotune": autotune_status(spec if digest_matches else BASE_SPEC | {"replicas": 3}, enabled=False)}
+    if not digest_matches:
+        status["autotune"]["intent"]["specDigest"] = "stale"
+    result = rec.reconcile(inputs(spec, status=status))
+    assert result.status_patch is not None
+    assert result.status_patch["effective"]["speculation"] is speculating
+    assert result.status_patch["effective"]["source"] == source
+    argv = " ".join(result.rendered.argv) if result.rendered else ""
+    assert ("--speculative-config" in argv) is speculating
+
+
+def test_reconcile_reports_threshold_unsupported_on_versions_that_cannot_express_it() -> None:
+    spec = spec_with(engine__version="0.20.0", speculation__disableAboveBatchSize=32)
+    result = rec.reconcile(inputs(spec))
+    assert result.status_patch is not None
+    threshold = condition(result.status_patch, cond.THRESHOLD_SUPPORTED)
+    assert (threshold["status"], threshold["reason"]) == ("False", "ThresholdUnsupported")
+    assert ("Warning", "ThresholdUnsupported") in [(e.type, e.reason) for e in result.events]
+
+
+def test_reconcile_children_carry_owner_and_applied_hash() -> None:
+    result = rec.reconcile(inputs(BASE_SPEC))
+    for child in result.apply:
+        assert child["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
