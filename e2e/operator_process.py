@@ -1,0 +1,102 @@
+"""Start the real operator (`python -m specpilot run`) as a subprocess, for tests, the benchmark and the demo."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class RunningOperator:
+    process: subprocess.Popen[bytes]
+    metrics_port: int
+    health_port: int
+    log_path: Path
+    kubeconfig: Path
+    namespace: str
+    args: list[str] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's own /metrics as {series: value} (labels included in the key)."""
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                values[key] = float(value)
+        return values
+
+    def writes(self, kind: str | None = None) -> float:
+        """API write requests the operator sent (children and events; kopf's own CR patches are not counted)."""
+        return sum(
+            v
+            for k, v in self.metrics().items()
+            if k.startswith("specpilot_api_writes_total{") and (kind is None or f'kind="{kind}"' in k)
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def launch_operator(
+    kubeconfig: Path,
+    namespaces: Sequence[str],
+    log_path: Path,
+    *,
+    tick_seconds: float = 2.0,
+    ready_timeout: float = 60.0,
+) -> RunningOperator:
+    """Start the operator on loopback ports and wait (bounded) for its liveness endpoint."""
+    metrics_port, health_port = free_port(), free_port()
+    args = [sys.executable, "-m", "specpilot", "run", "--bind-address", "127.0.0.1"]
+    args += [
+        "--metrics-port",
+        str(metrics_port),
+        "--health-port",
+        str(health_port),
+        "--tick-seconds",
+        str(tick_seconds),
+    ]
+    for namespace in namespaces:
+        args += ["--namespace", namespace]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    running = RunningOperator(process, metrics_port, health_port, log_path, kubeconfig, ",".join(namespaces), args)
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"operator exited {process.returncode}:\n{running.log_tail()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{health_port}/healthz", timeout=2).status_code == 200:
+                return running
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            running.stop()
+            raise TimeoutError(f"operator not live after {ready_timeout:.0f} s:\n{running.log_tail()}")
+        time.sleep(0.3)

@@ -1,0 +1,112 @@
+"""Run the real operator (`specpilot run`) against the local API server, with the chart's RBAC.
+
+The operator authenticates as the chart's ServiceAccount (a token from the TokenRequest API), so a test passes only
+if the permissions the chart grants are enough — and no more is assumed than what an installed chart gives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster.fixture import KubeCluster
+from e2e.operator_process import RunningOperator, launch_operator
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR_NAMESPACE = "specpilot-system"
+RELEASE = "specpilot"
+
+
+@pytest.fixture(scope="session")
+def crd_installed(kube_cluster: KubeCluster) -> None:
+    """Install (or update) the generated CRD the way the README says: server-side apply of crds/."""
+    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/speculativedeployments.specpilot.dev", "--timeout=60s"
+    )
+
+
+def chart_rbac(kube_cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
+    """The chart's ServiceAccount and namespaced RBAC for one watched namespace, rendered by the real helm."""
+    out = subprocess.run(
+        [
+            str(kube_cluster.bin_dir / "helm"),
+            "template",
+            RELEASE,
+            str(ROOT / "charts" / "specpilot"),
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--set",
+            f"watchNamespaces={{{namespace}}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(kube_cluster.env),
+    ).stdout
+    wanted = {"ServiceAccount", "Role", "RoleBinding"}
+    return [d for d in yaml.safe_load_all(out) if d and d.get("kind") in wanted]
+
+
+def service_account_kubeconfig(kube_cluster: KubeCluster, path: Path) -> Path:
+    """A kubeconfig that authenticates as the chart's ServiceAccount."""
+    token = kube_cluster.kubectl("-n", OPERATOR_NAMESPACE, "create", "token", RELEASE, "--duration=2h").stdout.strip()
+    admin = yaml.safe_load(kube_cluster.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "specpilot", "user": {"token": token}}],
+        "contexts": [{"name": "specpilot", "context": {"cluster": cluster["name"], "user": "specpilot"}}],
+        "current-context": "specpilot",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+StartOperator = Callable[[], RunningOperator]
+
+
+@pytest.fixture
+def start_operator(
+    kube_cluster: KubeCluster, crd_installed: None, kube_namespace: str, tmp_path: Path
+) -> Iterator[StartOperator]:
+    """Start `specpilot run` for the test's namespace; call again to restart. Stopped at teardown."""
+    namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+    kube_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(namespace_doc))
+    for doc in chart_rbac(kube_cluster, kube_namespace):
+        kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(doc))
+    kubeconfig = service_account_kubeconfig(kube_cluster, tmp_path / "operator.kubeconfig")
+    started: list[RunningOperator] = []
+
+    def start() -> RunningOperator:
+        running = launch_operator(kubeconfig, [kube_namespace], tmp_path / f"operator-{len(started)}.log")
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+    for running in started:
+        if running.process.returncode not in (0, -15, None):
+            print(f"operator log ({running.log_path}):\n{running.log_tail()}")
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.3) -> Any:
+    """Poll until probe() returns something truthy; bounded, and says what it waited for."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")

@@ -1,0 +1,272 @@
+"""The operator against the real API server: create, update, no-op, delete, invalid and non-fitting CRs, restart."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from e2e.cluster.fixture import KubeCluster
+from tests.operator.conftest import StartOperator, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def speculative_deployment(name: str, **spec_changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "replicas": 2,
+        "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxModelLen": 8192, "maxNumSeqs": 64},
+        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        "speculation": {
+            "method": "draft_model",
+            "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+            "numSpeculativeTokens": 4,
+        },
+        "resources": {"gpusPerReplica": 1, "gpuMemoryGiB": 80},
+    }
+    spec.update(spec_changes)
+    return {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def apply(cluster: KubeCluster, namespace: str, doc: dict[str, Any]) -> None:
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(doc))
+
+
+def get(cluster: KubeCluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    proc = cluster.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def resource_version(cluster: KubeCluster, namespace: str, kind: str, name: str = "llama") -> str:
+    obj = get(cluster, namespace, kind, name)
+    assert obj is not None, f"{kind}/{name} is missing"
+    return str(obj["metadata"]["resourceVersion"])
+
+
+def condition(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions", []):
+        if c["type"] == ctype:
+            return dict(c)
+    return {}
+
+
+def events(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = cluster.kubectl_json("-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}")
+    return list(items["items"])
+
+
+def ready_and_settled(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = get(cluster, namespace, "specdeploy", name)
+    settled = (
+        condition(obj, "Ready").get("status") == "True"
+        and condition(obj, "Progressing").get("reason") == "RolloutCompleted"
+    )
+    return obj if settled else None
+
+
+def test_create_builds_children_with_owner_refs_and_status(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    operator = start_operator()
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
+    deployment = wait_for("Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "llama"))
+    service = get(kube_cluster, kube_namespace, "service", "llama")
+    assert service is not None
+    cr = get(kube_cluster, kube_namespace, "specdeploy", "llama")
+    assert cr is not None
+    for child in (deployment, service):
+        ref = child["metadata"]["ownerReferences"][0]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == ("SpeculativeDeployment", cr["metadata"]["uid"], True)
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    spec_config = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec_config["method"] == "draft_model"
+    assert spec_config["num_speculative_tokens"] == 4
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # kwok runs the pods on fake GPU nodes; the operator follows the rollout to Ready
+    cr = wait_for("Ready and RolloutCompleted", lambda: ready_and_settled(kube_cluster, kube_namespace, "llama"), 90)
+    status = cr["status"]
+    assert status["observedGeneration"] == cr["metadata"]["generation"]
+    assert status["effective"]["speculation"] is True
+    assert (
+        status["effective"]["configHash"]
+        == deployment["spec"]["template"]["metadata"]["labels"]["specpilot.dev/config-hash"]
+    )
+    assert status["memory"]["fits"] is True
+    assert {c["type"] for c in status["conditions"]} >= {
+        "Ready",
+        "Progressing",
+        "Degraded",
+        "MemoryFit",
+        "SpeculationActive",
+        "MetricsAvailable",
+        "Throttled",
+        "Paused",
+    }
+    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, "llama")]
+    assert reasons.count("RolloutStarted") == 1
+    assert reasons.count("RolloutCompleted") == 1
+    assert operator.writes("Deployment") == 1
+    printed = kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", "llama").stdout
+    assert "Recommend" in printed
+    assert "True" in printed
+
+
+def test_update_rolls_once_and_noop_update_writes_nothing(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    operator = start_operator()
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
+    wait_for("settled", lambda: ready_and_settled(kube_cluster, kube_namespace, "llama"), 90)
+    before = get(kube_cluster, kube_namespace, "deployment", "llama")
+    assert before is not None
+    writes_before = operator.writes()
+
+    # a change that does not touch the vLLM command line: no Deployment write, no rollout
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama", autotune={"interval": "2m"}))
+    wait_for(
+        "observedGeneration 2",
+        lambda: (
+            (get(kube_cluster, kube_namespace, "specdeploy", "llama") or {}).get("status", {}).get("observedGeneration")
+            == 2
+        ),
+    )
+    time.sleep(5)  # two ticks of the timer
+    same = get(kube_cluster, kube_namespace, "deployment", "llama")
+    assert same is not None
+    assert same["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert operator.writes() == writes_before
+
+    # a change of K changes the command line: exactly one Deployment write, one new ReplicaSet
+    spec = speculative_deployment("llama")
+    spec["spec"]["speculation"]["numSpeculativeTokens"] = 3
+    apply(kube_cluster, kube_namespace, spec)
+    wait_for(
+        "new config rolled out",
+        lambda: (
+            (d := get(kube_cluster, kube_namespace, "deployment", "llama"))
+            and d["metadata"]["generation"] == before["metadata"]["generation"] + 1
+        ),
+    )
+    wait_for("settled again", lambda: ready_and_settled(kube_cluster, kube_namespace, "llama"), 90)
+    assert operator.writes("Deployment") == 2
+    replicasets = kube_cluster.kubectl_json(
+        "-n", kube_namespace, "get", "replicasets", "-l", "specpilot.dev/deployment=llama"
+    )
+    assert len(replicasets["items"]) == 2
+
+    # idle: nothing is written while nothing changes
+    idle_writes = operator.writes()
+    versions = {
+        k: (get(kube_cluster, kube_namespace, k, "llama") or {})["metadata"]["resourceVersion"]
+        for k in ("specdeploy", "deployment", "service", "pdb")
+    }
+    time.sleep(8)
+    assert operator.writes() == idle_writes
+    assert versions == {
+        k: (get(kube_cluster, kube_namespace, k, "llama") or {})["metadata"]["resourceVersion"] for k in versions
+    }
+
+
+def test_delete_garbage_collects_children_and_leaves_no_finalizer(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    start_operator()
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
+    wait_for("Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "llama"))
+    kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "llama", "--timeout=60s")
+    assert get(kube_cluster, kube_namespace, "specdeploy", "llama") is None
+    wait_for(
+        "children garbage-collected",
+        lambda: all(get(kube_cluster, kube_namespace, k, "llama") is None for k in ("deployment", "service", "pdb")),
+        60,
+    )
+
+
+def test_invalid_and_non_fitting_resources_get_conditions_and_events(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    start_operator()
+    too_big = speculative_deployment("too-big", target={"model": "meta-llama/Llama-3.1-70B-Instruct"})
+    apply(kube_cluster, kube_namespace, too_big)
+    # draft TP 2 with target TP 1 passes the schema (1 or target TP is checked against TP 1 * ... ) but not vLLM's rule
+    unknown = speculative_deployment(
+        "old-engine",
+        speculation={
+            "method": "draft_model",
+            "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+            "numSpeculativeTokens": 4,
+        },
+        engine={"image": "vllm/vllm-openai:v0.12.0", "version": "0.12.0"},
+    )
+    apply(kube_cluster, kube_namespace, unknown)
+
+    big = wait_for(
+        "MemoryFit=False",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "too-big"))
+            and condition(o, "MemoryFit").get("status") == "False"
+            and o
+        ),
+    )
+    assert "GiB" in condition(big, "MemoryFit")["message"]
+    assert condition(big, "Ready")["reason"] == "MemoryDoesNotFit"
+    assert get(kube_cluster, kube_namespace, "deployment", "too-big") is None
+    big_events = events(kube_cluster, kube_namespace, "too-big")
+    assert [(e["type"], e["reason"]) for e in big_events] == [("Warning", "MemoryDoesNotFit")]
+
+    old = wait_for(
+        "InvalidSpec",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "old-engine"))
+            and condition(o, "Ready").get("reason") == "InvalidSpec"
+            and o
+        ),
+    )
+    assert (
+        "spec.speculation.method" in condition(old, "Ready")["message"]
+        or "spec.engine" in condition(old, "Ready")["message"]
+    )
+    assert get(kube_cluster, kube_namespace, "deployment", "old-engine") is None
+    assert ("Warning", "InvalidSpec") in [
+        (e["type"], e["reason"]) for e in events(kube_cluster, kube_namespace, "old-engine")
+    ]
+
+
+def test_api_server_rejects_cel_violations_with_the_field_message(
+    kube_cluster: KubeCluster, kube_namespace: str, crd_installed: None
+) -> None:
+    doc = speculative_deployment("bad", speculation={"method": "draft_model", "numSpeculativeTokens": 4})
+    proc = kube_cluster.kubectl("-n", kube_namespace, "apply", "-f", "-", stdin=json.dumps(doc), check=False)
+    assert proc.returncode != 0
+    assert "spec.speculation.draft is required when spec.speculation.method is draft_model" in proc.stderr
+    doc = speculative_deployment("bad", autotune={"acceptance": {"disableBelow": 0.7, "enableAbove": 0.6}})
+    proc = kube_cluster.kubectl("-n", kube_namespace, "apply", "-f", "-", stdin=json.dumps(doc), check=False)
+    assert "enableAbove must be greater than" in proc.stderr
+
+
+def test_operator_restart_recreates_and_rolls_nothing(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    first = start_operator()
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
+    wait_for("settled", lambda: ready_and_settled(kube_cluster, kube_namespace, "llama"), 90)
+    before = {k: get(kube_cluster, kube_namespace, k, "llama") for k in ("deployment", "service", "pdb")}
+    first.stop()
+    second = start_operator()
+    time.sleep(8)  # resume handlers and several timer ticks
+    after = {k: get(kube_cluster, kube_namespace, k, "llama") for k in before}
+    for kind, obj in before.items():
+        now = after[kind]
+        assert obj is not None
+        assert now is not None
+        assert now["metadata"]["uid"] == obj["metadata"]["uid"], f"{kind} was recreated"
+        assert now["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"], f"{kind} was written"
+    assert second.writes() == 0
