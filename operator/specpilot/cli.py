@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specpilot.api import crd
+from specpilot.evaluate import add_evaluate_command
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
@@ -27,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_crd.add_argument("--docs", action="store_true", help="print docs/api.md instead of the CRD")
     p_crd.add_argument("-o", "--output", help="write to this file instead of stdout")
     p_crd.set_defaults(func=_cmd_crd)
+
+    add_evaluate_command(sub)
     return parser
 
 
