@@ -65,14 +65,23 @@ def measure(
     window = effective_window(spec.autotune)
     minimums = min_samples_for(spec.autotune)
     results: dict[str, Measurement] = {}
+    unreachable: RawResult | None = None
     for query in build_queries(names, scope, window):
         if query.promql is None:
             results[query.signal] = unavailable(query)
             continue
+        if unreachable is None:
+            raw = client.query(query.promql, now)
+            if raw.transport_error or raw.timed_out:
+                # one refused or timed-out connection answers for the rest: a blackholed Prometheus would
+                # otherwise cost timeout x queries per evaluation
+                unreachable = replace(raw, transport_error=f"{raw.transport_error} (later queries not sent)")
+        else:
+            raw = unreachable
         gate = query.gate
         results[query.signal] = classify(
             query,
-            client.query(query.promql, now),
+            raw,
             gate=results.get(gate) if gate is not None else None,
             min_samples=minimums[gate] if gate is not None else None,
         )
