@@ -13,6 +13,7 @@ import yaml
 from specpilot import manifests
 from specpilot.api import crd, v1alpha1
 from specpilot.catalog import UnknownArchitecture
+from specpilot.evaluate import add_evaluate_command
 from specpilot.plan import MemoryPlan, format_table, plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
@@ -138,6 +139,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0 if all(plan.fits for _, plan in plans) else 1
 
 
+
+
 def _cmd_crd(args: argparse.Namespace) -> int:
     text = crd.render_api_docs() if args.docs else crd.render_crd_yaml()
     if args.output:
@@ -198,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tick-seconds", type=float, default=10.0, help="how often each object is re-checked for drift and autotune"
     )
     p_run.set_defaults(func=_cmd_run)
+    add_evaluate_command(sub)
     return parser
 
 

@@ -278,6 +278,11 @@ class AutotuneSpec(_Model):
     min_samples: MinSamplesSpec = Field(default_factory=MinSamplesSpec)
     agreeing_evaluations: int = Field(3, ge=1, le=100, description="Consecutive evaluations that must agree.")
     stabilization: Duration = _duration("10m", "Every recommendation in this window must agree before acting.")
+    probe_interval: Duration = _duration(
+        "6h",
+        "After autotune turned speculation off for low acceptance, turn it back on this often (at no higher load) "
+        "to re-measure; each probe counts against the budget. 0s disables probes.",
+    )
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     overrides: OverridesSpec = Field(default_factory=OverridesSpec)
     canary: CanarySpec = Field(default_factory=CanarySpec)

@@ -1,0 +1,1 @@
+"""I/O adapters: the only modules that talk to Kubernetes or Prometheus."""

@@ -1,0 +1,1125 @@
+"""The autotuner's decision: measurements + durable state -> what speculation config to run (pure).
+
+`decide(inputs, state, now)` is deterministic: the same inputs, state and time give the same decision and new state.
+The state is a plain JSON document kept in `status.autotune`, so agreement streaks, the actuation budget, the
+baseline record and the reason speculation was switched off survive operator restarts (HPA loses all of these on a
+restart; KEP-853 explains why that causes instant scaling).
+
+Layers, outermost first (reference/control-loop.md rules):
+1. mode Off -> nothing; measurement Errors -> hold and count (4 in a row -> MetricsAvailable=False, rule 10);
+   pause annotation -> hold (rule 18); rollout in flight or config still settling -> hold (rules 13, 16).
+2. `propose`: what this one evaluation alone says, from Valid measurements only (rules 10, 11, 14).
+3. Agreement: K consecutive identical proposals spanning the stabilization window (rules 11, 12); a new
+   `specpilot.dev/reevaluate` token counts as full agreement once.
+4. Mode Recommend publishes; mode Auto checks the budget (min interval, per hour/day, longer after a reversal,
+   rule 15) and asks the shell to actuate. The shell applies, then calls `record_actuation`.
+
+Re-enabling (rule 14): with speculation off there are no acceptance counters, so "off" is left only on other
+evidence: a canary replica that speculates on the same traffic; load back under the level where a load-driven
+disable happened; the baseline record showing speculation was faster at this load; or a scheduled probe
+(`probeInterval` after an autotune disable, at no higher load than the disable) that turns speculation on, counted
+against the budget, and keeps it only if acceptance then clears `enableAbove`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from specpilot.api.durations import format_duration, parse_duration
+from specpilot.api.v1alpha1 import (
+    AutotuneMode,
+    BudgetSpec,
+    SpeculationOverride,
+    SpeculativeDeploymentSpec,
+)
+from specpilot.baseline import (
+    BaselineEntry,
+    CanaryOutcome,
+    Mode,
+    bucket_label,
+    compare_canary,
+    decay_load,
+    entry_from_window,
+    format_time,
+    load_bucket,
+    parse_time,
+    record,
+    side_by_side,
+    summary,
+)
+from specpilot.measurements import Measurement, count_errors, positions
+from specpilot.promql import LATENCY_SIGNALS, Signal, Window
+from specpilot.schedule import (
+    FitSettings,
+    ThresholdPlan,
+    ThresholdSupport,
+    plan_threshold,
+    profile_from_positions,
+    profile_geometric,
+    schedule_text,
+    threshold_support,
+)
+from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
+from specpilot.vllm.versions import VllmVersion
+
+ERROR_LIMIT = 4  # Argo Rollouts' consecutiveErrorLimit default
+BASELINE_MAX_AGE = timedelta(days=1)  # older latency records describe another traffic mix
+ACTUATION_HISTORY = 50
+MAX_DWELL = timedelta(days=1)
+STATE_VERSION = 1
+
+
+class Action(StrEnum):
+    KEEP = "Keep"
+    DISABLE = "DisableSpeculation"
+    ENABLE = "EnableSpeculation"
+    CHANGE_THRESHOLD = "ChangeBatchThreshold"
+
+
+class OffReason(StrEnum):
+    """Why autotune switched speculation off; decides how it may come back."""
+
+    ACCEPTANCE = "acceptance"  # the drafter is poor on this traffic: only a probe or a canary can tell otherwise
+    LOAD = "load"  # the drafter is fine but the batch is too large: back on when the load falls
+    CANARY = "canary"  # a plain canary was faster on the same traffic
+
+
+# ------------------------------------------------------------------------------------------------ intents as JSON
+
+
+def intent_to_dict(intent: SpeculationIntent) -> dict[str, Any]:
+    return {
+        "enabled": intent.enabled,
+        "numSpeculativeTokens": intent.num_speculative_tokens,
+        "disableAboveBatchSize": intent.disable_above_batch_size,
+        "batchSchedule": [list(r) for r in intent.batch_schedule] if intent.batch_schedule else None,
+    }
+
+
+def intent_from_dict(raw: Mapping[str, Any]) -> SpeculationIntent:
+    schedule = raw.get("batchSchedule")
+    return SpeculationIntent(
+        enabled=bool(raw["enabled"]),
+        num_speculative_tokens=_opt_int(raw.get("numSpeculativeTokens")),
+        disable_above_batch_size=_opt_int(raw.get("disableAboveBatchSize")),
+        batch_schedule=tuple((int(a), int(b), int(c)) for a, b, c in schedule) if schedule else None,
+    )
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def describe_intent(intent: SpeculationIntent) -> str:
+    if not intent.enabled:
+        return "speculation off"
+    k = intent.num_speculative_tokens
+    text = f"speculation on (K={k if k is not None else 'model default'})"
+    if intent.batch_schedule:
+        return f"{text}, schedule {schedule_text(intent.batch_schedule)}"
+    if intent.disable_above_batch_size is not None:
+        return f"{text}, off at batch >= {intent.disable_above_batch_size}"
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ state
+
+
+@dataclass(frozen=True)
+class Streak:
+    """Consecutive evaluations proposing the same change."""
+
+    key: str
+    action: Action
+    count: int
+    since: datetime
+
+
+@dataclass(frozen=True)
+class ActuationRecord:
+    """One applied change, kept for the budget (evidence goes to status.actuations, not here)."""
+
+    at: datetime
+    action: Action
+    from_intent: dict[str, Any]
+    to_intent: dict[str, Any]
+    reason: str
+    probe: bool = False
+    reversal: bool = False
+
+
+@dataclass(frozen=True)
+class OffRecord:
+    kind: OffReason
+    at: datetime
+    batch: float | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """Controller memory; `to_dict`/`from_dict` round-trip it through status.autotune."""
+
+    spec_fingerprint: str | None = None
+    intent_fingerprint: str | None = None
+    consecutive_errors: int = 0
+    metrics_available: bool | None = None
+    paused: bool = False
+    throttled: bool = False
+    streak: Streak | None = None
+    last_recommendation: str | None = None
+    actuations: tuple[ActuationRecord, ...] = ()
+    selected: SpeculationIntent | None = None  # the config autotune chose; None: the spec's own
+    off: OffRecord | None = None
+    probe_started: datetime | None = None
+    last_probe: datetime | None = None
+    baseline: tuple[BaselineEntry, ...] = ()
+    load: Mapping[int, float] = field(default_factory=dict)  # seconds per load bucket, decayed
+    load_updated: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "specFingerprint": self.spec_fingerprint,
+            "intentFingerprint": self.intent_fingerprint,
+            "consecutiveErrors": self.consecutive_errors,
+            "metricsAvailable": self.metrics_available,
+            "paused": self.paused,
+            "throttled": self.throttled,
+            "streak": None
+            if self.streak is None
+            else {
+                "key": self.streak.key,
+                "action": self.streak.action.value,
+                "count": self.streak.count,
+                "since": format_time(self.streak.since),
+            },
+            "lastRecommendation": self.last_recommendation,
+            "actuations": [
+                {
+                    "at": format_time(a.at),
+                    "action": a.action.value,
+                    "from": a.from_intent,
+                    "to": a.to_intent,
+                    "reason": a.reason,
+                    "probe": a.probe,
+                    "reversal": a.reversal,
+                }
+                for a in self.actuations
+            ],
+            "selected": None if self.selected is None else intent_to_dict(self.selected),
+            "off": None
+            if self.off is None
+            else {
+                "kind": self.off.kind.value,
+                "at": format_time(self.off.at),
+                "batch": self.off.batch,
+                "detail": self.off.detail,
+            },
+            "probeStarted": _t(self.probe_started),
+            "lastProbe": _t(self.last_probe),
+            "baseline": [e.to_dict() for e in self.baseline],
+            "load": {str(b): round(w, 1) for b, w in sorted(self.load.items())},
+            "loadUpdated": _t(self.load_updated),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> PolicyState:
+        """Read status.autotune; a missing or foreign-version document starts fresh (nothing to trust in it)."""
+        if not raw or raw.get("version") != STATE_VERSION:
+            return cls()
+        streak = raw.get("streak")
+        off = raw.get("off")
+        return cls(
+            spec_fingerprint=raw.get("specFingerprint"),
+            intent_fingerprint=raw.get("intentFingerprint"),
+            consecutive_errors=int(raw.get("consecutiveErrors", 0)),
+            metrics_available=raw.get("metricsAvailable"),
+            paused=bool(raw.get("paused", False)),
+            throttled=bool(raw.get("throttled", False)),
+            streak=None
+            if not streak
+            else Streak(
+                key=str(streak["key"]),
+                action=Action(streak["action"]),
+                count=int(streak["count"]),
+                since=parse_time(streak["since"]),
+            ),
+            last_recommendation=raw.get("lastRecommendation"),
+            actuations=tuple(
+                ActuationRecord(
+                    at=parse_time(a["at"]),
+                    action=Action(a["action"]),
+                    from_intent=dict(a["from"]),
+                    to_intent=dict(a["to"]),
+                    reason=str(a.get("reason", "")),
+                    probe=bool(a.get("probe", False)),
+                    reversal=bool(a.get("reversal", False)),
+                )
+                for a in raw.get("actuations") or ()
+            ),
+            selected=None if not raw.get("selected") else intent_from_dict(raw["selected"]),
+            off=None
+            if not off
+            else OffRecord(
+                kind=OffReason(off["kind"]),
+                at=parse_time(off["at"]),
+                batch=None if off.get("batch") is None else float(off["batch"]),
+                detail=str(off.get("detail", "")),
+            ),
+            probe_started=_pt(raw.get("probeStarted")),
+            last_probe=_pt(raw.get("lastProbe")),
+            baseline=tuple(BaselineEntry.from_dict(e) for e in raw.get("baseline") or ()),
+            load={int(b): float(w) for b, w in (raw.get("load") or {}).items()},
+            load_updated=_pt(raw.get("loadUpdated")),
+        )
+
+
+def _t(at: datetime | None) -> str | None:
+    return None if at is None else format_time(at)
+
+
+def _pt(text: Any) -> datetime | None:
+    return None if not text else parse_time(str(text))
+
+
+# ------------------------------------------------------------------------------------------------ inputs, outputs
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """Everything one evaluation may look at. The shell gathers it; nothing here reads a clock, env or cluster."""
+
+    spec: SpeculativeDeploymentSpec
+    current: SpeculationIntent  # what the pods run now (from the child's pod template, not from status)
+    measurements: Mapping[str, Measurement]
+    window: Window
+    paused: bool = False
+    reevaluate_token: str | None = None
+    last_handled_reevaluate: str | None = None
+    rollout_in_progress: bool = False
+    config_since: datetime | None = None  # when every pod ran the current config hash
+    canary: Mapping[str, Measurement] | None = None  # measurements of a canary running the other mode
+    fit: FitSettings = field(default_factory=FitSettings)
+
+
+@dataclass(frozen=True)
+class PolicyEvent:
+    """An event to post on a transition (Normal or Warning; reason equals the condition reason)."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What one evaluation alone recommends."""
+
+    action: Action
+    target: SpeculationIntent
+    reason: str
+    evidence: dict[str, Any]
+    probe: bool = False
+    off_kind: OffReason | None = None
+
+    def key(self) -> str:
+        return self.action.value + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action  # the recommendation after agreement (Keep while a proposal still waits)
+    target: SpeculationIntent  # config to run if this decision is applied
+    reason: str
+    evidence: dict[str, Any]
+    proposal: Action  # what this evaluation alone proposed
+    actuate: bool  # Auto mode, agreed, within budget: the shell should apply `target` now
+    gate: str  # why a proposal is not (yet) applied; empty when actuating or nothing to do
+    metrics_available: bool | None
+    throttled: bool
+    paused: bool
+    probe: bool = False
+    off_kind: OffReason | None = None
+    batch: float | None = None
+    handled_reevaluate: str | None = None  # write to status.lastHandledReevaluate
+    events: tuple[PolicyEvent, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action.value,
+            "reason": self.reason,
+            "to": intent_to_dict(self.target),
+            "proposal": self.proposal.value,
+            "actuate": self.actuate,
+            "gate": self.gate,
+            "probe": self.probe,
+            "evidence": self.evidence,
+        }
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def fingerprint(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def spec_fingerprints(spec: SpeculativeDeploymentSpec) -> tuple[str, str]:
+    """(whole spec, what the speculation intent derives from): the first resets agreement, the second the choice."""
+    whole = fingerprint(spec.model_dump(mode="json", by_alias=True))
+    intent = fingerprint(
+        {
+            "speculation": spec.speculation.model_dump(mode="json", by_alias=True),
+            "version": spec.engine.version,
+            "maxNumSeqs": spec.engine.max_num_seqs,
+        }
+    )
+    return whole, intent
+
+
+def apply_overrides(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> SpeculationIntent:
+    """User pins win over any autotune choice (rule 18)."""
+    overrides = spec.autotune.overrides
+    if overrides.speculation is SpeculationOverride.FORCE_OFF:
+        intent = replace(intent, enabled=False)
+    elif overrides.speculation is SpeculationOverride.FORCE_ON:
+        intent = replace(intent, enabled=True)
+    if overrides.pin_batch_threshold:
+        intent = replace(
+            intent, disable_above_batch_size=spec.speculation.disable_above_batch_size, batch_schedule=None
+        )
+    return intent
+
+
+def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> SpeculationIntent:
+    """The config the reconcile should render: autotune's choice (unless mode Off) under the user's pins.
+
+    A change of the speculation section or engine version clears the choice in `decide`, so a spec edit applies at
+    once (level-based, rule 19).
+    """
+    chosen = state.selected if state.selected is not None and spec.autotune.mode is not AutotuneMode.OFF else None
+    return apply_overrides(spec, chosen or intent_from_spec(spec))
+
+
+def _count(value: float | None) -> str:
+    if value is None:
+        return "?"
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:.1f}M"
+    if value >= 10_000:
+        return f"{value / 1000:.0f}k"
+    if value >= 1000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.0f}"
+
+
+def _valid(measurements: Mapping[str, Measurement], signal: Signal) -> float | None:
+    m = measurements.get(signal)
+    return m.value if m is not None and m.valid else None
+
+
+def _why(measurements: Mapping[str, Measurement], signal: Signal) -> str:
+    m = measurements.get(signal)
+    return f"{signal} not measured" if m is None else f"{signal} is {m.klass.value} ({m.detail})"
+
+
+EVIDENCE_SIGNALS = (
+    Signal.ACCEPTANCE_RATE,
+    Signal.MEAN_ACCEPTANCE_LENGTH,
+    Signal.ACCEPTANCE_BY_POSITION,
+    Signal.DRAFT_TOKENS_IN_WINDOW,
+    Signal.REQUESTS_IN_WINDOW,
+    Signal.BATCH_SIZE,
+    Signal.TPOT_MEAN,
+)
+
+
+def _evidence(inputs: PolicyInputs) -> dict[str, Any]:
+    metric = inputs.spec.autotune.latency.metric.value
+    signals = (*EVIDENCE_SIGNALS, *LATENCY_SIGNALS[metric])
+    return {
+        "window": inputs.window.promql(),
+        **({"windowNote": inputs.window.note} if inputs.window.note else {}),
+        "current": intent_to_dict(inputs.current),
+        "measurements": {
+            s.value: {k: v for k, v in inputs.measurements[s].to_dict().items() if k != "detail" or v}
+            for s in signals
+            if s in inputs.measurements
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------------------ proposal
+
+
+def propose(inputs: PolicyInputs, state: PolicyState, now: datetime, *, probe_now: bool = False) -> Proposal:
+    """What this evaluation alone says; Valid measurements only, and the state for history (read-only).
+
+    `probe_now` lets a one-shot reevaluate token start a due-or-not probe.
+    """
+    evidence = _evidence(inputs)
+    if inputs.current.enabled:
+        return _propose_while_on(inputs, state, now, evidence)
+    return _propose_while_off(inputs, state, now, evidence, probe_now=probe_now)
+
+
+def _keep(inputs: PolicyInputs, reason: str, evidence: dict[str, Any]) -> Proposal:
+    return Proposal(Action.KEEP, inputs.current, reason, evidence)
+
+
+def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, evidence: dict[str, Any]) -> Proposal:
+    at = inputs.spec.autotune
+    m = inputs.measurements
+    w = inputs.window.promql()
+    acceptance = _valid(m, Signal.ACCEPTANCE_RATE)
+    drafted = _count(_valid(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+    below, above = at.acceptance.disable_below, at.acceptance.enable_above
+    off_target = inputs.current.without_speculation()
+    batch = _valid(m, Signal.BATCH_SIZE)
+
+    if at.overrides.speculation is not SpeculationOverride.FORCE_ON:
+        if acceptance is not None and acceptance < below:
+            reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+        if state.probe_started is not None and acceptance is not None and acceptance < above:
+            reason = (
+                f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
+                f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
+            )
+            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+        regression, regression_evidence = _latency_regression(inputs, state, now)
+        evidence["baseline"] = regression_evidence
+        if regression:
+            drafter_ok = acceptance is not None and acceptance >= below
+            kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
+            tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
+            return Proposal(Action.DISABLE, off_target, f"{regression}{tail}", evidence, off_kind=kind)
+        if inputs.canary is not None:
+            verdict = compare_canary(
+                m,
+                inputs.canary,
+                metric=at.latency.metric.value,
+                tolerance=at.latency.regression_tolerance,
+                enable_above=above,
+            )
+            evidence["canary"] = {"outcome": verdict.outcome.value, "reason": verdict.reason, **verdict.evidence}
+            if verdict.outcome is CanaryOutcome.HURTS:
+                return Proposal(
+                    Action.DISABLE, off_target, f"canary: {verdict.reason}", evidence, off_kind=OffReason.CANARY
+                )
+
+    if acceptance is None:
+        return _keep(inputs, f"holding: {_why(m, Signal.ACCEPTANCE_RATE)}", evidence)
+    summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+    if batch is not None:
+        summary_text += f", batch {batch:.1f} per engine"
+    plan = _plan(inputs, state, now, acceptance, batch)
+    if plan is not None:
+        evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
+        if plan.proposed is not None:
+            return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
+        summary_text += f"; threshold unchanged: {plan.reason}"
+    return _keep(inputs, summary_text, evidence)
+
+
+def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[str, dict[str, Any]]:
+    """Is P99 with speculation worse than without it at the same load? Empty string when not (or unknown)."""
+    at = inputs.spec.autotune
+    metric = at.latency.metric.value
+    _, p99_signal = LATENCY_SIGNALS[metric]
+    p99 = _valid(inputs.measurements, p99_signal)
+    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    if p99 is None or batch is None:
+        missing = p99_signal if p99 is None else Signal.BATCH_SIZE
+        return "", {"note": f"no comparison: {_why(inputs.measurements, missing)}"}
+    bucket = load_bucket(batch)
+    base = summary(state.baseline, mode=Mode.OFF, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
+    if base is None:
+        return "", {"note": f"no non-speculative baseline at batch {bucket_label(bucket)} yet"}
+    p99_ms = p99 * 1000
+    tolerance = at.latency.regression_tolerance
+    evidence = {"offBaseline": base.to_dict(), "p99Ms": round(p99_ms, 3), "tolerance": tolerance}
+    requests = _count(_valid(inputs.measurements, Signal.REQUESTS_IN_WINDOW))
+    name = f"P99 {metric.upper()}"
+    if p99_ms > base.p99_ms * (1 + tolerance):
+        return (
+            f"{name} {p99_ms:.1f} ms is {p99_ms / base.p99_ms - 1:+.0%} vs the non-speculative baseline "
+            f"{base.p99_ms:.1f} ms at batch {bucket_label(bucket)} (tolerance {tolerance:.0%}) over "
+            f"{inputs.window.promql()}, {requests} requests",
+            evidence,
+        )
+    if at.latency.p99_target is not None:
+        target_ms = parse_duration(at.latency.p99_target) * 1000
+        if p99_ms > target_ms >= base.p99_ms:
+            return (
+                f"{name} {p99_ms:.1f} ms breaches p99Target {target_ms:.0f} ms while the non-speculative baseline "
+                f"met it ({base.p99_ms:.1f} ms at batch {bucket_label(bucket)}) over {inputs.window.promql()}, "
+                f"{requests} requests",
+                evidence,
+            )
+    return "", evidence
+
+
+def _plan(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, acceptance: float, batch: float | None
+) -> ThresholdPlan | None:
+    """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope."""
+    spec = inputs.spec
+    at = spec.autotune
+    version = VllmVersion.parse(spec.engine.version)
+    if not at.batch_threshold.tune or at.overrides.pin_batch_threshold or state.probe_started is not None:
+        return None
+    if threshold_support(version) is ThresholdSupport.NONE or batch is None:
+        return None
+    m = inputs.measurements
+    by_position = m.get(Signal.ACCEPTANCE_BY_POSITION)
+    k = inputs.current.num_speculative_tokens
+    if by_position is not None and by_position.valid and by_position.by_label:
+        measured = positions(by_position)
+        profile = profile_from_positions(measured, k or (max(measured) + 1))
+    elif k is not None:
+        profile = profile_geometric(acceptance, k)
+    else:
+        return None
+    load = dict(state.load) or {load_bucket(batch): 1.0}
+    tpot_on = _valid(m, Signal.TPOT_MEAN)
+    base = summary(
+        state.baseline,
+        mode=Mode.OFF,
+        bucket=load_bucket(batch),
+        metric=at.latency.metric.value,
+        now=now,
+        max_age=BASELINE_MAX_AGE,
+    )
+    return plan_threshold(
+        version=version,
+        current=inputs.current,
+        method=spec.speculation.method.value,
+        max_num_seqs=spec.engine.max_num_seqs,
+        bounds=(at.batch_threshold.min, at.batch_threshold.max),
+        profile=profile,
+        load=load,
+        batch_now=batch,
+        tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
+        tpot_off_ms=None if base is None else base.tpot_mean_ms,
+        settings=inputs.fit,
+    )
+
+
+def _propose_while_off(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, evidence: dict[str, Any], *, probe_now: bool
+) -> Proposal:
+    at = inputs.spec.autotune
+    m = inputs.measurements
+    pin = at.overrides.speculation
+    if pin is SpeculationOverride.FORCE_OFF:
+        return _keep(inputs, "speculation pinned off by spec.autotune.overrides.speculation=ForceOff", evidence)
+    if pin is SpeculationOverride.FORCE_ON:
+        return _keep(
+            inputs,
+            "speculation pinned on by spec.autotune.overrides.speculation=ForceOn; the reconcile applies the pin",
+            evidence,
+        )
+    on_target = replace(inputs.current, enabled=True)
+    metric = at.latency.metric.value
+    tolerance = at.latency.regression_tolerance
+    batch = _valid(m, Signal.BATCH_SIZE)
+    off = state.off
+
+    if inputs.canary is not None:
+        verdict = compare_canary(
+            inputs.canary, m, metric=metric, tolerance=tolerance, enable_above=at.acceptance.enable_above
+        )
+        evidence["canary"] = {"outcome": verdict.outcome.value, "reason": verdict.reason, **verdict.evidence}
+        if verdict.outcome is CanaryOutcome.HELPS:
+            return Proposal(Action.ENABLE, on_target, f"canary: {verdict.reason}", evidence)
+
+    if batch is None:
+        return _keep(inputs, f"speculation off; holding: {_why(m, Signal.BATCH_SIZE)}", evidence)
+    bucket = load_bucket(batch)
+    since = f" since {format_time(off.at)} ({off.detail})" if off else ""
+
+    if off is not None and off.kind is OffReason.LOAD and off.batch is not None and bucket < load_bucket(off.batch):
+        return Proposal(
+            Action.ENABLE,
+            on_target,
+            f"load back under the crossover: batch {batch:.1f} per engine in {bucket_label(bucket)}, below "
+            f"{bucket_label(load_bucket(off.batch))} where speculation was disabled{since}",
+            evidence,
+        )
+
+    _, p99_signal = LATENCY_SIGNALS[metric]
+    p99 = _valid(m, p99_signal)
+    on_record = summary(state.baseline, mode=Mode.ON, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
+    if on_record is not None:
+        evidence["onRecord"] = on_record.to_dict()
+    if (
+        on_record is not None
+        and p99 is not None
+        and on_record.acceptance is not None
+        and on_record.acceptance >= at.acceptance.enable_above
+        and (off is None or on_record.newest > off.at)
+        and on_record.p99_ms * (1 + tolerance) < p99 * 1000
+    ):
+        return Proposal(
+            Action.ENABLE,
+            on_target,
+            f"baseline record: with speculation P99 {metric.upper()} was {on_record.p99_ms:.1f} ms at batch "
+            f"{bucket_label(bucket)} (acceptance {on_record.acceptance:.2f}) vs {p99 * 1000:.1f} ms now without it",
+            evidence,
+        )
+
+    if off is None:
+        origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
+        return _keep(inputs, f"speculation off {origin}; no canary, record or probe evidence to enable it", evidence)
+    probe_interval = parse_duration(at.probe_interval)
+    if probe_interval <= 0:
+        return _keep(inputs, f"speculation off{since}; probes disabled (probeInterval 0)", evidence)
+    last = max(off.at, state.last_probe) if state.last_probe else off.at
+    due = last + timedelta(seconds=probe_interval)
+    if off.batch is not None and bucket > load_bucket(off.batch):
+        return _keep(
+            inputs,
+            f"speculation off{since}; probe waits for load at or below {bucket_label(load_bucket(off.batch))} "
+            f"(now batch {batch:.1f})",
+            evidence,
+        )
+    if now < due and not probe_now:
+        return _keep(inputs, f"speculation off{since}; next probe after {format_time(due)}", evidence)
+    return Proposal(
+        Action.ENABLE,
+        on_target,
+        f"probe: speculation off{since}; re-measuring acceptance at batch {batch:.1f} per engine "
+        f"(probeInterval {format_duration(probe_interval)})",
+        evidence,
+        probe=True,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ budget
+
+
+def _same_intent(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _quick_window(budget: BudgetSpec) -> timedelta:
+    return max(timedelta(hours=1), 4 * timedelta(seconds=parse_duration(budget.min_interval)))
+
+
+def is_reversal(
+    history: tuple[ActuationRecord, ...],
+    current: SpeculationIntent,
+    target: SpeculationIntent,
+    now: datetime,
+    budget: BudgetSpec,
+) -> bool:
+    """Does applying `target` now undo the previous actuation quickly (within max(1h, 4 x minInterval))?"""
+    if not history:
+        return False
+    last = history[-1]
+    return (
+        _same_intent(last.to_intent, intent_to_dict(current))
+        and _same_intent(last.from_intent, intent_to_dict(target))
+        and now - last.at <= _quick_window(budget)
+    )
+
+
+def required_dwell(history: tuple[ActuationRecord, ...], budget: BudgetSpec, *, reversing: bool) -> timedelta:
+    """minInterval x reversalBackoff^n, n = trailing reversals (+1 if this one reverses too), capped at one day."""
+    chain = 0
+    for record_ in reversed(history):
+        if not record_.reversal:
+            break
+        chain += 1
+    n = chain + (1 if reversing else 0)
+    dwell = parse_duration(budget.min_interval) * budget.reversal_backoff**n
+    return min(timedelta(seconds=dwell), MAX_DWELL)
+
+
+def budget_check(
+    state: PolicyState, budget: BudgetSpec, current: SpeculationIntent, target: SpeculationIntent, now: datetime
+) -> tuple[bool, str]:
+    """(allowed, why not): dwell since the last actuation, then per rolling hour and day."""
+    history = state.actuations
+    reversing = is_reversal(history, current, target, now, budget)
+    if history:
+        dwell = required_dwell(history, budget, reversing=reversing)
+        ready = history[-1].at + dwell
+        if now < ready:
+            why = (
+                f" (x{budget.reversal_backoff:g} per reversal)"
+                if dwell > timedelta(seconds=parse_duration(budget.min_interval))
+                else ""
+            )
+            return False, (
+                f"last actuation at {format_time(history[-1].at)}; dwell {format_duration(dwell.total_seconds())}"
+                f"{why}, next allowed at {format_time(ready)}"
+            )
+    for span, limit, name in (
+        (timedelta(hours=1), budget.max_per_hour, "maxPerHour"),
+        (timedelta(days=1), budget.max_per_day, "maxPerDay"),
+    ):
+        recent = [a for a in history if now - a.at < span]
+        if len(recent) >= limit:
+            next_at = f", next allowed at {format_time(recent[0].at + span)}" if recent else ""
+            return (
+                False,
+                f"{len(recent)} actuations in the last {format_duration(span.total_seconds())} "
+                f"({name} {limit}){next_at}",
+            )
+    return True, ""
+
+
+def record_actuation(
+    state: PolicyState, decision: Decision, current: SpeculationIntent, now: datetime, budget: BudgetSpec
+) -> PolicyState:
+    """The state after the shell applied `decision.target` (call only after the apply succeeded)."""
+    reversal = is_reversal(state.actuations, current, decision.target, now, budget)
+    entry = ActuationRecord(
+        at=now,
+        action=decision.action,
+        from_intent=intent_to_dict(current),
+        to_intent=intent_to_dict(decision.target),
+        reason=decision.reason,
+        probe=decision.probe,
+        reversal=reversal,
+    )
+    keep_after = now - timedelta(days=1)
+    history = [a for a in state.actuations if a.at > keep_after] or list(state.actuations[-2:])
+    history = [*history, entry][-ACTUATION_HISTORY:]
+    off = state.off
+    probe_started = state.probe_started
+    last_probe = state.last_probe
+    if decision.action is Action.DISABLE and decision.off_kind is not None:
+        off = OffRecord(decision.off_kind, now, decision.batch, decision.reason.split(" over ")[0])
+        probe_started = None
+    elif decision.action is Action.ENABLE:
+        if decision.probe:
+            probe_started = last_probe = now
+        else:
+            off = None
+    return replace(
+        state,
+        actuations=tuple(history),
+        selected=decision.target,
+        off=off,
+        probe_started=probe_started,
+        last_probe=last_probe,
+        streak=None,
+        throttled=False,
+    )
+
+
+def actuation_entry(
+    decision: Decision, current: SpeculationIntent, now: datetime, mode: AutotuneMode
+) -> dict[str, Any]:
+    """One item for status.actuations (keep the last 10): when, from -> to, reason, the queries and their values."""
+    return {
+        "at": format_time(now),
+        "action": decision.action.value,
+        "mode": mode.value,
+        "from": intent_to_dict(current),
+        "to": intent_to_dict(decision.target),
+        "reason": decision.reason,
+        "probe": decision.probe,
+        "evidence": decision.evidence,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ decide
+
+
+def _settled(inputs: PolicyInputs, now: datetime) -> tuple[bool, str]:
+    """Metrics of a fresh config are trusted only after one full window plus two scrapes (rule 13)."""
+    if inputs.config_since is None:
+        return True, ""
+    scrape = parse_duration(inputs.spec.autotune.scrape_interval)
+    ready = inputs.config_since + timedelta(seconds=inputs.window.seconds + 2 * scrape)
+    if now >= ready:
+        return True, ""
+    return False, (
+        f"settling: config running since {format_time(inputs.config_since)}, metrics trusted from "
+        f"{format_time(ready)} (window {inputs.window.promql()} + 2 scrape intervals)"
+    )
+
+
+def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyState:
+    """File this window into the load histogram and the baseline record."""
+    at = inputs.spec.autotune
+    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    if batch is not None:
+        interval = parse_duration(at.interval)
+        elapsed = interval if state.load_updated is None else (now - state.load_updated).total_seconds()
+        elapsed = min(max(elapsed, 0.0), 2 * interval)
+        state = replace(
+            state, load=decay_load(state.load, bucket=load_bucket(batch), elapsed_s=elapsed), load_updated=now
+        )
+    entry = entry_from_window(
+        inputs.measurements,
+        mode=Mode.ON if inputs.current.enabled else Mode.OFF,
+        metric=at.latency.metric.value,
+        min_requests=at.min_samples.requests,
+        now=now,
+    )
+    if entry is not None:
+        spacing = timedelta(seconds=inputs.window.seconds)
+        state = replace(state, baseline=record(state.baseline, entry, min_spacing=spacing, now=now))
+    return state
+
+
+def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
+    whole, intent = spec_fingerprints(spec)
+    if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
+        state = replace(state, streak=None, last_recommendation=None)
+    if state.intent_fingerprint is not None and state.intent_fingerprint != intent:
+        state = replace(state, selected=None, off=None, probe_started=None)
+    return replace(state, spec_fingerprint=whole, intent_fingerprint=intent)
+
+
+def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Decision, PolicyState]:
+    """One evaluation: the decision and the state to persist (see the module docstring for the layers)."""
+    at = inputs.spec.autotune
+    state = _reset_on_spec_change(state, inputs.spec)
+    events: list[PolicyEvent] = []
+    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+
+    def hold(reason: str, gate: str, st: PolicyState, **extra: Any) -> tuple[Decision, PolicyState]:
+        decision = Decision(
+            action=Action.KEEP,
+            target=inputs.current,
+            reason=reason,
+            evidence=extra.pop("evidence", {}),
+            proposal=extra.pop("proposal", Action.KEEP),
+            actuate=False,
+            gate=gate,
+            metrics_available=st.metrics_available,
+            throttled=st.throttled,
+            paused=st.paused,
+            batch=batch,
+            handled_reevaluate=extra.pop("handled", None),
+            events=tuple(events),
+        )
+        return decision, st
+
+    if at.mode is AutotuneMode.OFF:
+        return hold(
+            "autotune mode is Off: the spec's config runs as written",
+            "mode Off",
+            replace(state, streak=None, throttled=False),
+        )
+
+    errors = count_errors(inputs.measurements)
+    if errors:
+        n = state.consecutive_errors + 1
+        available = False if n >= ERROR_LIMIT else state.metrics_available
+        first = errors[0]
+        message = f"{len(errors)} measurement error(s), {n} in a row: {first.name}: {first.detail}"
+        if n >= ERROR_LIMIT and state.metrics_available is not False:
+            events.append(PolicyEvent("Warning", "MetricsUnavailable", f"{message}; holding the current config"))
+        state = replace(state, consecutive_errors=n, metrics_available=available)
+        return hold(f"{message} (limit {ERROR_LIMIT}); holding the current config", "metrics errors", state)
+    if state.metrics_available is False:
+        events.append(PolicyEvent("Normal", "MetricsRestored", "all measurements answered again"))
+    state = replace(state, consecutive_errors=0, metrics_available=True)
+
+    settled, settle_note = _settled(inputs, now)
+    if settled and not inputs.rollout_in_progress:
+        state = _observe(inputs, state, now)
+    acceptance = _valid(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    if (
+        inputs.current.enabled
+        and state.probe_started is not None
+        and acceptance is not None
+        and acceptance >= at.acceptance.enable_above
+    ):
+        state = replace(state, probe_started=None, off=None)  # the probe confirmed the drafter: speculation stays
+
+    if inputs.paused:
+        if not state.paused:
+            events.append(
+                PolicyEvent(
+                    "Normal",
+                    "AutomationPaused",
+                    "annotation specpilot.dev/pause=true: measuring only, no recommendation or change",
+                )
+            )
+        state = replace(state, paused=True, streak=None)
+        return hold("automation paused by annotation specpilot.dev/pause=true", "paused", state)
+    state = replace(state, paused=False)
+    if inputs.rollout_in_progress:
+        return hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)
+    if not settled:
+        return hold(settle_note, "settling", replace(state, streak=None))
+
+    fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
+    handled = inputs.reevaluate_token if fresh_token else None
+    proposal = propose(inputs, state, now, probe_now=fresh_token)
+    common: dict[str, Any] = {
+        "proposal": proposal.action,
+        "metrics_available": state.metrics_available,
+        "paused": False,
+        "probe": proposal.probe,
+        "off_kind": proposal.off_kind,
+        "batch": batch,
+        "handled_reevaluate": handled,
+    }
+    evidence = {**proposal.evidence, "history": side_by_side(state.baseline, metric=at.latency.metric.value, now=now)}
+
+    if proposal.action is Action.KEEP:
+        state = _note_recommendation(state, inputs, proposal, events, agreed=True)
+        decision = Decision(
+            Action.KEEP,
+            inputs.current,
+            proposal.reason,
+            evidence,
+            actuate=False,
+            gate="",
+            throttled=False,
+            events=tuple(events),
+            **common,
+        )
+        return decision, replace(state, streak=None, throttled=False)
+
+    key = proposal.key()
+    needed = at.agreeing_evaluations
+    window = timedelta(seconds=parse_duration(at.stabilization))
+    if fresh_token:
+        streak = Streak(key, proposal.action, needed, now - window)
+    elif state.streak is not None and state.streak.key == key:
+        streak = replace(state.streak, count=state.streak.count + 1)
+    else:
+        streak = Streak(key, proposal.action, 1, now)
+    state = replace(state, streak=streak)
+    stable = now - streak.since
+    evidence["agreement"] = {
+        "count": streak.count,
+        "needed": needed,
+        "since": format_time(streak.since),
+        "stabilization": at.stabilization,
+    }
+    if streak.count < needed or stable < window:
+        gate = (
+            f"waiting for agreement: {streak.count}/{needed} evaluations, stable for "
+            f"{format_duration(stable.total_seconds())} of {at.stabilization}"
+        )
+        decision = Decision(
+            Action.KEEP,
+            inputs.current,
+            f"{proposal.reason}; {gate}",
+            evidence,
+            actuate=False,
+            gate=gate,
+            throttled=state.throttled,
+            events=tuple(events),
+            **common,
+        )
+        return decision, state
+
+    if at.mode is AutotuneMode.RECOMMEND:
+        state = _note_recommendation(state, inputs, proposal, events, agreed=True)
+        decision = Decision(
+            proposal.action,
+            proposal.target,
+            proposal.reason,
+            evidence,
+            actuate=False,
+            gate="mode Recommend: published, not applied",
+            throttled=False,
+            events=tuple(events),
+            **common,
+        )
+        return decision, replace(state, throttled=False)
+
+    allowed, why = budget_check(state, at.budget, inputs.current, proposal.target, now)
+    if not allowed:
+        if not state.throttled:
+            events.append(PolicyEvent("Warning", "ActuationThrottled", f"{proposal.action.value} held: {why}"))
+        state = replace(state, throttled=True)
+        decision = Decision(
+            proposal.action,
+            proposal.target,
+            proposal.reason,
+            evidence,
+            actuate=False,
+            gate=f"throttled: {why}",
+            throttled=True,
+            events=tuple(events),
+            **common,
+        )
+        return decision, state
+    decision = Decision(
+        proposal.action,
+        proposal.target,
+        proposal.reason,
+        evidence,
+        actuate=True,
+        gate="",
+        throttled=False,
+        events=tuple(events),
+        **common,
+    )
+    return decision, replace(state, throttled=False)
+
+
+def _note_recommendation(
+    state: PolicyState, inputs: PolicyInputs, proposal: Proposal, events: list[PolicyEvent], *, agreed: bool
+) -> PolicyState:
+    """Recommend mode posts RecommendationChanged when the published recommendation changes (rule 17)."""
+    if inputs.spec.autotune.mode is not AutotuneMode.RECOMMEND or not agreed:
+        return state
+    key = proposal.key() if proposal.action is not Action.KEEP else Action.KEEP.value
+    first_keep = state.last_recommendation is None and proposal.action is Action.KEEP
+    if key != state.last_recommendation and not first_keep:
+        events.append(PolicyEvent("Normal", "RecommendationChanged", f"{proposal.action.value}: {proposal.reason}"))
+    return replace(state, last_recommendation=key)
+
+
+def evaluate_alone(inputs: PolicyInputs, state: PolicyState, now: datetime) -> Decision:
+    """The decision this evaluation alone supports, stabilization and budget aside (the `evaluate` dry run).
+
+    Errors still hold (a decision on a failed query would be a guess), and mode Off still means nothing to do.
+    """
+    errors = count_errors(inputs.measurements)
+    available = not errors
+    if inputs.spec.autotune.mode is AutotuneMode.OFF or errors:
+        reason = (
+            "autotune mode is Off: the spec's config runs as written"
+            if not errors
+            else f"{len(errors)} measurement error(s): {errors[0].name}: {errors[0].detail}; holding"
+        )
+        return Decision(
+            Action.KEEP,
+            inputs.current,
+            reason,
+            _evidence(inputs),
+            Action.KEEP,
+            False,
+            "mode Off" if not errors else "metrics errors",
+            available,
+            False,
+            False,
+        )
+    proposal = propose(inputs, state, now)
+    return Decision(
+        proposal.action,
+        proposal.target,
+        proposal.reason,
+        proposal.evidence,
+        proposal.action,
+        actuate=False,
+        gate="dry run: stabilization and budget not applied",
+        metrics_available=True,
+        throttled=False,
+        paused=False,
+        probe=proposal.probe,
+        off_kind=proposal.off_kind,
+        batch=_valid(inputs.measurements, Signal.BATCH_SIZE),
+    )

@@ -1,0 +1,591 @@
+"""Choose K per batch size from measured acceptance and a step-cost model (pure; reference/performance.md §1-§2).
+
+What is measured and what is assumed:
+
+- Measured (Prometheus, this window): the per-position survival r_j (vLLM's per-position accepted counter over the
+  drafts counter), so tokens per verification step E_k = 1 + r_1 + ... + r_k for every k up to the configured K;
+  the batch sizes the engines run at (running requests per engine, accumulated into a load histogram); the mean
+  per-token latency (TPOT) with speculation on; and, from the baseline record, the non-speculative TPOT at the same
+  load.
+- Assumed (inputs, `StepCostModel`): the step time T(B, k) of the target + drafter, the smooth roofline of
+  performance.md §2.2 (2): T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
+  plus the drafter term of §2.4 and the scheduler overhead. Defaults are the calibrated `llama8b-h100` profile; with
+  both TPOTs at hand the drafter cost is rescaled so the model's step-time ratio T(B,k)/T(B,off) matches the measured
+  one, and a model whose predicted TPOT is off by more than `model_tolerance` blocks any change.
+
+K is chosen per batch size to maximise tokens per unit time, E_k / T(B, k) (B is fixed within one step, so this
+also maximises throughput); K = 0 where no K > 0 wins. A schedule is installed only if the predicted gain over the
+observed load repays the restart (every change restarts vLLM, performance.md §0.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from specpilot.vllm.intent import BatchSchedule, SpeculationIntent
+from specpilot.vllm.versions import DYNAMIC_SPECULATION, V0_ENGINE_REMOVED, VllmVersion
+
+
+class Drafter(StrEnum):
+    AUTOREGRESSIVE = "autoregressive"  # EAGLE, EAGLE-3, MTP heads: one forward per draft position
+    PARALLEL = "parallel"  # P-EAGLE / DFlash / DSpark: one forward per block
+    DRAFT_MODEL = "draft_model"  # a smaller model, k forwards at cost ratio c
+    LOOKUP = "lookup"  # ngram / suffix: CPU-side matching, almost free
+
+
+DRAFTER_BY_METHOD: dict[str, Drafter] = {
+    "eagle": Drafter.AUTOREGRESSIVE,
+    "eagle3": Drafter.AUTOREGRESSIVE,
+    "mtp": Drafter.AUTOREGRESSIVE,
+    "draft_model": Drafter.DRAFT_MODEL,
+    "ngram": Drafter.LOOKUP,
+    "suffix": Drafter.LOOKUP,
+}
+
+
+@dataclass(frozen=True)
+class StepCostModel:
+    """Parameters of T_step(B, k) in milliseconds; every field is an assumption unless calibrated."""
+
+    name: str
+    verify_base_ms: float  # a: one memory-bound target step (weights read once)
+    ridge_tokens: float  # N_r: tokens per step where compute starts to dominate
+    ridge_sharpness: float  # p: how sharply the roofline bends
+    kv_read_ns_per_token: float  # c_kv: attention reads of one cached token
+    mean_context_tokens: float  # L̄: mean context of running requests
+    sched_ms: float  # scheduler and sampling overhead per step
+    drafter: Drafter
+    draft_ms: float  # d_0: per draft position (autoregressive) or per block (parallel)
+    draft_ms_per_request: float  # d_1
+    draft_kv_ns_per_token: float  # d_kv: drafter attention over the context
+    draft_model_cost_ratio: float  # c: draft forward / target forward, for Drafter.DRAFT_MODEL
+    lookup_fraction: float  # lookup drafter cost as a fraction of T_verify
+    spec_fixed_fraction: float  # cost of having speculation configured at all, even in steps with K = 0
+    capture_limit_tokens: int | None  # CUDA-graph capture limit; None ignores the cliff
+    eager_penalty_ms: float  # extra step time beyond the capture limit
+
+    def verify_ms(self, batch: int, k: int) -> float:
+        tokens = batch * (k + 1)
+        bend = math.pow(1 + math.pow(tokens / self.ridge_tokens, self.ridge_sharpness), 1 / self.ridge_sharpness)
+        roof = self.verify_base_ms * bend
+        cliff = (
+            self.eager_penalty_ms
+            if self.capture_limit_tokens is not None and tokens > self.capture_limit_tokens
+            else 0.0
+        )
+        return roof + self.kv_read_ns_per_token * 1e-6 * batch * self.mean_context_tokens + cliff
+
+    def draft_cost_ms(self, batch: int, k: int) -> float:
+        if k <= 0:
+            return 0.0
+        kv = self.draft_kv_ns_per_token * 1e-6 * batch * self.mean_context_tokens
+        if self.drafter is Drafter.AUTOREGRESSIVE:
+            return k * (self.draft_ms + self.draft_ms_per_request * batch) + kv
+        if self.drafter is Drafter.PARALLEL:
+            return self.draft_ms + self.draft_ms_per_request * batch * k + kv
+        if self.drafter is Drafter.DRAFT_MODEL:
+            return k * self.draft_model_cost_ratio * self.verify_ms(batch, 0)
+        return self.lookup_fraction * self.verify_ms(batch, k)
+
+    def step_ms(self, batch: int, k: int, *, configured: bool = True) -> float:
+        """One engine step at batch size `batch` proposing `k` tokens per request.
+
+        `configured=False` is a deployment without any speculative config (no fixed overhead, K must be 0).
+        """
+        base = self.verify_ms(batch, k) + self.draft_cost_ms(batch, k) + self.sched_ms
+        return base * (1 + self.spec_fixed_fraction) if configured else base
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verifyBaseMs": self.verify_base_ms,
+            "ridgeTokens": self.ridge_tokens,
+            "ridgeSharpness": self.ridge_sharpness,
+            "kvReadNsPerToken": self.kv_read_ns_per_token,
+            "meanContextTokens": self.mean_context_tokens,
+            "schedMs": self.sched_ms,
+            "drafter": self.drafter.value,
+            "draftMs": round(self.draft_ms, 4),
+            "draftMsPerRequest": self.draft_ms_per_request,
+            "draftKvNsPerToken": self.draft_kv_ns_per_token,
+            "draftModelCostRatio": self.draft_model_cost_ratio,
+            "specFixedFraction": self.spec_fixed_fraction,
+            "captureLimitTokens": self.capture_limit_tokens,
+            "eagerPenaltyMs": self.eager_penalty_ms,
+        }
+
+
+# performance.md §2.4, column `llama8b-h100` (calibrated against SpecDecode-Bench within 0.08x); the capture limit is
+# vLLM's default 512 and the eager penalty an assumption there too.
+LLAMA8B_H100 = StepCostModel(
+    name="llama8b-h100",
+    verify_base_ms=5.886,
+    ridge_tokens=320,
+    ridge_sharpness=2.0,
+    kv_read_ns_per_token=39.26,
+    mean_context_tokens=1000,
+    sched_ms=1.207,
+    drafter=Drafter.AUTOREGRESSIVE,
+    draft_ms=0.712,
+    draft_ms_per_request=0.0,
+    draft_kv_ns_per_token=2.38,
+    draft_model_cost_ratio=0.375,
+    lookup_fraction=0.006,
+    spec_fixed_fraction=0.02,
+    capture_limit_tokens=512,
+    eager_penalty_ms=3.0,
+)
+
+# performance.md §2.4, column `llama70b-4xh100` (fitted to SpecDecode-Bench 70B curves; drafter d_1, d_kv unrecorded).
+LLAMA70B_4XH100 = StepCostModel(
+    name="llama70b-4xh100",
+    verify_base_ms=12.0,
+    ridge_tokens=220,
+    ridge_sharpness=1.5,
+    kv_read_ns_per_token=24.0,
+    mean_context_tokens=1000,
+    sched_ms=1.5,
+    drafter=Drafter.AUTOREGRESSIVE,
+    draft_ms=0.9,
+    draft_ms_per_request=0.0,
+    draft_kv_ns_per_token=0.0,
+    draft_model_cost_ratio=0.125,
+    lookup_fraction=0.006,
+    spec_fixed_fraction=0.02,
+    capture_limit_tokens=512,
+    eager_penalty_ms=6.0,
+)
+
+PROFILES: dict[str, StepCostModel] = {m.name: m for m in (LLAMA8B_H100, LLAMA70B_4XH100)}
+
+
+def model_for_method(model: StepCostModel, method: str) -> StepCostModel:
+    """The same hardware profile with the drafter term of the speculation method in use."""
+    return replace(model, drafter=DRAFTER_BY_METHOD.get(method, model.drafter))
+
+
+# ------------------------------------------------------------------------------------------------ acceptance
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    """Unconditional survival r_1..r_K: probability that draft position j is accepted in a verification step."""
+
+    survival: tuple[float, ...]
+    source: str
+
+    def expected_tokens(self, k: int) -> float:
+        """E_k = 1 + r_1 + ... + r_k tokens per step (the bonus/correction token included)."""
+        return 1.0 + sum(self.survival[: max(0, k)])
+
+    @property
+    def max_k(self) -> int:
+        return len(self.survival)
+
+
+def profile_from_positions(by_position: Mapping[int, float], num_speculative_tokens: int) -> AcceptanceProfile:
+    """Measured survival per position; made non-increasing, since r_j can only fall with j, and clamped to [0, 1].
+
+    Positions missing from the result count as 0 (vLLM pre-creates every position, so absence means none accepted).
+    Under a batch-size schedule, drafts with fewer positions also count in the denominator, so later positions are
+    underestimated: the error leans toward smaller K, the cheaper side.
+    """
+    survival: list[float] = []
+    ceiling = 1.0
+    for j in range(num_speculative_tokens):
+        r = min(max(by_position.get(j, 0.0), 0.0), ceiling)
+        survival.append(r)
+        ceiling = r
+    shown = ", ".join(f"{r:.2f}" for r in survival)
+    return AcceptanceProfile(tuple(survival), f"measured per position [{shown}]")
+
+
+def profile_geometric(acceptance_rate: float, num_speculative_tokens: int) -> AcceptanceProfile:
+    """Assume i.i.d. acceptance alpha (Leviathan) and solve mean_j alpha^j = accepted / drafted by bisection.
+
+    Used where vLLM exports no per-position counter (before 0.8.5, V0). Marked as assumed in the evidence.
+    """
+    k = num_speculative_tokens
+    target = min(max(acceptance_rate, 0.0), 1.0)
+
+    def mean_survival(alpha: float) -> float:
+        return sum(alpha**j for j in range(1, k + 1)) / k
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_survival(mid) < target else (lo, mid)
+    alpha = (lo + hi) / 2
+    survival = tuple(alpha**j for j in range(1, k + 1))
+    return AcceptanceProfile(survival, f"geometric alpha={alpha:.3f} fitted to acceptance rate {target:.3f} (assumed)")
+
+
+# ------------------------------------------------------------------------------------------------ K per batch
+
+
+def tokens_per_ms(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
+    """Tokens one request gains per millisecond at this batch size and K, speculation configured."""
+    return profile.expected_tokens(k) / model.step_ms(batch, k)
+
+
+def speedup(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
+    """Per-token speedup of K at this batch over a deployment without speculation (performance.md §2.6 S(B,k))."""
+    return profile.expected_tokens(k) * model.step_ms(batch, 0, configured=False) / model.step_ms(batch, k)
+
+
+def best_k(profile: AcceptanceProfile, model: StepCostModel, batch: int, max_k: int, prefer_within: float) -> int:
+    """argmax_k E_k/T(B,k); among Ks within `prefer_within` of the best, the smallest (larger K widens P99)."""
+    top = min(max_k, profile.max_k)
+    rates = [tokens_per_ms(profile, model, batch, k) for k in range(top + 1)]
+    best = max(rates)
+    return next(k for k, rate in enumerate(rates) if rate >= best * (1 - prefer_within))
+
+
+@dataclass(frozen=True)
+class Fit:
+    schedule: BatchSchedule
+    threshold: int | None  # first batch size with K = 0 (None: speculation never switched off below maxNumSeqs)
+
+
+def fit_schedule(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    *,
+    max_k: int,
+    max_num_seqs: int,
+    bounds: tuple[int, int],
+    prefer_within: float = 0.01,
+) -> Fit:
+    """K per batch size for vLLM >= 0.24 `num_speculative_tokens_per_batch_size`.
+
+    K never rises with batch size (the cost of a verify token only grows with the batch), so a running minimum
+    removes ties that would otherwise split ranges. The threshold (first K = 0) is kept inside the user's
+    batchThreshold bounds: below `min` the smallest K (1) is used instead of 0, above `max` K drops to 0 at `max`.
+    """
+    low, high = bounds
+    ks: list[int] = []
+    ceiling = min(max_k, profile.max_k)
+    for batch in range(1, max_num_seqs + 1):
+        k = min(best_k(profile, model, batch, ceiling, prefer_within), ceiling)
+        ks.append(k)
+        ceiling = k
+    threshold = next((b for b, k in enumerate(ks, start=1) if k == 0), None)
+    if threshold is not None and threshold < low:
+        for b in range(threshold, min(low, max_num_seqs + 1)):
+            ks[b - 1] = 1
+        threshold = low if low <= max_num_seqs else None
+    if threshold is not None and threshold > high:
+        for b in range(high, max_num_seqs + 1):
+            ks[b - 1] = 0
+        threshold = high
+    return Fit(_ranges(ks), threshold)
+
+
+def _ranges(ks: list[int]) -> BatchSchedule:
+    ranges: list[tuple[int, int, int]] = []
+    for batch, k in enumerate(ks, start=1):
+        if ranges and ranges[-1][2] == k:
+            ranges[-1] = (ranges[-1][0], batch, k)
+        else:
+            ranges.append((batch, batch, k))
+    return tuple(ranges)
+
+
+def fit_threshold(
+    profile: AcceptanceProfile, model: StepCostModel, *, k: int, max_num_seqs: int, bounds: tuple[int, int]
+) -> int | None:
+    """V0 `disable_by_batch_size`: the first running-batch size where speculating at K is slower per token than not.
+
+    V0 skips the proposer for the whole step when running >= threshold; the steps it skips still pay the fixed
+    cost of speculation being configured, hence `configured=True` on both sides. vLLM requires a value >= 2.
+    """
+    low, high = max(2, bounds[0]), bounds[1]
+    for batch in range(1, max_num_seqs + 1):
+        if tokens_per_ms(profile, model, batch, k) <= tokens_per_ms(profile, model, batch, 0):
+            return min(max(batch, low), high)
+    return None
+
+
+def k_for_batch(intent: SpeculationIntent, batch: int, max_k: int) -> int:
+    """K the engine uses at this batch size under an intent (schedule first, else threshold, else K)."""
+    if not intent.enabled:
+        return 0
+    if intent.batch_schedule:
+        k = intent.batch_schedule[0][2]
+        for lo, _hi, range_k in intent.batch_schedule:
+            if batch >= lo:  # gaps and the tail inherit the previous K (vLLM dynamic/utils.py)
+                k = range_k
+        return min(k, max_k)
+    if intent.disable_above_batch_size is not None and batch >= intent.disable_above_batch_size:
+        return 0
+    return max_k
+
+
+# ------------------------------------------------------------------------------------------------ calibration
+
+
+@dataclass(frozen=True)
+class Calibration:
+    model: StepCostModel
+    factor: float | None  # drafter-cost multiplier applied (None: not calibrated)
+    note: str
+
+
+def calibrate_drafter(
+    model: StepCostModel,
+    profile: AcceptanceProfile,
+    *,
+    batch: int,
+    k: int,
+    tpot_on_ms: float,
+    tpot_off_ms: float,
+    limits: tuple[float, float] = (0.25, 4.0),
+) -> Calibration:
+    """Rescale the drafter cost so T(B,k)/T_off(B) equals the measured E_k·TPOT_on/TPOT_off at the same load.
+
+    TPOT is step time over tokens per step, so the measured step-time ratio is E_k·TPOT_on/TPOT_off; the model is
+    linear in the drafter multiplier m, which is solved for and clamped to `limits` (outside them the model shape,
+    not the drafter, is wrong; the note says so).
+    """
+    draft = model.draft_cost_ms(batch, k)
+    if k <= 0 or draft <= 0 or tpot_off_ms <= 0:
+        return Calibration(model, None, "drafter cost not calibrated (no drafter term at this K)")
+    measured_ratio = profile.expected_tokens(k) * tpot_on_ms / tpot_off_ms
+    fixed = 1 + model.spec_fixed_fraction
+    rest = model.verify_ms(batch, k) + model.sched_ms
+    factor = (measured_ratio * model.step_ms(batch, 0, configured=False) / fixed - rest) / draft
+    clamped = min(max(factor, limits[0]), limits[1])
+    scaled = replace(
+        model,
+        draft_ms=model.draft_ms * clamped,
+        draft_ms_per_request=model.draft_ms_per_request * clamped,
+        draft_kv_ns_per_token=model.draft_kv_ns_per_token * clamped,
+        draft_model_cost_ratio=model.draft_model_cost_ratio * clamped,
+        lookup_fraction=model.lookup_fraction * clamped,
+    )
+    note = (
+        f"drafter cost x{clamped:.2f} so the step-time ratio matches the measured {measured_ratio:.2f} at batch {batch}"
+    )
+    if clamped != factor:
+        note += f" (wanted x{factor:.2f}, clamped to {limits}: the cost model's shape may not fit this hardware)"
+    return Calibration(scaled, clamped, note)
+
+
+def model_consistency(
+    model: StepCostModel, profile: AcceptanceProfile, *, batch: int, k: int, tpot_ms: float, tolerance: float
+) -> tuple[bool, str]:
+    """Check the model predicts the measured TPOT within a factor `tolerance`; an uncalibrated profile must not act."""
+    predicted = model.step_ms(batch, k) / profile.expected_tokens(k)
+    ratio = tpot_ms / predicted
+    ok = 1 / tolerance <= ratio <= tolerance
+    verdict = "consistent" if ok else f"off by more than x{tolerance:g}: calibrate the cost model"
+    return (
+        ok,
+        f"model {model.name} predicts TPOT {predicted:.2f} ms at batch {batch}, K={k}; "
+        f"measured {tpot_ms:.2f} ms ({verdict})",
+    )
+
+
+# ------------------------------------------------------------------------------------------------ gain vs restart
+
+
+def predicted_gain(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    load: Mapping[int, float],
+    k_now: Callable[[int], int],
+    k_new: Callable[[int], int],
+) -> float:
+    """Relative tokens/s gained over the observed load: Σ_B w_B · (rate_new(B)/rate_now(B) - 1), Σ w_B = 1."""
+    total = sum(load.values())
+    if total <= 0:
+        return 0.0
+    gain = 0.0
+    for batch, weight in load.items():
+        now = tokens_per_ms(profile, model, batch, k_now(batch))
+        new = tokens_per_ms(profile, model, batch, k_new(batch))
+        gain += weight / total * (new / now - 1)
+    return gain
+
+
+def payback_seconds(gain: float, restart_cost_s: float) -> float:
+    """Seconds of running the new config before its gain repays the capacity one restart removes."""
+    return math.inf if gain <= 0 else restart_cost_s / gain
+
+
+class ThresholdSupport(StrEnum):
+    SCHEDULE = "schedule"  # num_speculative_tokens_per_batch_size (>= 0.24)
+    THRESHOLD = "threshold"  # disable_by_batch_size (V0 engine, <= 0.9.2)
+    NONE = "none"  # 0.10-0.23: only speculation on/off as a whole
+
+
+def threshold_support(version: VllmVersion) -> ThresholdSupport:
+    if version >= DYNAMIC_SPECULATION:
+        return ThresholdSupport.SCHEDULE
+    if version < V0_ENGINE_REMOVED:
+        return ThresholdSupport.THRESHOLD
+    return ThresholdSupport.NONE
+
+
+def representative_batch(bucket: int) -> int:
+    """A batch size standing for a load bucket [2^(b-1), 2^b): its geometric middle (bucket 0, idle, stands as 1)."""
+    if bucket <= 0:
+        return 1
+    return max(1, round(math.sqrt(2 ** (bucket - 1) * 2**bucket)))
+
+
+def schedule_text(schedule: BatchSchedule | None) -> str:
+    if not schedule:
+        return "none"
+    return "[" + ",".join(f"[{lo},{hi},{k}]" for lo, hi, k in schedule) + "]"
+
+
+@dataclass(frozen=True)
+class ThresholdPlan:
+    """The outcome of fitting: a proposed intent (or None), and why."""
+
+    support: ThresholdSupport
+    proposed: SpeculationIntent | None
+    gain: float
+    payback_s: float
+    worth_installing: bool
+    reason: str
+    evidence: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Knobs of the fit that are not in the CR: assumptions, exposed so they can be set and shown."""
+
+    model: StepCostModel = LLAMA8B_H100
+    restart_cost_s: float = 90.0  # performance.md §6.1: drain + load + graph capture, 8B (70B: ~300 s)
+    horizon_s: float = 3600.0  # the gain must repay the restart within this time at the observed load
+    min_gain: float = 0.03  # below this, model error dominates (SpecDecode-Bench residuals up to 0.08x)
+    model_tolerance: float = 2.0
+    prefer_within: float = 0.01
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name,
+            "restartCostSeconds": self.restart_cost_s,
+            "horizonSeconds": self.horizon_s,
+            "minGain": self.min_gain,
+            "modelTolerance": self.model_tolerance,
+        }
+
+
+def plan_threshold(
+    *,
+    version: VllmVersion,
+    current: SpeculationIntent,
+    method: str,
+    max_num_seqs: int,
+    bounds: tuple[int, int],
+    profile: AcceptanceProfile,
+    load: Mapping[int, float],
+    batch_now: float,
+    tpot_on_ms: float | None,
+    tpot_off_ms: float | None,
+    settings: FitSettings,
+) -> ThresholdPlan:
+    """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays."""
+    support = threshold_support(version)
+    max_k = current.num_speculative_tokens or profile.max_k
+    evidence: dict[str, Any] = {
+        "support": support.value,
+        "acceptance": {"survival": [round(r, 4) for r in profile.survival], "source": profile.source},
+        "load": {str(b): round(w, 1) for b, w in sorted(load.items())},
+        "batchNow": round(batch_now, 2),
+        "settings": settings.to_dict(),
+    }
+
+    def no_change(reason: str, gain: float = 0.0) -> ThresholdPlan:
+        return ThresholdPlan(
+            support, None, gain, payback_seconds(gain, settings.restart_cost_s), False, reason, evidence
+        )
+
+    if support is ThresholdSupport.NONE:
+        return no_change(f"vLLM {version} cannot express a batch-size threshold (0.10-0.23); only on/off applies")
+    if max_k <= 0 or not load:
+        return no_change("no batch-size evidence yet")
+
+    model = model_for_method(settings.model, method)
+    batch = max(1, round(batch_now))
+    k_current = k_for_batch(current, batch, max_k)
+    if tpot_on_ms is not None and tpot_off_ms is not None and k_current > 0:
+        calibration = calibrate_drafter(
+            model, profile, batch=batch, k=k_current, tpot_on_ms=tpot_on_ms, tpot_off_ms=tpot_off_ms
+        )
+        model = calibration.model
+        evidence["calibration"] = calibration.note
+    else:
+        evidence["calibration"] = "drafter cost assumed from the profile (no non-speculative TPOT at this load yet)"
+    evidence["model"] = model.to_dict()
+    if tpot_on_ms is None:
+        return no_change("no per-token latency measured: cannot check the cost model against this deployment")
+    ok, consistency = model_consistency(
+        model, profile, batch=batch, k=max(k_current, 0), tpot_ms=tpot_on_ms, tolerance=settings.model_tolerance
+    )
+    evidence["consistency"] = consistency
+    if not ok:
+        return no_change(consistency)
+
+    if support is ThresholdSupport.SCHEDULE:
+        fit = fit_schedule(
+            profile, model, max_k=max_k, max_num_seqs=max_num_seqs, bounds=bounds, prefer_within=settings.prefer_within
+        )
+        proposed = replace(current, batch_schedule=fit.schedule, disable_above_batch_size=fit.threshold)
+        shown = f"schedule {schedule_text(fit.schedule)}"
+    else:
+        threshold = fit_threshold(profile, model, k=max_k, max_num_seqs=max_num_seqs, bounds=bounds)
+        proposed = replace(current, batch_schedule=None, disable_above_batch_size=threshold)
+        shown = f"disable_by_batch_size {threshold if threshold is not None else 'none'}"
+        evidence["note"] = "disable_by_batch_size is honoured only when the engine runs V0"
+
+    evidence["kByBatch"] = _k_table(profile, model, proposed, max_k, max_num_seqs)
+    evidence["proposed"] = shown
+    if proposed == current:
+        return no_change(f"{shown} already installed")
+    gain = predicted_gain(
+        profile,
+        model,
+        _load_batches(load),
+        lambda b: k_for_batch(current, b, max_k),
+        lambda b: k_for_batch(proposed, b, max_k),
+    )
+    payback = payback_seconds(gain, settings.restart_cost_s)
+    evidence.update(
+        {"predictedGain": round(gain, 4), "paybackSeconds": None if math.isinf(payback) else round(payback)}
+    )
+    worth = gain >= settings.min_gain and payback <= settings.horizon_s
+    detail = (
+        f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "
+        f"(restart {settings.restart_cost_s:.0f}s repaid in "
+        f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}; install needs >= {settings.min_gain:.0%} "
+        f"and payback <= {settings.horizon_s / 60:.0f}m)"
+    )
+    return ThresholdPlan(support, proposed if worth else None, gain, payback, worth, detail, evidence)
+
+
+def _load_batches(load: Mapping[int, float]) -> dict[int, float]:
+    batches: dict[int, float] = {}
+    for bucket, weight in load.items():
+        b = representative_batch(bucket)
+        batches[b] = batches.get(b, 0.0) + weight
+    return batches
+
+
+def _k_table(
+    profile: AcceptanceProfile, model: StepCostModel, intent: SpeculationIntent, max_k: int, max_num_seqs: int
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    batch = 1
+    while batch <= max_num_seqs:
+        k = k_for_batch(intent, batch, max_k)
+        rows.append({"batch": batch, "k": k, "speedup": round(speedup(profile, model, batch, k), 3)})
+        batch *= 2
+    return rows

@@ -1,0 +1,369 @@
+"""The real Prometheus binary scraping fake vLLM pods: every query parses, numbers come out exact, failures classify.
+
+Windows are 6 s over a 1 s scrape interval (the 4-scrape floor plus margin), so the tier runs in seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+import yaml
+
+from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
+from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
+from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
+from specpilot.evaluate import effective_window, evaluate_once, measure
+from specpilot.measurements import Measurement, MeasurementClass, classify
+from specpilot.policy import PolicyInputs, PolicyState, decide
+from specpilot.promql import Query, Scope, Signal
+from specpilot.vllm.intent import SpeculationIntent
+from tests.prometheus.fake_vllm import Loopback
+
+pytestmark = pytest.mark.prometheus
+
+NAMESPACE, DEPLOYMENT = "ml", "chat"
+VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
+ON = SpeculationIntent(True, 3)
+
+
+def make_spec(version: str = "0.33.0", **acceptance: float) -> SpeculativeDeploymentSpec:
+    return parse_spec(
+        {
+            "engine": {"image": f"vllm/vllm-openai:v{version}", "version": version},
+            "target": {"model": "tiny"},
+            "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+            "autotune": {
+                "mode": "Auto",
+                "prometheus": {"url": "http://unused:9090"},
+                "window": "6s",
+                "scrapeInterval": "1s",
+                "interval": "1s",
+                "minSamples": {"draftTokens": 100, "requests": 10},
+                "batchThreshold": {"tune": False},
+                "agreeingEvaluations": 1,
+                "stabilization": "0s",
+                **({"acceptance": acceptance} if acceptance else {}),
+            },
+        }
+    )
+
+
+def scope(config: str) -> Scope:
+    return Scope(NAMESPACE, DEPLOYMENT, f"cfg-{config}")
+
+
+@pytest.fixture(scope="module")
+def prometheus(prometheus_factory: StartPrometheus, loopback: Loopback) -> PrometheusServer:
+    jobs = [
+        {
+            "job_name": f"vllm-{name}",
+            "metrics_path": f"/{name}/metrics",
+            "static_configs": [
+                {
+                    "targets": [loopback.address],
+                    "labels": {
+                        "namespace": NAMESPACE,
+                        "specpilot_dev_deployment": DEPLOYMENT,
+                        "specpilot_dev_config_hash": f"cfg-{name}",
+                        "pod": f"{name}-0",
+                    },
+                }
+            ],
+        }
+        for name in loopback.pods
+    ]
+    return prometheus_factory(jobs)
+
+
+@pytest.fixture
+def client(prometheus: PrometheusServer) -> PrometheusClient:
+    return PrometheusClient(PrometheusConnection(prometheus.url, timeout_s=5))
+
+
+def settled(
+    client: PrometheusClient, scope_: Scope, ready: Callable[[dict[str, Measurement]], bool], timeout_s: float = 30
+) -> dict[str, Measurement]:
+    """Measure until `ready` holds (Prometheus needs a few scrapes in the window); bounded."""
+    spec = make_spec()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = measure(spec, scope_, client, datetime.now(UTC))
+        if ready(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
+def full_window(result: dict[str, Measurement]) -> bool:
+    gate = result[Signal.REQUESTS_IN_WINDOW]
+    return gate.valid and (gate.value or 0) >= 400 and result[Signal.TPOT_P99].valid
+
+
+EXACT = {
+    Signal.ACCEPTANCE_RATE: 0.7,
+    Signal.MEAN_ACCEPTANCE_LENGTH: 3.1,
+    Signal.TPOT_P50: 0.01,
+    Signal.TPOT_P99: 0.0475,
+    Signal.TPOT_MEAN: 0.015,
+    Signal.TTFT_P50: 0.015,
+    Signal.TTFT_P99: 0.0199,
+    Signal.E2E_P50: 0.25,
+    Signal.E2E_P99: 0.495,
+    Signal.RUNNING_REQUESTS: 8,
+    Signal.BATCH_SIZE: 8,
+    Signal.BATCH_SIZE_PEAK: 8,
+    Signal.WAITING_REQUESTS: 2,
+    Signal.KV_CACHE_USAGE: 0.25,
+    Signal.PREEMPTION_RATE: 0.0,
+}
+
+
+def test_measurements_come_out_exact(client: PrometheusClient) -> None:
+    result = settled(client, scope("spec"), full_window)
+    problems = {name: f"{m.klass.value}: {m.detail}" for name, m in result.items() if not m.valid}
+    assert problems == {}, "every query of 0.33 parses and answers on a speculating pod"
+    for signal, expected in EXACT.items():
+        assert result[signal].value == pytest.approx(expected, rel=1e-9, abs=1e-12), signal
+    assert dict(result[Signal.ACCEPTANCE_BY_POSITION].by_label) == pytest.approx({"0": 0.9, "1": 0.7, "2": 0.5})
+    # rates depend on scrape timing; the ratios between them do not
+    request_rate = result[Signal.REQUEST_RATE].value or 0
+    assert (result[Signal.GENERATION_TOKEN_RATE].value or 0) / request_rate == pytest.approx(3.1)
+    assert result[Signal.ACCEPTANCE_RATE].samples == result[Signal.DRAFT_TOKENS_IN_WINDOW].value
+    assert result[Signal.DRAFT_TOKENS_IN_WINDOW].value == pytest.approx(
+        3 * (result[Signal.REQUESTS_IN_WINDOW].value or 0)
+    )
+    assert 'specpilot_dev_config_hash="cfg-spec"' in (result[Signal.ACCEPTANCE_RATE].query or "")
+
+
+@pytest.mark.parametrize("version", ["0.7.3", "0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.24.0"])
+def test_every_version_dialect_parses(client: PrometheusClient, version: str) -> None:
+    settled(client, scope("spec"), full_window)
+    result = measure(make_spec(version), scope("spec"), client, datetime.now(UTC))
+    errors = {name: m.detail for name, m in result.items() if m.klass is ERROR}
+    assert errors == {}
+
+
+def test_speculation_off_is_nodata_not_error(client: PrometheusClient) -> None:
+    result = settled(client, scope("plain"), full_window)
+    for signal in (
+        Signal.ACCEPTANCE_RATE,
+        Signal.MEAN_ACCEPTANCE_LENGTH,
+        Signal.ACCEPTANCE_BY_POSITION,
+        Signal.DRAFT_TOKENS_IN_WINDOW,
+    ):
+        assert result[signal].klass is NO_DATA, signal
+        assert result[signal].value is None, "absent counters are never read as 0"
+    assert result[Signal.TPOT_P99].value == pytest.approx(0.0475)
+    out = evaluate_once(make_spec(), scope("plain"), client, datetime.now(UTC), current=ON.without_speculation())
+    assert out["decision"]["action"] == "Keep"
+    assert "speculation off" in out["decision"]["reason"]
+
+
+def test_absent_series_are_nodata(client: PrometheusClient) -> None:
+    result = measure(make_spec(), scope("missing"), client, datetime.now(UTC))
+    assert {m.klass for m in result.values()} == {NO_DATA}
+    assert "empty result" in result[Signal.BATCH_SIZE].detail
+
+
+def test_more_than_one_series_is_an_error(client: PrometheusClient) -> None:
+    result = settled(client, scope("dp"), full_window)
+    assert result[Signal.RUNNING_REQUESTS].value == 16, "two engines summed"
+    assert result[Signal.BATCH_SIZE].value == 8, "per engine"
+    assert result[Signal.ACCEPTANCE_RATE].value == pytest.approx(0.7)
+    raw_gauge = f"vllm:num_requests_running{scope('dp').selector()}"
+    m = classify(Query(Signal.RUNNING_REQUESTS, raw_gauge, "requests"), client.query(raw_gauge))
+    assert m.klass is ERROR
+    assert "2 series returned, expected exactly one" in m.detail
+
+
+def test_counter_resets_keep_rates_exact(client: PrometheusClient, loopback: Loopback) -> None:
+    pod = loopback.pods["reset"]
+    result = settled(client, scope("reset"), lambda r: pod.scrapes >= 10 and full_window(r))
+    assert pod.scrapes >= 10, "at least two restarts happened inside the window"
+    assert result[Signal.ACCEPTANCE_RATE].value == pytest.approx(0.7, rel=1e-9)
+    assert result[Signal.TPOT_P99].value == pytest.approx(0.0475, rel=1e-9)
+    assert (result[Signal.DRAFT_TOKENS_IN_WINDOW].value or 0) > 0
+
+
+def test_evaluate_once_reports_measurements_and_a_disable(client: PrometheusClient) -> None:
+    settled(client, scope("spec"), full_window)
+    out = evaluate_once(make_spec(disableBelow=0.8, enableAbove=0.9), scope("spec"), client, datetime.now(UTC))
+    json.dumps(out)
+    decision = out["decision"]
+    assert decision["action"] == "DisableSpeculation"
+    assert decision["reason"].startswith("acceptance 0.70 < disableBelow 0.80 over 6s, ")
+    assert decision["to"]["enabled"] is False
+    acceptance = out["measurements"]["acceptance_rate"]
+    assert acceptance["class"] == "Valid"
+    assert acceptance["query"].startswith("sum(rate(vllm:spec_decode_num_accepted_tokens_total{")
+    assert out["window"] == {"value": "6s", "requested": "6s", "note": ""}
+
+
+def test_cli_evaluate_prints_json(prometheus: PrometheusServer, client: PrometheusClient, tmp_path: Path) -> None:
+    settled(client, scope("spec"), full_window)
+    resource = {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+        "spec": make_spec().model_dump(by_alias=True, mode="json", exclude_none=True),
+        "status": {"effective": {"speculation": True, "configHash": "cfg-spec"}},
+    }
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    done = subprocess.run(
+        [sys.executable, "-m", "specpilot", "evaluate", str(path), "--prometheus", prometheus.url, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["decision"]["action"] == "Keep"
+    assert out["measurements"]["acceptance_rate"]["value"] == pytest.approx(0.7)
+    assert out["scope"]["configHash"] == "cfg-spec"
+    text = subprocess.run(
+        [sys.executable, "-m", "specpilot", "evaluate", str(path), "--prometheus", prometheus.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "decision Keep: acceptance 0.70 >= disableBelow 0.50" in text.stdout
+
+
+def test_bad_query_is_an_error(client: PrometheusClient) -> None:
+    m = classify(Query(Signal.BATCH_SIZE, "sum(", "requests"), client.query("sum("))
+    assert m.klass is ERROR
+    assert "HTTP 400 bad_data" in m.detail
+
+
+def test_stopped_prometheus_is_an_error_and_holds(prometheus_factory: StartPrometheus) -> None:
+    server = prometheus_factory([])
+    url = server.url
+    server.stop()
+    spec = make_spec()
+    with PrometheusClient(PrometheusConnection(url, timeout_s=2)) as dead:
+        result = measure(spec, scope("spec"), dead, datetime.now(UTC))
+    assert {m.klass for m in result.values()} == {ERROR}
+    assert "transport: ConnectError" in result[Signal.ACCEPTANCE_RATE].detail
+    state, events, acted = PolicyState(), [], []
+    for i in range(5):
+        inputs = PolicyInputs(spec=spec, current=ON, measurements=result, window=effective_window(spec.autotune))
+        decision, state = decide(inputs, state, datetime(2026, 11, 26, tzinfo=UTC) + timedelta(minutes=i))
+        events += [e.reason for e in decision.events]
+        acted.append(decision.actuate)
+    assert state.metrics_available is False
+    assert events == ["MetricsUnavailable"]
+    assert not any(acted)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make a test certificate")
+def test_tls_with_a_ca_bundle(prometheus_factory: StartPrometheus, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    server = prometheus_factory(
+        [], web_config={"tls_server_config": {"cert_file": str(cert), "key_file": str(key)}}, ca_file=cert
+    )
+    assert server.url.startswith("https://")
+    query = Query(Signal.BATCH_SIZE, "vector(1)", "requests")
+    with PrometheusClient(PrometheusConnection(server.url, ca_pem=cert.read_text())) as trusted:
+        assert classify(query, trusted.query("vector(1)")).value == 1.0
+    with PrometheusClient(PrometheusConnection(server.url, trust_env=False)) as strict:
+        refused = classify(query, strict.query("vector(1)"))
+        assert refused.klass is ERROR
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.detail
+    with PrometheusClient(PrometheusConnection(server.url, insecure_skip_verify=True)) as insecure:
+        assert classify(query, insecure.query("vector(1)")).value == 1.0
+
+
+def api(loopback: Loopback, prefix: str = "") -> str:
+    return f"http://{loopback.address}{prefix}"
+
+
+def last_request(loopback: Loopback) -> dict[str, Any]:
+    return loopback.api_requests[-1]
+
+
+def test_adapter_sends_bearer_token_headers_and_the_evaluation_time(loopback: Loopback) -> None:
+    at = datetime(2026, 11, 26, 12, 0, 30, tzinfo=UTC)
+    conn = PrometheusConnection(
+        api(loopback, "/tenant"), timeout_s=3, bearer_token="s3cret", headers={"X-Scope-OrgID": "team-a"}
+    )
+    assert "s3cret" not in repr(conn), "secrets never reach a log line"
+    with PrometheusClient(conn) as prom:
+        raw = prom.query("up", at)
+    sent = last_request(loopback)
+    assert sent["path"] == "/tenant/api/v1/query"
+    assert sent["headers"]["Authorization"] == "Bearer s3cret"
+    assert sent["headers"]["X-Scope-OrgID"] == "team-a"
+    form = parse_qs(sent["form"])
+    assert form == {"query": ["up"], "timeout": ["3s"], "time": [f"{at.timestamp():.3f}"]}
+    m = classify(Query(Signal.BATCH_SIZE, "up", ""), raw)
+    assert m.value == 0.7
+    assert m.warnings == ("this answer comes from the loopback API", "info: PromQL info: only a test")
+
+
+def test_adapter_sends_basic_auth(loopback: Loopback) -> None:
+    with PrometheusClient(PrometheusConnection(api(loopback), username="ops", password="pw")) as prom:
+        prom.query("up")
+    expected = "Basic " + base64.b64encode(b"ops:pw").decode()
+    assert last_request(loopback)["headers"]["Authorization"] == expected
+
+
+@pytest.mark.parametrize(
+    ("prefix", "timeout_s", "detail"),
+    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: body is not JSON")],
+)
+def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s: float, detail: str) -> None:
+    with PrometheusClient(PrometheusConnection(api(loopback, prefix), timeout_s=timeout_s)) as prom:
+        m = classify(Query(Signal.BATCH_SIZE, "up", ""), prom.query("up"))
+    assert m.klass is ERROR
+    assert detail in m.detail
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"url": "prometheus:9090"}, "must start with http"),
+        ({"bearer_token": "t", "username": "u", "password": "p"}, "not both"),
+        ({"username": "u"}, "needs both"),
+        ({"bearer_token": "t", "headers": {"authorization": "x"}}, "must not set Authorization"),
+        ({"timeout_s": 0}, "positive"),
+    ],
+)
+def test_connection_rejects_contradictions(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PrometheusConnection(**{"url": "http://prometheus:9090", **kwargs})
