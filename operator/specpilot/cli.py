@@ -139,8 +139,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0 if all(plan.fits for _, plan in plans) else 1
 
 
-
-
 def _cmd_crd(args: argparse.Namespace) -> int:
     text = crd.render_api_docs() if args.docs else crd.render_crd_yaml()
     if args.output:

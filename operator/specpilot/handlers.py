@@ -19,7 +19,9 @@ import kopf
 from specpilot import reconcile as rec
 from specpilot import telemetry
 from specpilot.adapters.k8s import KubeAdapter, MissingApi, load_credentials
+from specpilot.adapters.prom import PrometheusClient, PrometheusConnection, connection_from_spec
 from specpilot.api import v1alpha1
+from specpilot.autotune import AutotuneOutcome, idle_conditions, is_due, run_autotune
 from specpilot.events import EventLimiter
 
 GROUP, VERSION, PLURAL = v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL
@@ -147,7 +149,7 @@ def run_reconcile(
     body: kopf.Body,
     patch: kopf.Patch,
     indexes: Indexes,
-    status_override: Mapping[str, Any] | None = None,
+    autotune: AutotuneOutcome | None = None,
 ) -> rec.ReconcileResult:
     """Observe → decide (pure) → apply → status → events."""
     meta = body.metadata
@@ -155,7 +157,7 @@ def run_reconcile(
     started = time.monotonic()
     wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
     live, observed = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
-    status = dict(status_override if status_override is not None else body.get("status", {}))
+    status = dict(body.get("status", {}))
     inputs = rec.ReconcileInputs(
         name=name,
         namespace=namespace,
@@ -167,6 +169,8 @@ def run_reconcile(
         now=_now(),
         live_children=live,
         deployment=observed,
+        autotune_fields=autotune.fields if autotune else {},
+        autotune_conditions=tuple(autotune.conditions) if autotune else (),
     )
     result = rec.reconcile(inputs)
     for child in result.apply:
@@ -189,15 +193,19 @@ def run_reconcile(
     if result.status_patch is not None:
         for key, value in result.status_patch.items():
             patch.status[key] = value
-    post_events(body, result.events)
+    post_events(body, [*(autotune.events if autotune else []), *result.events])
     telemetry.RECONCILES.labels(trigger, "ok").inc()
     telemetry.RECONCILE_SECONDS.labels(trigger).observe(time.monotonic() - started)
     return result
 
 
 def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
+    """Post each reason once per tick (the autotuner's message, with its evidence, wins), rate-limited per object."""
     uid = str(body.metadata.uid)
+    unique: dict[str, rec.Event] = {}
     for event in events:
+        unique.setdefault(event.reason, event)
+    for event in unique.values():
         if _limiter.allow(uid, event.reason, event.message, time.monotonic()):
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
             telemetry.API_WRITES.labels("Event", "create").inc()
@@ -210,13 +218,95 @@ def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
 def reconcile_speculativedeployment(body: kopf.Body, patch: kopf.Patch, reason: str, **kwargs: Any) -> None:
-    run_reconcile(str(reason), body, patch, _indexes(kwargs))
+    idle = None
+    try:
+        spec = v1alpha1.parse_spec(dict(body.spec))
+        if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
+            idle = AutotuneOutcome({}, idle_conditions(spec), [])
+    except v1alpha1.InvalidSpec:
+        pass
+    run_reconcile(str(reason), body, patch, _indexes(kwargs), autotune=idle)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
 def refresh_speculativedeployment(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Follow rollouts, repair drift of children, and run the autotuner when it is due."""
-    run_reconcile("timer", body, patch, _indexes(kwargs))
+    indexes = _indexes(kwargs)
+    run_reconcile("timer", body, patch, indexes, autotune=_autotune_if_due(body, indexes))
+
+
+def _autotune_if_due(body: kopf.Body, indexes: Indexes) -> AutotuneOutcome | None:
+    try:
+        spec = v1alpha1.parse_spec(dict(body.spec))
+    except v1alpha1.InvalidSpec:
+        return None
+    status = dict(body.get("status", {}))
+    annotations = dict(body.metadata.annotations)
+    if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
+        return AutotuneOutcome({}, idle_conditions(spec), [])
+    now = datetime.now(UTC)
+    if not is_due(spec, status, annotations, now):
+        return None
+    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+    deployment = _first(indexes["deployments"], (namespace, name))
+    observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
+    connection, warnings = _prometheus_connection(spec.autotune.prometheus, namespace)
+    with PrometheusClient(connection) as client:
+        outcome = run_autotune(
+            spec,
+            name=name,
+            namespace=namespace,
+            annotations=annotations,
+            status=status,
+            deployment=observed,
+            now=now,
+            client=client,
+        )
+    action = str(outcome.decision.get("action", "Keep"))
+    telemetry.DECISIONS.labels(action, spec.autotune.mode.value).inc()
+    if outcome.actuated:
+        telemetry.ACTUATIONS.labels(action, "applied").inc()
+    for measurement in (outcome.fields.get("recommendation") or {}).get("measurements", {}).values():
+        telemetry.QUERIES.labels(measurement.get("name", "?"), measurement.get("class", "?")).inc()
+        if measurement.get("class") == "Error":
+            telemetry.METRIC_ERRORS.labels(measurement.get("name", "?")).inc()
+    return AutotuneOutcome(
+        outcome.fields, outcome.conditions, [*warnings, *outcome.events], outcome.actuated, outcome.decision
+    )
+
+
+def _prometheus_connection(
+    prometheus: v1alpha1.PrometheusSpec, namespace: str
+) -> tuple[PrometheusConnection, list[rec.Event]]:
+    """Credentials come from the referenced Secret in the CR's namespace; values are never logged."""
+    warnings: list[rec.Event] = []
+    secret: dict[str, str] = {}
+    ref = prometheus.auth_secret_ref
+    if ref is not None:
+        try:
+            secret = kube().read_secret(namespace, ref.name)
+        except Exception as err:
+            warnings.append(
+                rec.Event(
+                    "Warning", "PrometheusAuthUnavailable", f"cannot read Secret {ref.name}: {type(err).__name__}"
+                )
+            )
+    if prometheus.insecure_skip_verify:
+        warnings.append(
+            rec.Event(
+                "Warning",
+                "InsecurePrometheusTLS",
+                f"TLS verification is off for {prometheus.url} (spec.autotune.prometheus.insecureSkipVerify)",
+            )
+        )
+    connection = connection_from_spec(
+        prometheus,
+        bearer_token=secret.get(ref.token_key) if ref else None,
+        username=secret.get(ref.username_key) if ref else None,
+        password=secret.get(ref.password_key) if ref else None,
+        ca_pem=secret.get(ref.ca_key) if ref else None,
+    )
+    return connection, warnings
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

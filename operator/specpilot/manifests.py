@@ -165,26 +165,10 @@ def build_service(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dic
     }
 
 
-# Metric label names the autotuner's queries select on; the PodMonitor relabels pod labels into them.
-METRIC_LABEL_NAMESPACE = "namespace"
-METRIC_LABEL_DEPLOYMENT = "specpilot_deployment"
-METRIC_LABEL_CONFIG_HASH = "specpilot_config_hash"
-
-
-def scrape_relabelings() -> list[dict[str, Any]]:
-    """Prometheus relabel rules (kubernetes_sd pod role) that give each vLLM series its deployment and config hash."""
-    return [
-        {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": METRIC_LABEL_NAMESPACE},
-        {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod"},
-        {
-            "sourceLabels": ["__meta_kubernetes_pod_label_specpilot_dev_deployment"],
-            "targetLabel": METRIC_LABEL_DEPLOYMENT,
-        },
-        {
-            "sourceLabels": ["__meta_kubernetes_pod_label_specpilot_dev_config_hash"],
-            "targetLabel": METRIC_LABEL_CONFIG_HASH,
-        },
-    ]
+# Metric labels the autotuner's queries select on (specpilot.promql.Scope): Prometheus derives them from the pod
+# labels by sanitising the names, through PodMonitor podTargetLabels or a labelmap rule alike.
+METRIC_LABEL_DEPLOYMENT = "specpilot_dev_deployment"
+METRIC_LABEL_CONFIG_HASH = "specpilot_dev_config_hash"
 
 
 def build_pod_monitor(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dict[str, Any]:
@@ -196,13 +180,9 @@ def build_pod_monitor(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) ->
         "spec": {
             "selector": {"matchLabels": selector_labels(owner)},
             "namespaceSelector": {"matchNames": [owner.namespace]},
+            "podTargetLabels": [LABEL_DEPLOYMENT, LABEL_CONFIG_HASH],
             "podMetricsEndpoints": [
-                {
-                    "port": HTTP_PORT_NAME,
-                    "path": "/metrics",
-                    "interval": spec.autotune.scrape_interval,
-                    "relabelings": scrape_relabelings(),
-                }
+                {"port": HTTP_PORT_NAME, "path": "/metrics", "interval": spec.autotune.scrape_interval}
             ],
         },
     }

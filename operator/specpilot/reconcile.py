@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot import conditions as cond
@@ -19,6 +19,7 @@ from specpilot import manifests
 from specpilot.api import v1alpha1
 from specpilot.catalog import UnknownArchitecture
 from specpilot.plan import GIB, MemoryPlan, plan_memory
+from specpilot.policy import PolicyState, desired_intent, spec_fingerprints
 from specpilot.vllm.dialects import (
     RenderedCommand,
     ThresholdSupport,
@@ -109,6 +110,9 @@ class ReconcileInputs:
     # Applied hash of each live child, keyed by "Kind/name"; a missing key means the child does not exist.
     live_children: Mapping[str, str | None] = field(default_factory=dict)
     deployment: ObservedDeployment | None = None
+    # What an autotune evaluation in the same tick concluded: merged into status before the intent is chosen.
+    autotune_fields: Mapping[str, Any] = field(default_factory=dict)
+    autotune_conditions: Sequence[cond.ConditionUpdate] = ()
 
 
 # Children that may have to be removed when the spec stops asking for them.
@@ -147,45 +151,23 @@ def object_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def speculation_digest(spec: v1alpha1.SpeculativeDeploymentSpec) -> str:
-    """Digest of the spec parts an autotune decision depends on; when they change, the user's spec wins again."""
-    relevant = {"speculation": spec.speculation.model_dump(mode="json"), "version": spec.engine.version}
-    return object_hash(relevant)
-
-
 def choose_intent(
     spec: v1alpha1.SpeculativeDeploymentSpec, autotune_status: Mapping[str, Any] | None
 ) -> tuple[SpeculationIntent, str]:
-    """Return the intent to run and where it came from (spec, autotune or override)."""
-    intent = intent_from_spec(spec)
-    source = "spec"
-    decided = (autotune_status or {}).get("intent")
-    if (
-        spec.autotune.mode == v1alpha1.AutotuneMode.AUTO
-        and isinstance(decided, Mapping)
-        and decided.get("specDigest") == speculation_digest(spec)
-    ):
-        schedule = decided.get("batchSchedule")
-        intent = SpeculationIntent(
-            enabled=bool(decided.get("enabled", intent.enabled)),
-            num_speculative_tokens=decided.get("numSpeculativeTokens", intent.num_speculative_tokens),
-            disable_above_batch_size=decided.get("disableAboveBatchSize", intent.disable_above_batch_size),
-            batch_schedule=tuple((int(a), int(b), int(k)) for a, b, k in schedule) if schedule else None,
-        )
-        source = "autotune"
-    override = spec.autotune.overrides.speculation
-    if override == v1alpha1.SpeculationOverride.FORCE_OFF and intent.enabled:
-        intent, source = intent.without_speculation(), "override"
-    elif override == v1alpha1.SpeculationOverride.FORCE_ON and not intent.enabled:
-        intent, source = (
-            SpeculationIntent(True, intent.num_speculative_tokens, intent.disable_above_batch_size),
-            "override",
-        )
-    if spec.autotune.overrides.pin_batch_threshold:
-        intent = SpeculationIntent(
-            intent.enabled, intent.num_speculative_tokens, spec.speculation.disable_above_batch_size
-        )
-    return intent, source
+    """Return the intent to run and where it came from (spec, autotune or override).
+
+    Autotune's choice counts only while the spec parts it was made for are unchanged: a user's edit of
+    spec.speculation (or the engine version) wins at once, before the autotuner runs again.
+    """
+    state = PolicyState.from_dict(autotune_status)
+    _, intent_fingerprint = spec_fingerprints(spec)
+    if state.intent_fingerprint is not None and state.intent_fingerprint != intent_fingerprint:
+        state = replace(state, selected=None)
+    intent = desired_intent(spec, state)
+    chosen = state.selected if spec.autotune.mode != v1alpha1.AutotuneMode.OFF else None
+    if intent != (chosen or intent_from_spec(spec)):
+        return intent, "override"
+    return intent, "autotune" if chosen is not None else "spec"
 
 
 def _with_applied_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -266,8 +248,9 @@ def _finish(
     delete: list[str] | None = None,
 ) -> ReconcileResult:
     before = list(inputs.status.get("conditions", []) or [])
-    merged = cond.merge_conditions(before, updates, generation=inputs.generation, now=inputs.now)
-    new_status = {"observedGeneration": inputs.generation, "conditions": merged, **fields}
+    all_updates = [*inputs.autotune_conditions, *updates]
+    merged = cond.merge_conditions(before, all_updates, generation=inputs.generation, now=inputs.now)
+    new_status = {"observedGeneration": inputs.generation, "conditions": merged, **inputs.autotune_fields, **fields}
     unchanged = all(inputs.status.get(k) == v for k, v in new_status.items())
     return ReconcileResult(
         apply=apply,
@@ -310,7 +293,8 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
             invalid = cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", "; ".join(other_errors))
             return _finish(inputs, [fit_update, invalid], fields, [])
 
-    intent, source = choose_intent(spec, inputs.status.get("autotune"))
+    autotune_status = inputs.autotune_fields.get("autotune", inputs.status.get("autotune"))
+    intent, source = choose_intent(spec, autotune_status)
     try:
         rendered = render_command(spec, intent)
     except UnsupportedCombination as err:
@@ -333,7 +317,7 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
 
     speculating = intent.enabled
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
-    spec_message = _speculation_message(spec, intent, source, inputs.status.get("autotune"))
+    spec_message = _speculation_message(spec, intent, source, autotune_status)
     threshold = (
         cond.ConditionUpdate(cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered))
         if rendered.threshold_support == ThresholdSupport.UNSUPPORTED
@@ -371,8 +355,8 @@ def _speculation_message(
     autotune_status: Mapping[str, Any] | None,
 ) -> str:
     if source == "autotune":
-        reason = str(((autotune_status or {}).get("intent") or {}).get("reason", "decided by autotune"))
-        return reason
+        actuations = PolicyState.from_dict(autotune_status).actuations
+        return f"autotune: {actuations[-1].reason}" if actuations else "chosen by autotune"
     if source == "override":
         return f"pinned by spec.autotune.overrides.speculation={spec.autotune.overrides.speculation.value}"
     if not intent.enabled:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from specpilot import manifests
 from specpilot.api import v1alpha1
+from specpilot.promql import Scope
 
 OWNER = manifests.Owner(name="llama", namespace="inference", uid="1234-uid")
 COMMAND = ("vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000")
@@ -122,10 +124,13 @@ def test_build_children_kinds(overrides: dict[str, Any], kinds: list[str]) -> No
         assert child["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "specpilot"
 
 
-def test_build_pod_monitor_relabels_pod_labels_for_queries() -> None:
+def test_build_pod_monitor_copies_the_labels_the_queries_select_on() -> None:
     monitor = manifests.build_pod_monitor(spec(), OWNER)
-    targets = {r["targetLabel"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
-    assert {manifests.METRIC_LABEL_DEPLOYMENT, manifests.METRIC_LABEL_CONFIG_HASH} <= targets
+    assert monitor["spec"]["podTargetLabels"] == ["specpilot.dev/deployment", "specpilot.dev/config-hash"]
+    scope = Scope(namespace="inference", deployment="llama", config_hash="h")
+    # prometheus-operator sanitises label names: every character outside [a-zA-Z0-9_] becomes "_"
+    sanitised = {re.sub(r"[^a-zA-Z0-9_]", "_", label) for label in monitor["spec"]["podTargetLabels"]}
+    assert sanitised == {scope.deployment_label, scope.config_hash_label}
 
 
 def test_build_service_selects_the_deployment_pods() -> None:

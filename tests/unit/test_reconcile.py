@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from specpilot import conditions as cond
 from specpilot import reconcile as rec
 from specpilot.api import v1alpha1
+from specpilot.policy import PolicyState, spec_fingerprints
+from specpilot.vllm.intent import intent_from_spec
 
 BASE_SPEC: dict[str, Any] = {
     "replicas": 2,
@@ -220,29 +223,31 @@ def test_reconcile_scaling_to_one_replica_deletes_the_disruption_budget() -> Non
 
 
 def autotune_status(spec: dict[str, Any], enabled: bool) -> dict[str, Any]:
-    digest = rec.speculation_digest(v1alpha1.parse_spec(spec))
-    return {"intent": {"enabled": enabled, "specDigest": digest, "reason": "acceptance 0.12 < 0.50 over 5m"}}
+    parsed = v1alpha1.parse_spec(spec)
+    _, intent_fingerprint = spec_fingerprints(parsed)
+    selected = replace(intent_from_spec(parsed), enabled=enabled)
+    return PolicyState(intent_fingerprint=intent_fingerprint, selected=selected).to_dict()
 
 
 @pytest.mark.parametrize(
-    ("mode", "override", "digest_matches", "speculating", "source"),
+    ("mode", "override", "decided_on", "fingerprint_matches", "speculating", "source"),
     [
-        ("Auto", "Auto", True, False, "autotune"),
-        ("Auto", "Auto", False, True, "spec"),  # the user changed speculation since the decision
-        ("Recommend", "Auto", True, True, "spec"),  # recommend-only never changes what runs
-        ("Auto", "ForceOn", True, True, "override"),
-        ("Recommend", "ForceOff", True, False, "override"),
+        ("Auto", "Auto", False, True, False, "autotune"),
+        ("Auto", "Auto", False, False, True, "spec"),  # the user changed speculation since the decision
+        ("Recommend", "Auto", False, True, False, "autotune"),  # leaving Auto keeps what runs: no surprise restart
+        ("Off", "Auto", False, True, True, "spec"),  # mode Off returns to the declared spec
+        ("Auto", "ForceOn", False, True, True, "override"),
+        ("Recommend", "ForceOff", True, True, False, "override"),
     ],
 )
 def test_reconcile_intent_precedence(
-    mode: str, override: str, digest_matches: bool, speculating: bool, source: str
+    mode: str, override: str, decided_on: bool, fingerprint_matches: bool, speculating: bool, source: str
 ) -> None:
     spec = spec_with(
         autotune={"mode": mode, "prometheus": {"url": "http://prom:9090"}, "overrides": {"speculation": override}}
     )
-    status = {"autotune": autotune_status(spec if digest_matches else BASE_SPEC | {"replicas": 3}, enabled=False)}
-    if not digest_matches:
-        status["autotune"]["intent"]["specDigest"] = "stale"
+    decided_for = spec if fingerprint_matches else spec_with(speculation__numSpeculativeTokens=2)
+    status = {"autotune": autotune_status(decided_for, enabled=decided_on)}
     result = rec.reconcile(inputs(spec, status=status))
     assert result.status_patch is not None
     assert result.status_patch["effective"]["speculation"] is speculating

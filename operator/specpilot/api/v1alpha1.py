@@ -534,6 +534,9 @@ class SpeculativeDeploymentStatus(BaseModel):
     ready_replicas: int | None = None
     updated_replicas: int | None = None
     last_handled_reevaluate: str | None = None
+    autotune_halt: dict[str, Any] | None = Field(
+        None, description="Set when automation halted itself (a failed autotune rollout); cleared by a reevaluate."
+    )
 
 
 class SpeculativeDeployment(BaseModel):

@@ -1,0 +1,253 @@
+"""Autotune inside the operator: one evaluation per `spec.autotune.interval`, turned into status, events and intent.
+
+`measure` (Prometheus through a QueryClient) and `policy.decide` (pure) do the work; this module maps their answer
+onto the CR: `status.observed`, `status.recommendation`, `status.autotune` (the controller memory that survives
+restarts), the last 10 `status.actuations`, the MetricsAvailable / Throttled / Paused conditions and the events. An
+actuation only changes `status.autotune.selected`; the reconcile renders it, so the rollout goes through the same
+path (one Deployment write, one replica at a time) as a user's edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from specpilot import conditions as cond
+from specpilot.api import v1alpha1
+from specpilot.api.durations import parse_duration
+from specpilot.evaluate import QueryClient, effective_window, measure
+from specpilot.measurements import Measurement, MeasurementClass
+from specpilot.policy import (
+    Action,
+    PolicyInputs,
+    PolicyState,
+    actuation_entry,
+    decide,
+    intent_from_dict,
+    record_actuation,
+)
+from specpilot.promql import Scope, Signal
+from specpilot.reconcile import Event, ObservedDeployment
+from specpilot.vllm.intent import SpeculationIntent
+
+ACTUATION_HISTORY = 10
+ACTION_EVENT_REASONS = {
+    Action.DISABLE: "SpeculationDisabled",
+    Action.ENABLE: "SpeculationEnabled",
+    Action.CHANGE_THRESHOLD: "BatchThresholdChanged",
+}
+# status.observed field -> (signal, scale): seconds become milliseconds for people.
+OBSERVED_FIELDS: dict[str, tuple[Signal, float]] = {
+    "acceptanceRate": (Signal.ACCEPTANCE_RATE, 1.0),
+    "meanAcceptanceLength": (Signal.MEAN_ACCEPTANCE_LENGTH, 1.0),
+    "p50TpotMs": (Signal.TPOT_P50, 1000.0),
+    "p99TpotMs": (Signal.TPOT_P99, 1000.0),
+    "p99TtftMs": (Signal.TTFT_P99, 1000.0),
+    "p99E2eMs": (Signal.E2E_P99, 1000.0),
+    "runningRequests": (Signal.RUNNING_REQUESTS, 1.0),
+    "waitingRequests": (Signal.WAITING_REQUESTS, 1.0),
+    "requestRate": (Signal.REQUEST_RATE, 1.0),
+    "kvCacheUsage": (Signal.KV_CACHE_USAGE, 1.0),
+}
+
+
+@dataclass(frozen=True)
+class AutotuneOutcome:
+    fields: dict[str, Any]
+    conditions: list[cond.ConditionUpdate]
+    events: list[Event]
+    actuated: bool = False
+    decision: dict[str, Any] = field(default_factory=dict)
+
+
+def format_time(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def is_due(
+    spec: v1alpha1.SpeculativeDeploymentSpec, status: Mapping[str, Any], annotations: Mapping[str, str], now: datetime
+) -> bool:
+    """Evaluate every `interval`, and at once when a new reevaluate token arrives."""
+    if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
+        return False
+    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
+    if token and token != status.get("lastHandledReevaluate"):
+        return True
+    last = (status.get("observed") or {}).get("evaluatedAt")
+    if not last:
+        return True
+    elapsed = (now - datetime.strptime(str(last), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)).total_seconds()
+    return elapsed >= parse_duration(spec.autotune.interval)
+
+
+def running_intent(status: Mapping[str, Any]) -> SpeculationIntent | None:
+    """What the pods were rendered with (status.effective, written by the reconcile from the rendered command)."""
+    effective = status.get("effective")
+    if not effective:
+        return None
+    schedule = effective.get("batchSchedule")
+    return SpeculationIntent(
+        enabled=bool(effective.get("speculation")),
+        num_speculative_tokens=effective.get("numSpeculativeTokens"),
+        disable_above_batch_size=effective.get("disableAboveBatchSize"),
+        batch_schedule=tuple((int(a), int(b), int(k)) for a, b, k in schedule) if schedule else None,
+    )
+
+
+def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | None) -> tuple[bool, datetime | None]:
+    """(rollout in progress, since when the current config runs everywhere), from the child and Progressing."""
+    effective_hash = (status.get("effective") or {}).get("configHash")
+    progressing = cond.find(status.get("conditions", []) or [], cond.PROGRESSING) or {}
+    in_progress = (
+        deployment is None or deployment.template_config_hash != effective_hash or progressing.get("status") != "False"
+    )
+    since = None
+    if progressing.get("reason") == "RolloutCompleted" and progressing.get("lastTransitionTime"):
+        since = datetime.strptime(str(progressing["lastTransitionTime"]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return in_progress, since
+
+
+def observed_fields(measurements: Mapping[str, Measurement], window: str, now: datetime) -> dict[str, Any]:
+    observed: dict[str, Any] = {"window": window, "evaluatedAt": format_time(now)}
+    for key, (signal, scale) in OBSERVED_FIELDS.items():
+        m = measurements.get(signal)
+        observed[key] = (
+            round(m.value * scale, 4)
+            if m is not None and m.klass == MeasurementClass.VALID and m.value is not None
+            else None
+        )
+    return observed
+
+
+def _conditions(state: PolicyState, previous: list[dict[str, Any]], halted: str | None) -> list[cond.ConditionUpdate]:
+    metrics_before = cond.find(previous, cond.METRICS_AVAILABLE) or {}
+    if state.metrics_available is False:
+        metrics = cond.ConditionUpdate(
+            cond.METRICS_AVAILABLE,
+            "False",
+            "MetricsUnavailable",
+            f"{state.consecutive_errors} consecutive evaluations with query errors; holding the current config",
+        )
+    elif state.metrics_available is True:
+        reason = "MetricsRestored" if metrics_before.get("status") == "False" else "MetricsAvailable"
+        metrics = cond.ConditionUpdate(cond.METRICS_AVAILABLE, "True", reason, "every query answered")
+    else:
+        metrics = cond.ConditionUpdate(cond.METRICS_AVAILABLE, "Unknown", "NotYetObserved", "")
+    throttled = (
+        cond.ConditionUpdate(cond.THROTTLED, "True", "ActuationThrottled", "actuation budget exhausted; holding")
+        if state.throttled
+        else cond.ConditionUpdate(cond.THROTTLED, "False", "WithinBudget", "")
+    )
+    if halted:
+        paused = cond.ConditionUpdate(cond.PAUSED, "True", "AutomationPaused", halted)
+    elif state.paused:
+        paused = cond.ConditionUpdate(
+            cond.PAUSED, "True", "AutomationPaused", f"annotation {v1alpha1.ANNOTATION_PAUSE}=true"
+        )
+    else:
+        paused = cond.ConditionUpdate(cond.PAUSED, "False", "NotPaused", "")
+    return [metrics, throttled, paused]
+
+
+def idle_conditions(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[cond.ConditionUpdate]:
+    """Conditions while autotune cannot run (mode Off, or no Prometheus configured)."""
+    why = "AutotuneOff" if spec.autotune.mode == v1alpha1.AutotuneMode.OFF else "NoPrometheus"
+    return [
+        cond.ConditionUpdate(
+            cond.METRICS_AVAILABLE,
+            "Unknown",
+            why,
+            "spec.autotune.mode is Off" if why == "AutotuneOff" else "spec.autotune.prometheus is not set",
+        ),
+        cond.ConditionUpdate(cond.THROTTLED, "False", why, ""),
+        cond.ConditionUpdate(cond.PAUSED, "False", why, ""),
+    ]
+
+
+def rollback_after_failed_rollout(
+    status: Mapping[str, Any], state: PolicyState, now: datetime
+) -> tuple[PolicyState, str | None, list[Event]]:
+    """An autotune config that missed the rollout deadline goes back to the last good one, and automation halts."""
+    degraded = cond.find(status.get("conditions", []) or [], cond.DEGRADED) or {}
+    source = (status.get("effective") or {}).get("source")
+    if degraded.get("status") != "True" or degraded.get("reason") != "RolloutFailed" or source != "autotune":
+        return state, None, []
+    if not state.actuations:
+        return state, None, []
+    last = state.actuations[-1]
+    previous = intent_from_dict(last.from_intent)
+    message = (
+        f"the {last.action.value} rollout of {format_time(last.at)} missed its deadline; reverted to the previous "
+        "config and halted automation (change the specpilot.dev/reevaluate annotation to resume)"
+    )
+    return replace(state, selected=previous), message, [Event("Warning", "RolloutFailed", message)]
+
+
+def run_autotune(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    *,
+    name: str,
+    namespace: str,
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    deployment: ObservedDeployment | None,
+    now: datetime,
+    client: QueryClient,
+) -> AutotuneOutcome:
+    """Measure, decide, and describe the result as status fields, condition updates and events."""
+    state = PolicyState.from_dict(status.get("autotune"))
+    halted = (status.get("autotuneHalt") or {}).get("reason")
+    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
+    if halted and token and token != (status.get("autotuneHalt") or {}).get("token"):
+        halted = None  # a human asked for a fresh evaluation: resume
+    state, rollback_message, events = rollback_after_failed_rollout(status, state, now)
+    if rollback_message:
+        halted = rollback_message
+    current = running_intent(status)
+    effective_hash = (status.get("effective") or {}).get("configHash")
+    if current is None or effective_hash is None:
+        return AutotuneOutcome({}, [], [])
+    in_progress, since = rollout_state(status, deployment)
+    scope = Scope(namespace=namespace, deployment=name, config_hash=effective_hash)
+    measurements = measure(spec, scope, client, now)
+    window = effective_window(spec.autotune)
+    inputs = PolicyInputs(
+        spec=spec,
+        current=current,
+        measurements=measurements,
+        window=window,
+        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        reevaluate_token=token,
+        last_handled_reevaluate=status.get("lastHandledReevaluate"),
+        rollout_in_progress=in_progress,
+        config_since=since,
+    )
+    decision, state = decide(inputs, state, now)
+    actuations = list(status.get("actuations") or [])
+    actuated = False
+    if decision.actuate and not halted:
+        state = record_actuation(state, decision, current, now, spec.autotune.budget)
+        actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
+        actuated = True
+        reason = ACTION_EVENT_REASONS.get(decision.action)
+        if reason:
+            events.append(Event("Warning" if decision.action == Action.DISABLE else "Normal", reason, decision.reason))
+    events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
+    fields: dict[str, Any] = {
+        "observed": observed_fields(measurements, window.promql(), now),
+        "recommendation": {
+            **decision.to_dict(),
+            "mode": spec.autotune.mode.value,
+            "at": format_time(now),
+            "measurements": {str(k): m.to_dict() for k, m in measurements.items()},
+        },
+        "autotune": state.to_dict(),
+        "actuations": actuations,
+        "autotuneHalt": {"reason": halted, "token": token} if halted else None,
+    }
+    if decision.handled_reevaluate is not None:
+        fields["lastHandledReevaluate"] = decision.handled_reevaluate
+    previous = list(status.get("conditions", []) or [])
+    return AutotuneOutcome(fields, _conditions(state, previous, halted), events, actuated, decision.to_dict())
