@@ -105,6 +105,9 @@ def _make_cluster(stdout: str) -> KubeCluster:
     env = dict(os.environ)
     env["KUBECONFIG"] = str(kubeconfig)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    # kubectl's discovery cache, keyed by host:port, would otherwise pile up in
+    # ~/.kube/cache with every fresh cluster's random port.
+    env["KUBECACHEDIR"] = str(kubeconfig.parent / "kube-cache")
     return KubeCluster(kubeconfig=kubeconfig, bin_dir=bin_dir, env=MappingProxyType(env))
 
 

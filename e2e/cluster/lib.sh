@@ -35,7 +35,7 @@ e2e_healthy() {
   [ -f "$E2E_WORKDIR/admin.kubeconfig" ] || return 1
   for n in "${E2E_COMPONENTS[@]}"; do e2e_pid "$n" >/dev/null || return 1; done
   bin=$(e2e_state_get BIN)
-  "$bin/kubectl" --kubeconfig="$E2E_WORKDIR/admin.kubeconfig" --request-timeout=5s \
+  "$bin/kubectl" --kubeconfig="$E2E_WORKDIR/admin.kubeconfig" --cache-dir="$E2E_WORKDIR/kube-cache" --request-timeout=5s \
     get --raw /readyz >/dev/null 2>&1
 }
 

@@ -53,7 +53,7 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl
   fi
 done
 BIN=$E2E_BIN
-KUBECTL=("$BIN/kubectl" --kubeconfig="$KC" --request-timeout=10s)
+KUBECTL=("$BIN/kubectl" --kubeconfig="$KC" --cache-dir="$W/kube-cache" --request-timeout=10s)
 
 on_error() {
   local rc=$? f
@@ -89,7 +89,7 @@ EOS
 # terminal does not reach it), stdio detached, PID recorded.
 start() {
   local n=$1; shift
-  setsid "$BIN/$n" "$@" >"$W/logs/$n.log" 2>&1 </dev/null &
+  setsid "$BIN/$n" "$@" >"$W/logs/$n.log" 2>&1 </dev/null 9>&- &
   echo $! >"$W/pids/$n"
 }
 # await NAME SECONDS CMD...: poll CMD until it succeeds; fail if NAME died or
@@ -116,6 +116,10 @@ start kube-apiserver --etcd-servers="http://127.0.0.1:$EP" \
   --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
   --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
   --client-ca-file="$P/ca.crt" \
+  --requestheader-client-ca-file="$P/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="$P/front-proxy-client.crt" --proxy-client-key-file="$P/front-proxy-client.key" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
   --authorization-mode=RBAC --allow-privileged=true \
@@ -149,6 +153,7 @@ start kube-controller-manager --kubeconfig="$KC" \
   --use-service-account-credentials=true \
   --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
   --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
+  --flex-volume-plugin-dir="$W/kcm/flexvolume" \
   --profiling=false --v=1
 
 cat >"$W/scheduler.yaml" <<EOC

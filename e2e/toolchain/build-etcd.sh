@@ -24,6 +24,17 @@ if ! grep -qE "go.etcd.io/etcd/server/v3 v$ETCD_VERSION\$" "$MOD/go.mod" 2>/dev/
     cd "$w"
     go mod init specpilot.invalid/e2e-etcd >/dev/null 2>&1
     go mod edit -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
+    # Same `go` (and `godebug`) lines as etcd's own server module, which is the
+    # main module of upstream builds: they set the binary's GODEBUG defaults.
+    smod=$(go mod download -json "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+    go mod edit -json "$smod" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print("-go=" + d["Go"])
+for g in d.get("GoDebug") or []:
+    print("-godebug=%s=%s" % (g["Key"], g["Value"]))
+' | xargs go mod edit
     cp "$MOD/tools.go" .
     go mod tidy
   )

@@ -60,13 +60,18 @@ fi
 # Stamp the version exactly as k/k's hack/lib/version.sh does, on both
 # component-base/version and client-go/pkg/version: unstamped builds report
 # v0.0.0-master+$Format:%H$, which breaks helm's kubeVersion checks.
-commit=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
-  python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash",""))')
+# The module proxy knows the release time (a reproducible buildDate) and, for
+# newer releases, the commit; an unknown commit is left empty rather than
+# k/k's placeholder "$Format:%H$".
+read -r build_date commit < <(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | python3 -c '
+import json, sys
+info = json.load(open(json.load(sys.stdin)["Info"]))
+print(info.get("Time") or "1970-01-01T00:00:00Z", (info.get("Origin") or {}).get("Hash") or "-")')
+[ "$commit" = - ] && commit=""
 V=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   V+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR"
-  V+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  [ -n "$commit" ] && V+=" -X $pkg.gitCommit=$commit"
+  V+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date -X $pkg.gitCommit=$commit"
 done
 
 tmp=$(mktemp -d "$E2E_BIN/.k8s.XXXXXX")
