@@ -188,4 +188,5 @@ await kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount d
 
 e2e_log "cluster: up in $(python3 -c "import time; print(round(time.time() - $t_start, 1))")s; KUBECONFIG=$KC"
 trap - ERR
+rm -rf "$W.failed-logs"
 export_line "$BIN"

@@ -13,12 +13,15 @@ E2E_RECIPE=${E2E_RECIPE:-r1}
 
 SPECPILOT_CACHE=${SPECPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specpilot}
 E2E_KEY="k8s${K8S_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}-helm${HELM_VERSION}-${E2E_RECIPE}"
-E2E_BIN=${E2E_BIN:-$SPECPILOT_CACHE/e2e-bin/$E2E_KEY}
+# Always derived from the pins (an inherited E2E_BIN from an older export line
+# must not keep stale binaries in use after a bump).
+E2E_BIN=$SPECPILOT_CACHE/e2e-bin/$E2E_KEY
 E2E_WORKDIR=${E2E_WORKDIR:-$SPECPILOT_CACHE/cluster}
 PROMETHEUS_DIR=$SPECPILOT_CACHE/prometheus-${PROMETHEUS_DEB_VERSION//+/_}
 
-export K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION PROMETHEUS_DEB_VERSION E2E_RECIPE
-export SPECPILOT_CACHE E2E_KEY E2E_BIN E2E_WORKDIR PROMETHEUS_DIR
+# Deliberately not exported: the daemons read their own env namespaces
+# (etcd treats every ETCD_* variable as a flag), and every script sources this
+# file anyway. Export one of the pins yourself to override it.
 
 # Go: the module proxy only; caches that survive across runs, deletable by CI.
 e2e_go_env() {

@@ -182,7 +182,7 @@ def test_server_side_apply_reports_conflicting_field_manager(kube_cluster: KubeC
     )
     assert conflict.returncode != 0
     assert "conflict" in conflict.stderr.lower()
-    assert 'manager "first"' in conflict.stderr
+    assert 'conflict with "first": .data.key' in conflict.stderr
 
     stored = kube_cluster.kubectl_json("-n", kube_namespace, "get", "configmap", "ssa", "--show-managed-fields")
     assert stored["data"] == {"key": "first"}
