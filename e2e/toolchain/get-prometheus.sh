@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fetch Prometheus and promtool from Debian's `prometheus` package and extract
+# them under $PROMETHEUS_DIR/bin. Nothing is installed: the package's
+# postinst would start a daemon listening on all interfaces.
+# The last line of output is the folder holding `prometheus` and `promtool`.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.sh
+. "$HERE/versions.sh"
+
+BIN=$PROMETHEUS_DIR/bin
+if [ -x "$BIN/prometheus" ] && [ -x "$BIN/promtool" ]; then
+  e2e_log "prometheus $PROMETHEUS_DEB_VERSION: already extracted"
+  echo "$BIN"; exit 0
+fi
+start=$(date +%s)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+chmod 755 "$tmp"   # apt's _apt sandbox user must be able to write here
+cd "$tmp"
+if ! apt-get download "prometheus=$PROMETHEUS_DEB_VERSION" >apt.log 2>&1; then
+  e2e_log "prometheus: not in the apt lists yet, running apt-get update"
+  apt-get update -qq >/dev/null 2>&1 || e2e_log "prometheus: apt-get update failed (not root?)"
+  apt-get download "prometheus=$PROMETHEUS_DEB_VERSION" >apt.log 2>&1 || {
+    cat apt.log >&2
+    echo "prometheus: Debian no longer serves $PROMETHEUS_DEB_VERSION;" \
+         "available: $(apt-cache madison prometheus | awk '{print $3}' | xargs)." \
+         "Bump PROMETHEUS_DEB_VERSION in e2e/toolchain/versions.sh." >&2
+    exit 1
+  }
+fi
+dpkg-deb -x prometheus_*.deb x
+mkdir -p "$BIN.tmp"
+install -m 0755 x/usr/bin/prometheus x/usr/bin/promtool "$BIN.tmp/"
+rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
+"$BIN/prometheus" --version 2>&1 | head -n 1 >&2
+e2e_log "prometheus: extracted in $(( $(date +%s) - start ))s"
+echo "$BIN"
