@@ -57,7 +57,7 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _structural(schema: dict[str, Any], defs: dict[str, Any], default_objects: bool) -> dict[str, Any]:
+def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Convert one pydantic JSON-schema node into a structural OpenAPI v3.0 node."""
     schema = _inline(schema, defs)
     if "anyOf" in schema:
@@ -67,7 +67,7 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], default_objects: b
         rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
         if schema.get("default") is not None:
             rest["default"] = schema["default"]
-        return _structural({**_inline(options[0], defs), **rest}, defs, default_objects)
+        return _structural({**_inline(options[0], defs), **rest}, defs)
 
     out: dict[str, Any] = {}
     for key in ("description", "type", "enum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "format"):
@@ -92,27 +92,39 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], default_objects: b
         props = schema.get("properties")
         extra = schema.get("additionalProperties")
         if props:
-            out["properties"] = {name: _structural(sub, defs, default_objects) for name, sub in props.items()}
+            out["properties"] = {name: _structural(sub, defs) for name, sub in props.items()}
             required = [r for r in schema.get("required", []) if r in props]
             if required:
                 out["required"] = required
-            if default_objects:
-                for name, sub in out["properties"].items():
-                    nested_defaults = sub.get("type") == "object" and "properties" in sub
-                    if nested_defaults and name not in required and "default" not in sub and _all_defaulted(sub):
-                        sub["default"] = {}
         elif isinstance(extra, dict) and extra:
-            out["additionalProperties"] = _structural(extra, defs, default_objects)
+            out["additionalProperties"] = _structural(extra, defs)
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True
     if out.get("type") == "array":
-        out["items"] = _structural(schema.get("items", {}), defs, default_objects)
+        out["items"] = _structural(schema.get("items", {}), defs)
     return out
 
 
-def _all_defaulted(schema: dict[str, Any]) -> bool:
-    """An object may default to {} only if none of its fields is required."""
-    return not schema.get("required")
+def _apply_model_defaults(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Give every object-valued field with a default_factory its *fully defaulted* value as the schema default.
+
+    pydantic leaves such defaults out of its schema. `default: {}` is not enough: the API server validates a default
+    against the object's CEL rules before nested defaults apply, so the rules would see missing keys.
+    """
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        sub = schema.get("properties", {}).get(alias)
+        if sub is None:
+            continue
+        annotation = info.annotation
+        nested = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        if nested is None:
+            continue
+        _apply_model_defaults(sub, nested)
+        if info.default_factory is not None and not info.is_required():
+            value = info.default_factory()  # type: ignore[call-arg]
+            if isinstance(value, BaseModel):
+                sub["default"] = value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def _attach_rules(spec_schema: dict[str, Any]) -> None:
@@ -123,9 +135,9 @@ def _attach_rules(spec_schema: dict[str, Any]) -> None:
         node.setdefault("x-kubernetes-validations", []).append({"rule": rule.cel, "message": rule.message})
 
 
-def _model_schema(model: type[BaseModel], *, default_objects: bool) -> dict[str, Any]:
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _structural(raw, raw.get("$defs", {}), default_objects)
+    return _structural(raw, raw.get("$defs", {}))
 
 
 def _strip_status_defaults(node: dict[str, Any]) -> None:
@@ -137,7 +149,7 @@ def _strip_status_defaults(node: dict[str, Any]) -> None:
 
 
 def status_schema() -> dict[str, Any]:
-    schema = _model_schema(v1alpha1.SpeculativeDeploymentStatus, default_objects=False)
+    schema = _model_schema(v1alpha1.SpeculativeDeploymentStatus)
     _strip_status_defaults(schema)
     schema["x-kubernetes-preserve-unknown-fields"] = True
     conditions = schema["properties"]["conditions"]
@@ -150,7 +162,8 @@ def status_schema() -> dict[str, Any]:
 
 
 def spec_schema() -> dict[str, Any]:
-    schema = _model_schema(v1alpha1.SpeculativeDeploymentSpec, default_objects=True)
+    schema = _model_schema(v1alpha1.SpeculativeDeploymentSpec)
+    _apply_model_defaults(schema, v1alpha1.SpeculativeDeploymentSpec)
     _attach_rules(schema)
     return schema
 
