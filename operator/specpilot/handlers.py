@@ -34,6 +34,7 @@ log = logging.getLogger("specpilot")
 _limiter = EventLimiter()
 _recent_applies: dict[str, tuple[str, float]] = {}
 _known_pod_monitors: dict[str, str | None] = {}
+_warned_missing: set[tuple[str, str]] = set()
 _kube: KubeAdapter | None = None
 
 
@@ -173,12 +174,16 @@ def run_reconcile(
         autotune_conditions=tuple(autotune.conditions) if autotune else (),
     )
     result = rec.reconcile(inputs)
+    missing_api_events: list[rec.Event] = []
     for child in result.apply:
         key = rec.child_key(child)
         try:
             kube().apply(child)
         except MissingApi as err:
-            log.warning("%s/%s: skipping %s: %s", namespace, name, key, err)
+            if (str(meta.uid), key) not in _warned_missing:
+                _warned_missing.add((str(meta.uid), key))
+                log.warning("%s/%s: skipping %s: %s", namespace, name, key, err)
+                missing_api_events.append(rec.Event("Warning", "MonitoringApiMissing", f"not creating {key}: {err}"))
             continue
         digest = child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
         _recent_applies[f"{namespace}/{key}"] = (digest, time.monotonic())
@@ -193,7 +198,7 @@ def run_reconcile(
     if result.status_patch is not None:
         for key, value in result.status_patch.items():
             patch.status[key] = value
-    post_events(body, [*(autotune.events if autotune else []), *result.events])
+    post_events(body, [*(autotune.events if autotune else []), *result.events, *missing_api_events])
     telemetry.RECONCILES.labels(trigger, "ok").inc()
     telemetry.RECONCILE_SECONDS.labels(trigger).observe(time.monotonic() - started)
     return result

@@ -25,6 +25,9 @@ def run_operator(
     logging.basicConfig(
         level=getattr(logging, log_level.upper()), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    if log_level != "debug":
+        # kopf logs every handler success at INFO: one line per object per tick drowns what matters.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     import specpilot.handlers  # noqa: F401  (registers the handlers)
 
     start_http_server(metrics_port, addr=bind_address)

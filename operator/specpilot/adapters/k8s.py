@@ -40,6 +40,8 @@ class KubeAdapter:
     api_client: client.ApiClient
     on_write: Callable[[str, str], None] = lambda kind, verb: None
     _dynamic: DynamicClient | None = field(default=None, init=False, repr=False)
+    # Kinds the cluster does not serve (no prometheus-operator CRDs, say): remembered so ticks do not rediscover them.
+    _missing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
 
     @property
     def dynamic(self) -> Any:
@@ -50,10 +52,14 @@ class KubeAdapter:
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply one object as specpilot, taking over conflicting fields we own."""
+        key = (str(obj["apiVersion"]), str(obj["kind"]))
+        if key in self._missing:
+            raise MissingApi(f"the cluster does not serve {key[0]} {key[1]}")
         try:
-            resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            resource = self.dynamic.resources.get(api_version=key[0], kind=key[1])
         except ResourceNotFoundError as err:
-            raise MissingApi(f"the cluster does not serve {obj['apiVersion']} {obj['kind']}") from err
+            self._missing.add(key)
+            raise MissingApi(f"the cluster does not serve {key[0]} {key[1]}") from err
         self.on_write(str(obj["kind"]), "apply")
         result = self.dynamic.server_side_apply(
             resource,
