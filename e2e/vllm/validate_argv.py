@@ -11,11 +11,11 @@ Input (stdin, or the file given as argument): a JSON list of cases::
       "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}]          # "env" is optional
 
 ``argv`` is vLLM's command line with or without a leading ``vllm serve`` (``python -m
-vllm.entrypoints.openai.api_server`` is accepted too). Each name in ``configs`` becomes a weightless folder holding only
-``config.json``; after parsing, every place the name appears as a model reference (``--model``/positional model,
-``--tokenizer``, ``--hf-config-path``, ``--spec-model``, the ``model``/``tokenizer`` keys of ``--speculative-config``) is
-pointed at that folder. ``--served-model-name`` is left alone. Names not in ``configs`` stay as they are (local paths
-work; hub IDs fail offline with ``LocalEntryNotFoundError``, since ``HF_HUB_OFFLINE=1``).
+vllm.entrypoints.openai.api_server`` is accepted too). Each name in ``configs`` becomes a weightless folder holding
+only ``config.json``; after parsing, every place the name appears as a model reference (``--model``/positional
+model, ``--tokenizer``, ``--hf-config-path``, ``--spec-model``, the ``model``/``tokenizer`` keys of
+``--speculative-config``) is pointed at that folder. ``--served-model-name`` is left alone. Names not in ``configs``
+stay as they are (local paths work; hub IDs fail offline with ``LocalEntryNotFoundError``, as ``HF_HUB_OFFLINE=1``).
 
 Output (stdout): one JSON object per case, in input order, one per line::
 
@@ -54,8 +54,9 @@ from e2e.vllm.make_models import cache_dir, write_config_folder  # noqa: E402  (
 
 # Before anything imports vllm: CPU platform (the CUDA wheel cannot infer a device without a GPU), no hub access,
 # no telemetry, and a persistent VLLM_CACHE_ROOT: vLLM inspects each architecture's model class once in a subprocess
-# (10-15 s per architecture) and caches the result under $VLLM_CACHE_ROOT/modelinfos.
-os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm" / "vllm-cache"))
+# (10-15 s per architecture) and caches the result under $VLLM_CACHE_ROOT/modelinfos, one file per class whatever
+# the version: one cache root per venv, or 0.32 and 0.33 keep overwriting each other's entries.
+os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm" / "vllm-cache" / Path(sys.prefix).name))
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

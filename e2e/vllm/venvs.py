@@ -70,9 +70,8 @@ def venv_python(name: str = SERVER, *, install: bool = True, timeout: float = 18
     proc = _run_install(args, timeout=timeout)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        raise VllmSetupError(
-            f"e2e/vllm/install.sh {' '.join(args)} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}{proc.stdout[-2000:]}"
-        )
+        output = proc.stderr[-4000:] + proc.stdout[-2000:]
+        raise VllmSetupError(f"e2e/vllm/install.sh {' '.join(args)} failed (rc={proc.returncode}):\n{output}")
     if proc.stderr.strip():
         print(proc.stderr.rstrip(), file=sys.stderr)
     return Path(lines[-1])
