@@ -276,6 +276,16 @@ CONFIGS[DEEPSEEK_V3] = {
 }
 
 
+# Smallest configs: vLLM needs `model_type` (transformers fills the other fields with its defaults); `architectures`
+# may be left out (vLLM derives it from model_type).
+MINIMAL_LLAMA = "minimal/llama"
+NO_ARCHITECTURES = "minimal/no-architectures"
+NO_MODEL_TYPE = "minimal/no-model-type"
+CONFIGS[MINIMAL_LLAMA] = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+CONFIGS[NO_ARCHITECTURES] = {"model_type": "llama"}
+CONFIGS[NO_MODEL_TYPE] = {"architectures": ["LlamaForCausalLM"]}
+
+
 def configs_for(*names: str) -> dict[str, Config]:
     return {n: CONFIGS[n] for n in names}
 
@@ -389,6 +399,16 @@ HANDWRITTEN: list[tuple[str, list[str], tuple[str, ...]]] = [
         serve("org/not-given", *_BASE),
         (),
     ),
+    (
+        "draft_without_config",
+        serve(LLAMA_3_1_8B, *_BASE, *spec(method="draft_model", model="org/draft-not-given", num_speculative_tokens=3)),
+        (LLAMA_3_1_8B,),
+    ),
+    (
+        "config_without_model_type",
+        serve(NO_MODEL_TYPE, "--max-model-len", "1024"),
+        (NO_MODEL_TYPE,),
+    ),
 ]
 
 # Config-only folders of other architectures that must validate (target, draft or None, extra flags).
@@ -436,6 +456,16 @@ ARCHITECTURES: list[tuple[str, list[str], tuple[str, ...]]] = [
         "mixtral_tp2_ngram",
         serve(MIXTRAL_8X7B, "-tp", "2", *_BASE, *spec(method="ngram", num_speculative_tokens=3)),
         (MIXTRAL_8X7B,),
+    ),
+    (
+        "minimal_llama_config",
+        serve(MINIMAL_LLAMA, "--max-model-len", "1024", *spec(method="ngram", num_speculative_tokens=3)),
+        (MINIMAL_LLAMA,),
+    ),
+    (
+        "config_without_architectures",
+        serve(NO_ARCHITECTURES, "--max-model-len", "1024"),
+        (NO_ARCHITECTURES,),
     ),
     (
         "qwen2_5_7b_draft_0_5b_vocab_mismatch",

@@ -191,7 +191,7 @@ def summarize(vc: Any, reverse: Mapping[str, str]) -> dict[str, Any]:
     spec = vc.speculative_config
     out: dict[str, Any] = {
         "model": name(_g(mc, "model")),
-        "served_model_name": _g(mc, "served_model_name"),
+        "served_model_name": name(_g(mc, "served_model_name")),
         "architectures": _g(_g(mc, "hf_config"), "architectures"),
         "max_model_len": _g(mc, "max_model_len"),
         "dtype": str(_g(mc, "dtype")).removeprefix("torch.") if _g(mc, "dtype") is not None else None,
@@ -251,6 +251,7 @@ def validate_case(case: Mapping[str, Any], workdir: Path, vllm_version: str) -> 
     collector = _WarningCollector()
     vllm_logger = logging.getLogger("vllm")
     vllm_logger.addHandler(collector)
+    mapping: dict[str, str] = {}
     try:
         with _case_env(env), tempfile.TemporaryDirectory(prefix="case-", dir=workdir) as tmp:
             try:
@@ -307,7 +308,16 @@ def validate_case(case: Mapping[str, Any], workdir: Path, vllm_version: str) -> 
             return res
     finally:
         vllm_logger.removeHandler(collector)
-        res["warnings"] = collector.messages
+        res["warnings"] = [_unmap(m, mapping) for m in collector.messages]
+        if res["error"] is not None:
+            res["error"] = _unmap(res["error"], mapping)
+
+
+def _unmap(text: str, mapping: Mapping[str, str]) -> str:
+    """Show the model names of the case instead of the temporary folders in messages."""
+    for name, folder in sorted(mapping.items(), key=lambda kv: -len(kv[1])):
+        text = text.replace(folder, name)
+    return text
 
 
 def _read_cases(src: TextIO) -> list[dict[str, Any]]:

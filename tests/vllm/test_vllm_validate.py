@@ -91,6 +91,8 @@ def test_validator_accepts_dynamic_speculation_schedule(results: Results) -> Non
         "qwen3_moe_tp2_ngram",
         "mistral_7b_ngram",
         "mixtral_tp2_ngram",
+        "minimal_llama_config",
+        "config_without_architectures",
     ],
 )
 def test_validator_accepts_config_only_folders(results: Results, case_id: str) -> None:
@@ -113,6 +115,13 @@ REJECTED: list[tuple[str, str, int | None, tuple[str, ...]]] = [
     ("max_model_len_too_long", "engine_config", None, ("greater than the derived max_model_len",)),
     ("qwen2_5_7b_draft_0_5b_vocab_mismatch", "engine_config", None, ("same vocabulary size",)),
     ("hub_id_without_config", "engine_args", None, ("LocalEntryNotFoundError",)),
+    (
+        "draft_without_config",
+        "engine_config",
+        None,
+        ("Invalid repository ID or local directory specified: 'org/draft-not-given'",),
+    ),
+    ("config_without_model_type", "engine_config", None, ("Should have a `model_type` key",)),
 ]
 
 
