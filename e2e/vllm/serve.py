@@ -572,16 +572,17 @@ def main(argv: list[str] | None = None) -> int:
         served_model_name=adapted.served_model_name,
         log_path=ns.log,
     )
-    stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+        # Ignore repeats so the cleanup below is not interrupted, and leave whatever we are waiting for at once.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise _Stop(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server.start()
     try:
+        server.start()
         startup = server.wait_ready(timeout=ns.startup_timeout)
         info = {
             "url": server.url,
@@ -593,16 +594,23 @@ def main(argv: list[str] | None = None) -> int:
             "argv": adapted.args,
         }
         print(json.dumps(info), flush=True)
-        while not stopping and server.proc is not None and server.proc.poll() is None:
+        while server.proc is not None and server.proc.poll() is None:
             time.sleep(0.5)
+        print(f"vllm serve exited by itself (log {server.log_path}):\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    except _Stop:
+        return 0
     except VllmServerError as exc:
         print(str(exc), file=sys.stderr)
         return 1
     finally:
-        rc = server.stop()
+        server.stop()
         if ns.log is None:
             server.cleanup()
-    return 0 if stopping else (rc or 1)
+
+
+class _Stop(Exception):
+    """SIGTERM/SIGINT reached the foreground launcher."""
 
 
 if __name__ == "__main__":

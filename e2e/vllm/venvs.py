@@ -26,6 +26,7 @@ SERVER = "server"
 VALIDATOR = "validator"
 """The real vllm 0.33.0 wheel on the CPU platform: parser + create_engine_config() only."""
 _NAMES = {SERVER: "cpu-0.32.0", VALIDATOR: "validate-0.33.0"}
+_OVERRIDE_ENV = {SERVER: "SPECPILOT_VLLM_SERVER_PYTHON", VALIDATOR: "SPECPILOT_VLLM_VALIDATOR_PYTHON"}
 
 
 class VllmSetupError(RuntimeError):
@@ -61,11 +62,15 @@ def _run_install(args: Sequence[str], *, timeout: float) -> subprocess.Completed
 def venv_python(name: str = SERVER, *, install: bool = True, timeout: float = 1800.0) -> Path:
     """The python of venv ``name`` ("server" or "validator"), installing it first if ``install``.
 
-    A cold install downloads ~3.2 GB once (shared by both venvs) and takes 3-4 minutes per venv; a warm call takes
+    ``$SPECPILOT_VLLM_SERVER_PYTHON`` / ``$SPECPILOT_VLLM_VALIDATOR_PYTHON`` (as printed by ``install.sh all``) take
+    precedence. A cold install downloads ~3.2 GB once (shared by both venvs) and takes 3-4 minutes per venv; a warm call takes
     well under a second. Raises VllmSetupError with the installer's output on failure.
     """
     if name not in _NAMES:
         raise ValueError(f"unknown vLLM venv {name!r}; expected one of {sorted(_NAMES)}")
+    override = os.environ.get(_OVERRIDE_ENV[name])
+    if override:  # the names install.sh prints in its `export` line
+        return Path(override)
     args = [name] if install else ["--path", name]
     proc = _run_install(args, timeout=timeout)
     lines = proc.stdout.strip().splitlines()
