@@ -63,8 +63,8 @@ def venv_python(name: str = SERVER, *, install: bool = True, timeout: float = 18
     """The python of venv ``name`` ("server" or "validator"), installing it first if ``install``.
 
     ``$SPECPILOT_VLLM_SERVER_PYTHON`` / ``$SPECPILOT_VLLM_VALIDATOR_PYTHON`` (as printed by ``install.sh all``) take
-    precedence. A cold install downloads ~3.2 GB once (shared by both venvs) and takes 3-4 minutes per venv; a warm call takes
-    well under a second. Raises VllmSetupError with the installer's output on failure.
+    precedence. A cold install downloads ~3.2 GB once (shared by both venvs) and takes 3-4 minutes per venv; a warm
+    call takes well under a second. Raises VllmSetupError with the installer's output on failure.
     """
     if name not in _NAMES:
         raise ValueError(f"unknown vLLM venv {name!r}; expected one of {sorted(_NAMES)}")
