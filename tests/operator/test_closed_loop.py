@@ -1,0 +1,207 @@
+"""The autotuner end to end, with every part real.
+
+The operator (chart RBAC) renders vLLM pods on kwok's fake GPU nodes; the pod runner starts a real vLLM CPU server from
+each pod's own command line; real Prometheus scrapes those servers; load goes to them. Then:
+- an identical draft (acceptance 1.0) in Recommend mode → Keep, acceptance in status.observed;
+- a small random draft (acceptance 0) in Auto mode → DisableSpeculation with the evidence in status, the Deployment
+  rolled exactly once and one SpeculationDisabled event;
+- Prometheus stopped → MetricsAvailable=False and no action.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster.fixture import KubeCluster
+from e2e.podrunner import PodRunner, file_sd_scrape_config
+from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
+from e2e.stack import BAD_DRAFT, GOOD_DRAFT, TARGET_MODEL, model_map, tiny_speculative_deployment
+from e2e.vllm.load import run_load
+from e2e.vllm.venvs import VllmVenv
+from tests.operator.conftest import StartOperator, wait_for
+from tests.operator.test_operator_cluster import apply, condition, events, get
+
+pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.prometheus]
+
+
+@pytest.fixture
+def stack(
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    start_operator: StartOperator,
+    prometheus_factory: StartPrometheus,
+    vllm_venv: VllmVenv,
+    tiny_models: dict[str, Path],
+    tmp_path: Path,
+) -> Iterator[tuple[PodRunner, PrometheusServer]]:
+    targets = tmp_path / "targets.json"
+    runner = PodRunner(
+        kube_cluster.kubeconfig,
+        kube_namespace,
+        python=vllm_venv.python,
+        model_map=model_map(tiny_models),
+        default_model=tiny_models["tiny-llama"],
+        default_draft=tiny_models["tiny-llama-draft-same"],
+        targets_file=targets,
+        log_dir=tmp_path / "pods",
+    )
+    prometheus = prometheus_factory([file_sd_scrape_config(targets)])
+    start_operator()
+    with runner:
+        yield runner, prometheus
+
+
+class Load:
+    """Greedy completions to every ready server of a deployment, in the background, bounded in time."""
+
+    def __init__(self, runner: PodRunner, deployment: str, seconds: float) -> None:
+        self.runner, self.deployment = runner, deployment
+        self.stop_at = time.monotonic() + seconds
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while time.monotonic() < self.stop_at:
+            urls = list(self.runner.endpoints(self.deployment).values())
+            if not urls:
+                time.sleep(1)
+                continue
+            for url in urls:
+                try:
+                    result = run_load(
+                        url, model=TARGET_MODEL, n=4, concurrency=2, temperature=0.0, max_tokens=48, time_limit_s=30
+                    )
+                    self.sent += result.ok
+                except Exception:  # a server going away mid-rollout is expected; keep loading the others
+                    time.sleep(0.5)
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop_at = 0
+        self.thread.join(timeout=60)
+
+
+def recommendation(obj: dict[str, Any] | None) -> dict[str, Any]:
+    return dict(((obj or {}).get("status") or {}).get("recommendation") or {})
+
+
+def test_autotune_keeps_good_draft_and_disables_bad_draft_once(
+    kube_cluster: KubeCluster, kube_namespace: str, stack: tuple[PodRunner, PrometheusServer]
+) -> None:
+    runner, prometheus = stack
+    apply(
+        kube_cluster,
+        kube_namespace,
+        tiny_speculative_deployment("good", draft=GOOD_DRAFT, mode="Recommend", prometheus_url=prometheus.url),
+    )
+    apply(
+        kube_cluster,
+        kube_namespace,
+        tiny_speculative_deployment("bad", draft=BAD_DRAFT, mode="Auto", prometheus_url=prometheus.url),
+    )
+    wait_for("both vLLM servers ready", lambda: len(runner.endpoints()) == 2 or runner.failures(), 300, 2)
+    assert not runner.failures(), runner.failures()
+    bad_before = get(kube_cluster, kube_namespace, "deployment", "bad")
+    assert bad_before is not None
+    with Load(runner, "good", 400), Load(runner, "bad", 400):
+        good = wait_for(
+            "the good draft's acceptance in status",
+            lambda: (
+                (o := get(kube_cluster, kube_namespace, "specdeploy", "good"))
+                and ((o.get("status") or {}).get("observed") or {}).get("acceptanceRate") is not None
+                and o
+            ),
+            240,
+            2,
+        )
+        bad = wait_for(
+            "the bad draft disabled",
+            lambda: (
+                (o := get(kube_cluster, kube_namespace, "specdeploy", "bad"))
+                and (o.get("status") or {}).get("actuations")
+                and o
+            ),
+            300,
+            2,
+        )
+    observed = good["status"]["observed"]
+    assert observed["acceptanceRate"] > 0.9, observed
+    assert recommendation(good)["action"] == "Keep", recommendation(good)
+    assert good["status"]["effective"]["speculation"] is True
+
+    actuation = bad["status"]["actuations"][-1]
+    assert actuation["action"] == "DisableSpeculation"
+    assert "acceptance" in actuation["reason"]
+    evidence = actuation["evidence"]
+    assert evidence, "the actuation records its evidence"
+    assert bad["status"]["effective"]["speculation"] is False
+    assert bad["status"]["effective"]["source"] == "autotune"
+    assert condition(bad, "SpeculationActive")["status"] == "False"
+
+    # one rollout: the Deployment's pod template changed once, and exactly one event says why
+    after = wait_for(
+        "rolled bad deployment",
+        lambda: (
+            (d := get(kube_cluster, kube_namespace, "deployment", "bad"))
+            and d["metadata"]["generation"] > bad_before["metadata"]["generation"]
+            and d
+        ),
+        60,
+    )
+    assert after["metadata"]["generation"] == bad_before["metadata"]["generation"] + 1
+    command = after["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--speculative-config" not in command
+    time.sleep(20)  # several more evaluations: nothing else may happen
+    final = get(kube_cluster, kube_namespace, "deployment", "bad")
+    assert final is not None
+    assert final["metadata"]["generation"] == after["metadata"]["generation"]
+    disabled = [e for e in events(kube_cluster, kube_namespace, "bad") if e["reason"] == "SpeculationDisabled"]
+    assert len(disabled) == 1, disabled
+    assert disabled[0]["type"] == "Warning"
+    assert "acceptance" in disabled[0]["message"]
+
+
+def test_prometheus_down_sets_metrics_unavailable_and_holds(
+    kube_cluster: KubeCluster, kube_namespace: str, stack: tuple[PodRunner, PrometheusServer]
+) -> None:
+    _runner, prometheus = stack
+    apply(
+        kube_cluster,
+        kube_namespace,
+        tiny_speculative_deployment("held", draft=BAD_DRAFT, mode="Auto", prometheus_url=prometheus.url),
+    )
+    wait_for(
+        "first evaluation", lambda: recommendation(get(kube_cluster, kube_namespace, "specdeploy", "held")), 120, 2
+    )
+    before = get(kube_cluster, kube_namespace, "deployment", "held")
+    assert before is not None
+    prometheus.stop()
+    held = wait_for(
+        "MetricsAvailable=False",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "held"))
+            and condition(o, "MetricsAvailable").get("status") == "False"
+            and o
+        ),
+        120,
+        2,
+    )
+    assert condition(held, "MetricsAvailable")["reason"] == "MetricsUnavailable"
+    assert not (held["status"].get("actuations"))
+    assert not ([])
+    assert held["status"]["effective"]["speculation"] is True
+    after = get(kube_cluster, kube_namespace, "deployment", "held")
+    assert after is not None
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert [e["type"] for e in events(kube_cluster, kube_namespace, "held") if e["reason"] == "MetricsUnavailable"] == [
+        "Warning"
+    ]
