@@ -29,6 +29,9 @@ case "${1:-}" in
   *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
+for c in openssl curl python3 flock setsid; do
+  command -v "$c" >/dev/null || { echo "up.sh: '$c' is required" >&2; exit 1; }
+done
 t_start=$(date +%s.%N)
 e2e_lock 900
 if e2e_healthy; then
