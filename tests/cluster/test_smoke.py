@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster.fixture import KubeCluster
 from kubernetes import client, config
+
+from e2e.cluster.fixture import KubeCluster
 
 pytestmark = pytest.mark.cluster
 
