@@ -35,7 +35,7 @@ for c in openssl curl python3 flock setsid; do
   command -v "$c" >/dev/null || { echo "up.sh: '$c' is required" >&2; exit 1; }
 done
 t_start=$(date +%s.%N)
-e2e_lock 900
+e2e_lock 5400   # another up.sh may be running a cold build
 if e2e_healthy; then
   if [ "$(e2e_state_get BIN)" = "$E2E_BIN" ]; then
     e2e_log "cluster: already up ($W)"
