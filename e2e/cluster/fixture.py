@@ -11,13 +11,20 @@ Environment:
 - ``SPECPILOT_SKIP_CLUSTER=1`` skips every ``cluster`` test with a reason. This is
   the only way to skip them: without it, failing to start the cluster is an error.
 - ``SPECPILOT_KEEP_CLUSTER=1`` leaves a cluster this session started running at
-  the end (one that was already up before the session is always left running).
+  the end.
+
+Teardown: a cluster started by hand (``up.sh``) is never stopped by the fixture.
+One started by a fixture is stopped by the last pytest session using it (each
+session registers its PID under ``<state>/sessions``), so a session that
+reused it is not cut off when the one that started it ends.
 - ``SPECPILOT_CLUSTER_UP_TIMEOUT`` bounds ``up.sh`` in seconds (default 5400,
   enough for a cold build of the toolchain on 2 cores).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -147,18 +154,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def _workdir() -> Path:
+    """Return the cluster's state folder (``up.sh --workdir``)."""
+    out = subprocess.run([str(UP), "--workdir"], capture_output=True, text=True, timeout=30, check=True).stdout
+    return Path(out.strip())
+
+
+@contextlib.contextmanager
+def _sessions_lock(workdir: Path) -> Iterator[None]:
+    """Serialise session registration and the stop-or-leave decision."""
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{workdir}.sessions.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[KubeCluster]:
     """Start the local cluster once per session (or reuse a running one)."""
     if os.environ.get(SKIP_ENV) == "1":
         pytest.skip(f"{SKIP_ENV}=1: cluster tests deliberately skipped")
-    existing = _cluster_already_up()
-    cluster = _make_cluster(existing if existing is not None else _start_cluster())
+    workdir = _workdir()
+    owned_marker = workdir / "fixture-owned"
+    session = workdir / "sessions" / str(os.getpid())
+    with _sessions_lock(workdir):
+        stdout = _cluster_already_up()
+        if stdout is None:
+            stdout = _start_cluster()
+            owned_marker.touch()
+        cluster = _make_cluster(stdout)
+        session.parent.mkdir(exist_ok=True)
+        session.touch()
     try:
         yield cluster
     finally:
-        if existing is None and os.environ.get(KEEP_ENV) != "1":
-            subprocess.run([str(DOWN)], timeout=120, check=False)
+        with _sessions_lock(workdir):
+            session.unlink(missing_ok=True)
+            if os.environ.get(KEEP_ENV) == "1":
+                owned_marker.unlink(missing_ok=True)  # from now on it counts as started by hand
+            elif owned_marker.exists() and not any(
+                _alive(int(p.name)) for p in session.parent.iterdir() if p.name.isdigit()
+            ):
+                subprocess.run([str(DOWN)], timeout=120, check=False)
 
 
 def _namespace_name(node_name: str) -> str:

@@ -7,6 +7,7 @@
 #
 # Usage: up.sh            start (or reuse) the cluster
 #        up.sh --check    exit 0 if it is up and healthy, 1 otherwise; start nothing
+#        up.sh --workdir  print the state folder
 # Progress goes to stderr; the last line on stdout is
 #   export KUBECONFIG=<path> PATH=<folder of the built binaries>:$PATH
 # so `eval "$(e2e/cluster/up.sh | tail -n 1)"` works.
@@ -25,12 +26,16 @@ case "${1:-}" in
   --check)
     if e2e_healthy; then export_line "$(e2e_state_get BIN)"; exit 0; fi
     exit 1 ;;
+  --workdir) echo "$W"; exit 0 ;;
   "") ;;
-  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--check|--workdir]" >&2; exit 2 ;;
 esac
 
+for c in openssl curl python3 flock setsid; do
+  command -v "$c" >/dev/null || { echo "up.sh: '$c' is required" >&2; exit 1; }
+done
 t_start=$(date +%s.%N)
-e2e_lock 900
+e2e_lock 5400   # another up.sh may be running a cold build
 if e2e_healthy; then
   if [ "$(e2e_state_get BIN)" = "$E2E_BIN" ]; then
     e2e_log "cluster: already up ($W)"

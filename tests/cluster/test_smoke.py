@@ -332,6 +332,22 @@ def test_rbac_denies_service_account_without_permissions(
         time.sleep(0.5)
 
 
+def test_token_controller_fills_service_account_token_secret(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+    kube_cluster.kubectl("-n", kube_namespace, "create", "serviceaccount", "robot")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "robot-token", "annotations": {"kubernetes.io/service-account.name": "robot"}},
+    }
+    apply(kube_cluster, kube_namespace, secret)
+    kube_cluster.kubectl(
+        "-n", kube_namespace, "wait", "secret/robot-token", "--for=jsonpath={.data.token}", "--timeout=60s"
+    )
+    data = kube_cluster.kubectl_json("-n", kube_namespace, "get", "secret", "robot-token")["data"]
+    assert {"token", "ca.crt", "namespace"} <= data.keys()
+
+
 def helm(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the built helm against the cluster."""
     return subprocess.run(
