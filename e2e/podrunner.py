@@ -149,6 +149,10 @@ class PodRunner:
         except VllmServerError as err:
             pod.failed = str(err)
             log.error("pod %s: vLLM failed: %s", pod.name, err)
+        except (AttributeError, RuntimeError):
+            if self.pods.get(pod.name) is pod:
+                raise
+            return  # the pod went away (and its server was stopped) while the server was still starting
         self.write_targets()
 
     # ------------------------------------------------------------------ what others read
