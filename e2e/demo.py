@@ -31,6 +31,7 @@ from e2e.stack import (
     ROOT,
     TARGET_MODEL,
     apply,
+    cluster_up,
     get_json,
     kubectl,
     model_map,
@@ -45,20 +46,6 @@ DEADLINE_S = 420
 
 def say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
-
-
-def cluster_up() -> tuple[Path, Path, bool]:
-    check = subprocess.run([str(ROOT / "e2e/cluster/up.sh"), "--check"], capture_output=True, text=True, check=False)
-    started = check.returncode != 0
-    out = (
-        check.stdout
-        if not started
-        else subprocess.run([str(ROOT / "e2e/cluster/up.sh")], stdout=subprocess.PIPE, text=True, check=True).stdout
-    )
-    last = out.strip().splitlines()[-1]  # export KUBECONFIG=<path> PATH=<bin>:$PATH
-    kubeconfig = Path(last.split("KUBECONFIG=")[1].split()[0])
-    bin_dir = Path(last.split("PATH=")[1].split(":")[0])
-    return kubeconfig, bin_dir, started
 
 
 def load_forever(runner: PodRunner, stop: threading.Event) -> None:

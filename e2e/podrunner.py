@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from e2e.vllm.serve import VllmServer, VllmServerError, adapt_serve_argv, free_port
+from e2e.vllm.serve import VllmServer, VllmServerError, adapt_serve_argv
+from e2e.waiting import free_port
 
 log = logging.getLogger("podrunner")
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=specpilot"
@@ -199,13 +199,3 @@ def file_sd_scrape_config(targets_file: Path, interval: str = "1s") -> dict[str,
         "scrape_timeout": interval,
         "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "1s"}],
     }
-
-
-def wait_until(what: str, probe: Any, timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -100,6 +100,18 @@ def tiny_speculative_deployment(
     }
 
 
+def cluster_up() -> tuple[Path, Path, bool]:
+    """Start the local control plane (or reuse a running one); return (kubeconfig, bin dir, started by us)."""
+    up = str(ROOT / "e2e" / "cluster" / "up.sh")
+    check = subprocess.run([up, "--check"], capture_output=True, text=True, check=False)
+    started = check.returncode != 0
+    out = subprocess.run([up], stdout=subprocess.PIPE, text=True, check=True).stdout if started else check.stdout
+    last = out.strip().splitlines()[-1]  # export KUBECONFIG=<path> PATH=<bin>:$PATH
+    kubeconfig = Path(last.split("KUBECONFIG=")[1].split()[0])
+    bin_dir = Path(last.split("PATH=")[1].split(":")[0])
+    return kubeconfig, bin_dir, started
+
+
 def kubectl(bin_dir: Path, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
     proc = subprocess.run(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), *args],

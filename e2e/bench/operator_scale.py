@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes import client, config, watch
 
 from e2e.operator_process import launch_operator
+from e2e.stack import cluster_up
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")
@@ -36,13 +37,6 @@ OUR_RESOURCES = {
     ("poddisruptionbudgets", ""),
 }
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-
-
-def cluster_up() -> tuple[Path, Path]:
-    out = subprocess.run([str(ROOT / "e2e" / "cluster" / "up.sh")], stdout=subprocess.PIPE, text=True, check=True)
-    match = re.match(r"^export KUBECONFIG=(\S+) PATH=(\S+):\$PATH$", out.stdout.strip().splitlines()[-1])
-    assert match, out.stdout
-    return Path(match[1]), Path(match[2])
 
 
 def apiserver_writes(kubectl: list[str]) -> float:
@@ -95,7 +89,7 @@ def main() -> None:
     parser.add_argument("--tick-seconds", type=float, default=10)
     args = parser.parse_args()
 
-    kubeconfig, bin_dir = cluster_up()
+    kubeconfig, bin_dir, _ = cluster_up()
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig)]
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")], check=True)
     namespace = f"bench-{secrets.token_hex(3)}"

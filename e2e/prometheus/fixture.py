@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -28,6 +27,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from e2e.waiting import free_port
 
 PROMETHEUS_DEB_VERSION = os.environ.get("PROMETHEUS_DEB_VERSION", "2.42.0+ds-5+deb12u1")
 READY_TIMEOUT_S = 30.0
@@ -101,13 +102,6 @@ def _fetch() -> Path:
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return target / "prometheus"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class PrometheusServer:

@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from typing import Any
 
 from e2e.vllm.load import SpecCounters, parse_spec_counters
 from e2e.vllm.make_models import DRAFT_SAME, TARGET, cache_dir
+from e2e.waiting import free_port
 
 KV_CACHE_BYTES = 64 * 1024 * 1024
 """64 MiB of KV cache: 32,768 tokens for the tiny target (16,384 with an identical draft). Without it the CPU worker
@@ -298,13 +298,6 @@ def _adapt_spec(
         spec["num_speculative_tokens"] = default_k
         notes.append(f"speculative_config.num_speculative_tokens={default_k} (it came from the draft's config)")
     return spec
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def server_env(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -98,15 +97,3 @@ def start_operator(
     for running in started:
         if running.process.returncode not in (0, -15, None):
             print(f"operator log ({running.log_path}):\n{running.log_tail()}")
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.3) -> Any:
-    """Poll until probe() returns something truthy; bounded, and says what it waited for."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")

@@ -24,7 +24,8 @@ from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from e2e.stack import BAD_DRAFT, GOOD_DRAFT, TARGET_MODEL, model_map, tiny_speculative_deployment
 from e2e.vllm.load import run_load
 from e2e.vllm.venvs import VllmVenv
-from tests.operator.conftest import StartOperator, wait_for
+from e2e.waiting import wait_for
+from tests.operator.conftest import StartOperator
 from tests.operator.test_operator_cluster import apply, condition, events, get
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.prometheus]

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from e2e.cluster.fixture import KubeCluster
-from tests.operator.conftest import StartOperator, wait_for
+from e2e.waiting import wait_for
+from tests.operator.conftest import StartOperator
 
 pytestmark = pytest.mark.cluster
 
