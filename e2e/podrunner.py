@@ -84,9 +84,10 @@ class PodRunner:
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self._lock:
-            for pod in list(self.pods.values()):
+            stopping = list(self.pods.values())
+            self.pods.clear()  # first, so a server still starting knows it was stopped on purpose
+            for pod in stopping:
                 pod.server.stop()
-            self.pods.clear()
         self.write_targets()
 
     def __enter__(self) -> PodRunner:

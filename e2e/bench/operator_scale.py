@@ -56,6 +56,27 @@ def apiserver_writes(kubectl: list[str]) -> float:
     return total
 
 
+def add_gpu_nodes(kubectl: list[str], count: int) -> None:
+    """The default cluster has 32 fake GPUs; a benchmark of N one-GPU replicas needs N/8 nodes of 8 to schedule."""
+    for i in range(count):
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"kwok-bench-gpu-{i}",
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": f"kwok-bench-gpu-{i}", "type": "kwok"},
+            },
+            "status": {
+                "allocatable": {"cpu": "192", "memory": "2Ti", "pods": "110", "nvidia.com/gpu": "8"},
+                "capacity": {"cpu": "192", "memory": "2Ti", "pods": "110", "nvidia.com/gpu": "8"},
+            },
+        }
+        subprocess.run(
+            [*kubectl, "apply", "-f", "-"], input=json.dumps(node), text=True, capture_output=True, check=True
+        )
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -92,6 +113,7 @@ def main() -> None:
     kubeconfig, bin_dir, _ = cluster_up()
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig)]
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")], check=True)
+    add_gpu_nodes(kubectl, (args.count + 7) // 8)
     namespace = f"bench-{secrets.token_hex(3)}"
     subprocess.run([*kubectl, "create", "namespace", namespace], check=True, capture_output=True)
     config.load_kube_config(str(kubeconfig))  # type: ignore[no-untyped-call]

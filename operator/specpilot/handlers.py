@@ -68,11 +68,12 @@ def owned_deployments(namespace: str | None, name: str, body: kopf.Body, **_: An
         (namespace, name): {
             "metadata": {"generation": body.metadata.get("generation"), "annotations": dict(body.metadata.annotations)},
             "spec": {
+                "replicas": body.spec.get("replicas"),
                 "template": {
                     "metadata": {
                         "annotations": dict(body.spec.get("template", {}).get("metadata", {}).get("annotations", {}))
                     }
-                }
+                },
             },
             "status": dict(body.get("status", {})),
         }

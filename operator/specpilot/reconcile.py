@@ -74,6 +74,7 @@ class ObservedDeployment:
     template_config_hash: str | None
     applied_hash: str | None
     progress_deadline_exceeded: bool
+    spec_replicas: int | None = None
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ObservedDeployment:
@@ -94,6 +95,7 @@ class ObservedDeployment:
             template_config_hash=(template_meta.get("annotations") or {}).get(manifests.ANNOTATION_CONFIG_HASH),
             applied_hash=(meta.get("annotations") or {}).get(ANNOTATION_APPLIED_HASH),
             progress_deadline_exceeded=deadline,
+            spec_replicas=obj.get("spec", {}).get("replicas"),
         )
 
 
@@ -175,6 +177,20 @@ def _with_applied_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
     annotated = json.loads(json.dumps(obj))
     annotated["metadata"].setdefault("annotations", {})[ANNOTATION_APPLIED_HASH] = digest
     return annotated, digest
+
+
+def _deployment_drifted(child: Mapping[str, Any], live: ObservedDeployment | None) -> bool:
+    """Fields we own changed behind our back (kubectl scale, a template edit) although our applied-hash stayed.
+
+    Compared field by field, not by metadata.generation: a Deployment's generation also moves when anyone edits its
+    annotations, and foreign metadata must never cause a write.
+    """
+    if child["kind"] != "Deployment" or live is None or live.applied_hash is None:
+        return False
+    spec = child["spec"]
+    wanted_hash = spec["template"]["metadata"]["annotations"].get(manifests.ANNOTATION_CONFIG_HASH)
+    replicas_moved = live.spec_replicas is not None and live.spec_replicas != spec["replicas"]
+    return bool(replicas_moved or live.template_config_hash != wanted_hash)
 
 
 def child_key(obj: Mapping[str, Any]) -> str:
@@ -308,7 +324,7 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
     apply = []
     for child in children:
         annotated, digest = _with_applied_hash(child)
-        if inputs.live_children.get(child_key(child)) != digest:
+        if inputs.live_children.get(child_key(child)) != digest or _deployment_drifted(child, inputs.deployment):
             apply.append(annotated)
     wanted = {child_key(c) for c in children}
     delete = sorted(k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN and k not in wanted)

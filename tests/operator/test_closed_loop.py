@@ -91,6 +91,14 @@ class Load:
         self.thread.join(timeout=60)
 
 
+def wait_for_or_explain(diagnose: Any, what: str, probe: Any, timeout: float, interval: float) -> Any:
+    """wait_for, but a timeout says what the loop saw (load sent, servers, the last decisions)."""
+    try:
+        return wait_for(what, probe, timeout, interval)
+    except TimeoutError as err:
+        raise TimeoutError(f"{err}\n{diagnose()}") from None
+
+
 def recommendation(obj: dict[str, Any] | None) -> dict[str, Any]:
     return dict(((obj or {}).get("status") or {}).get("recommendation") or {})
 
@@ -113,25 +121,35 @@ def test_autotune_keeps_good_draft_and_disables_bad_draft_once(
     assert not runner.failures(), runner.failures()
     bad_before = get(kube_cluster, kube_namespace, "deployment", "bad")
     assert bad_before is not None
-    with Load(runner, "good", 400), Load(runner, "bad", 400):
-        good = wait_for(
+    with Load(runner, "good", 800) as good_load, Load(runner, "bad", 800) as bad_load:
+
+        def diagnose() -> str:
+            decisions = {n: recommendation(get(kube_cluster, kube_namespace, "specdeploy", n)) for n in ("good", "bad")}
+            return (
+                f"load sent good={good_load.sent} bad={bad_load.sent}; servers {runner.endpoints()}; "
+                f"failures {runner.failures()}; decisions {decisions}"
+            )
+
+        good = wait_for_or_explain(
+            diagnose,
             "the good draft's acceptance in status",
             lambda: (
                 (o := get(kube_cluster, kube_namespace, "specdeploy", "good"))
                 and ((o.get("status") or {}).get("observed") or {}).get("acceptanceRate") is not None
                 and o
             ),
-            240,
+            420,
             2,
         )
-        bad = wait_for(
+        bad = wait_for_or_explain(
+            diagnose,
             "the bad draft disabled",
             lambda: (
                 (o := get(kube_cluster, kube_namespace, "specdeploy", "bad"))
                 and (o.get("status") or {}).get("actuations")
                 and o
             ),
-            300,
+            420,
             2,
         )
     observed = good["status"]["observed"]

@@ -271,3 +271,33 @@ def test_operator_restart_recreates_and_rolls_nothing(
         assert now["metadata"]["uid"] == obj["metadata"]["uid"], f"{kind} was recreated"
         assert now["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"], f"{kind} was written"
     assert second.writes() == 0
+
+
+def test_foreign_metadata_is_tolerated_and_owned_drift_is_repaired(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    operator = start_operator()
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
+    wait_for("settled", lambda: ready_and_settled(kube_cluster, kube_namespace, "llama"), 90)
+    # another tool labels and annotates our children: never removed, never fought over
+    for kind in ("deployment", "service"):
+        kube_cluster.kubectl("-n", kube_namespace, "label", kind, "llama", "team.example.com/owner=search")
+        kube_cluster.kubectl("-n", kube_namespace, "annotate", kind, "llama", "example.com/audit=ok")
+    writes = {k: v for k, v in operator.metrics().items() if k.startswith("specpilot_api_writes_total")}
+    time.sleep(6)
+    assert {k: v for k, v in operator.metrics().items() if k.startswith("specpilot_api_writes_total")} == writes
+    for kind in ("deployment", "service"):
+        obj = get(kube_cluster, kube_namespace, kind, "llama")
+        assert obj is not None
+        assert obj["metadata"]["labels"]["team.example.com/owner"] == "search"
+        assert obj["metadata"]["annotations"]["example.com/audit"] == "ok"
+    # a field we own is changed behind our back: the next tick puts it back, keeping the foreign label
+    kube_cluster.kubectl("-n", kube_namespace, "scale", "deployment", "llama", "--replicas=5")
+    wait_for(
+        "replicas restored to 2",
+        lambda: (d := get(kube_cluster, kube_namespace, "deployment", "llama")) and d["spec"]["replicas"] == 2,
+        30,
+    )
+    restored = get(kube_cluster, kube_namespace, "deployment", "llama")
+    assert restored is not None
+    assert restored["metadata"]["labels"]["team.example.com/owner"] == "search"

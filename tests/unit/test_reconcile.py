@@ -270,3 +270,23 @@ def test_reconcile_children_carry_owner_and_applied_hash() -> None:
     for child in result.apply:
         assert child["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
+
+
+@pytest.mark.parametrize(
+    ("drift", "reapplies"),
+    [
+        ({}, False),
+        ({"spec_replicas": 5}, True),  # kubectl scale behind our back
+        ({"template_config_hash": "edited"}, True),  # someone edited the pod template
+        ({"generation": 7}, False),  # generation alone (it moves on foreign annotations too) is no drift
+    ],
+)
+def test_reconcile_repairs_drift_of_owned_deployment_fields(drift: dict[str, Any], reapplies: bool) -> None:
+    steady, steady_inputs = converge(BASE_SPEC)
+    assert steady.status_patch is not None
+    assert steady_inputs.deployment is not None
+    live = replace(steady_inputs.deployment, **{"spec_replicas": 2, **drift})
+    result = rec.reconcile(
+        inputs(BASE_SPEC, status=steady.status_patch, live_children=steady_inputs.live_children, deployment=live)
+    )
+    assert ("Deployment" in [c["kind"] for c in result.apply]) == reapplies
