@@ -39,21 +39,28 @@ OUR_RESOURCES = {
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
-def apiserver_writes(kubectl: list[str]) -> float:
-    """Write requests kube-apiserver served for the resources the operator writes (whoever sent them)."""
+def apiserver_write_counts(kubectl: list[str]) -> dict[str, float]:
+    """Write requests kube-apiserver served for the resources the operator writes, by resource/subresource/verb."""
     text = subprocess.run([*kubectl, "get", "--raw", "/metrics"], capture_output=True, text=True, check=True).stdout
-    total = 0.0
+    counts: dict[str, float] = {}
     for line in text.splitlines():
         m = _SAMPLE.match(line)
         if not m:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
-        if (
-            labels.get("verb") in WRITE_VERBS
-            and (labels.get("resource"), labels.get("subresource", "")) in OUR_RESOURCES
-        ):
-            total += float(m["value"])
-    return total
+        resource, subresource = labels.get("resource"), labels.get("subresource", "")
+        if labels.get("verb") in WRITE_VERBS and (resource, subresource) in OUR_RESOURCES:
+            key = f"{resource}{'/' + subresource if subresource else ''} {labels['verb']}"
+            counts[key] = counts.get(key, 0.0) + float(m["value"])
+    return counts
+
+
+def apiserver_writes(kubectl: list[str]) -> float:
+    return sum(apiserver_write_counts(kubectl).values())
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
 def add_gpu_nodes(kubectl: list[str], count: int) -> None:
@@ -176,10 +183,11 @@ def main() -> None:
         reconciles = sum(v for k, v in operator.metrics().items() if k.startswith("specpilot_reconciles_total{"))
         rss_after_create = rss_mib(operator.process.pid)
 
-        idle_start = apiserver_writes(kubectl)
+        idle_start_counts = apiserver_write_counts(kubectl)
         idle_events_start = events_posted
         time.sleep(args.idle_seconds)
-        idle_writes = apiserver_writes(kubectl) - idle_start
+        idle_breakdown = delta(apiserver_write_counts(kubectl), idle_start_counts)
+        idle_writes = sum(idle_breakdown.values())
         idle_events = (
             sum(
                 v
@@ -191,6 +199,12 @@ def main() -> None:
         rss_after_idle = rss_mib(operator.process.pid)
     finally:
         stop.set()
+        # delete while the operator runs: kopf's timers hold a finalizer that only a running operator removes
+        subprocess.run(
+            [*kubectl, "-n", namespace, "delete", "speculativedeployments", "--all", "--timeout=300s"],
+            check=False,
+            capture_output=True,
+        )
         operator.stop()
         subprocess.run([*kubectl, "delete", "namespace", namespace, "--wait=false"], check=False, capture_output=True)
 
@@ -207,6 +221,7 @@ def main() -> None:
         "reconciles_run": reconciles,
         "idle_window_s": args.idle_seconds,
         "idle_api_writes": idle_writes + idle_events,
+        "idle_api_writes_by_resource": idle_breakdown,
         "writes_per_idle_cr_per_hour": round(per_hour, 3),
         "operator_rss_mib_after_create": round(rss_after_create, 1),
         "operator_rss_mib_after_idle": round(rss_after_idle, 1),

@@ -57,6 +57,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.peering.standalone = True
     settings.execution.default_backoff = 30
+    # Handlers are sync and mostly wait on the API server: more threads than cores keep a burst of creations moving.
+    settings.execution.max_workers = 20
     settings.watching.initial_streaming = True
     settings.scanning.disabled = True
 
@@ -197,8 +199,11 @@ def run_reconcile(
         if kind == "PodMonitor":
             _known_pod_monitors.pop(f"{namespace}/{name}", None)
     if result.status_patch is not None:
+        changed = sorted(k for k, v in result.status_patch.items() if status.get(k) != v)
+        log.debug("%s/%s: status changed (%s)", namespace, name, ", ".join(changed))
         for key, value in result.status_patch.items():
             patch.status[key] = value
+        telemetry.API_WRITES.labels("SpeculativeDeployment/status", "patch").inc()
     post_events(body, [*(autotune.events if autotune else []), *result.events, *missing_api_events])
     telemetry.RECONCILES.labels(trigger, "ok").inc()
     telemetry.RECONCILE_SECONDS.labels(trigger).observe(time.monotonic() - started)

@@ -255,6 +255,16 @@ def _events(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -
     return events
 
 
+def _without_nulls(value: Any) -> Any:
+    """Drop null members of nested objects: a merge patch deletes them, so the stored status never has them and a
+    comparison with nulls would see a change on every tick (and write every tick)."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _finish(
     inputs: ReconcileInputs,
     updates: list[cond.ConditionUpdate],
@@ -266,7 +276,11 @@ def _finish(
     before = list(inputs.status.get("conditions", []) or [])
     all_updates = [*inputs.autotune_conditions, *updates]
     merged = cond.merge_conditions(before, all_updates, generation=inputs.generation, now=inputs.now)
-    new_status = {"observedGeneration": inputs.generation, "conditions": merged, **inputs.autotune_fields, **fields}
+    new_status = {
+        "observedGeneration": inputs.generation,
+        "conditions": merged,
+        **{k: _without_nulls(v) for k, v in {**inputs.autotune_fields, **fields}.items()},
+    }
     unchanged = all(inputs.status.get(k) == v for k, v in new_status.items())
     return ReconcileResult(
         apply=apply,

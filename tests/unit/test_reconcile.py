@@ -290,3 +290,18 @@ def test_reconcile_repairs_drift_of_owned_deployment_fields(drift: dict[str, Any
         inputs(BASE_SPEC, status=steady.status_patch, live_children=steady_inputs.live_children, deployment=live)
     )
     assert ("Deployment" in [c["kind"] for c in result.apply]) == reapplies
+
+
+def test_reconcile_status_carries_no_nulls_so_an_unchanged_object_compares_equal() -> None:
+    """The API server drops nulls from merge patches; a status with nulls would look changed on every tick."""
+    steady, _ = converge(BASE_SPEC)
+    assert steady.status_patch is not None
+
+    def nulls(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(v is None or nulls(v) for v in value.values())
+        if isinstance(value, list):
+            return any(nulls(v) for v in value)
+        return False
+
+    assert not nulls({k: v for k, v in steady.status_patch.items() if k != "autotuneHalt"})
