@@ -116,8 +116,9 @@ def _first(index: kopf.Index[tuple[str, str], Any], key: tuple[str, str]) -> Any
 
 def _live_children(
     namespace: str, name: str, indexes: Indexes, wants_pod_monitor: bool, fresh_read: bool
-) -> tuple[dict[str, str | None], rec.ObservedDeployment | None]:
-    """Applied digest of every live child ("Kind/name" -> digest); absent keys are children that do not exist."""
+) -> tuple[dict[str, str | None], rec.ObservedDeployment | None, frozenset[str]]:
+    """Applied digest of every live child ("Kind/name" -> digest; absent: does not exist), the live Deployment, and
+    the children we applied so recently that the index may not show our write yet (our digest wins for those)."""
     live: dict[str, str | None] = {}
     deployment = _first(indexes["deployments"], (namespace, name))
     observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
@@ -136,12 +137,15 @@ def _live_children(
     if known is not None:
         live[monitor_key] = known
     now = time.monotonic()
+    recent: set[str] = set()
     for key, (digest, at) in list(_recent_applies.items()):
         if now - at > RECENT_APPLY_GRACE_SECONDS:
             del _recent_applies[key]
         elif key.startswith(f"{namespace}/") and key.endswith(f"/{name}"):
-            live.setdefault(key.split("/", 1)[1], digest)
-    return live, observed
+            child = key.split("/", 1)[1]
+            live[child] = digest
+            recent.add(child)
+    return live, observed, frozenset(recent)
 
 
 def _now() -> str:
@@ -160,7 +164,7 @@ def run_reconcile(
     namespace, name = str(meta.namespace), str(meta.name)
     started = time.monotonic()
     wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
-    live, observed = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
+    live, observed, recent = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
     status = dict(body.get("status", {}))
     inputs = rec.ReconcileInputs(
         name=name,
@@ -173,6 +177,7 @@ def run_reconcile(
         now=_now(),
         live_children=live,
         deployment=observed,
+        recently_applied=recent,
         autotune_fields=autotune.fields if autotune else {},
         autotune_conditions=tuple(autotune.conditions) if autotune else (),
     )

@@ -112,6 +112,8 @@ class ReconcileInputs:
     # Applied hash of each live child, keyed by "Kind/name"; a missing key means the child does not exist.
     live_children: Mapping[str, str | None] = field(default_factory=dict)
     deployment: ObservedDeployment | None = None
+    # Children written moments ago: the observed copy may predate our write, so it says nothing about drift.
+    recently_applied: frozenset[str] = frozenset()
     # What an autotune evaluation in the same tick concluded: merged into status before the intent is chosen.
     autotune_fields: Mapping[str, Any] = field(default_factory=dict)
     autotune_conditions: Sequence[cond.ConditionUpdate] = ()
@@ -338,7 +340,8 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
     apply = []
     for child in children:
         annotated, digest = _with_applied_hash(child)
-        if inputs.live_children.get(child_key(child)) != digest or _deployment_drifted(child, inputs.deployment):
+        drifted = child_key(child) not in inputs.recently_applied and _deployment_drifted(child, inputs.deployment)
+        if inputs.live_children.get(child_key(child)) != digest or drifted:
             apply.append(annotated)
     wanted = {child_key(c) for c in children}
     delete = sorted(k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN and k not in wanted)

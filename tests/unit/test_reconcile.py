@@ -305,3 +305,21 @@ def test_reconcile_status_carries_no_nulls_so_an_unchanged_object_compares_equal
         return False
 
     assert not nulls({k: v for k, v in steady.status_patch.items() if k != "autotuneHalt"})
+
+
+def test_reconcile_does_not_mistake_a_stale_copy_of_its_own_write_for_drift() -> None:
+    """Right after an apply the index may still show the old pod template: that is not drift, so no second write."""
+    steady, steady_inputs = converge(BASE_SPEC)
+    assert steady.status_patch is not None
+    assert steady_inputs.deployment is not None
+    stale = replace(steady_inputs.deployment, template_config_hash="previous-config")
+    result = rec.reconcile(
+        inputs(
+            BASE_SPEC,
+            status=steady.status_patch,
+            live_children=steady_inputs.live_children,
+            deployment=stale,
+            recently_applied=frozenset({"Deployment/llama"}),
+        )
+    )
+    assert "Deployment" not in [c["kind"] for c in result.apply]
