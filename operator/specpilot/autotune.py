@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from specpilot import baseline
 from specpilot import conditions as cond
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
@@ -63,7 +64,8 @@ class AutotuneOutcome:
 
 
 def format_time(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Whole seconds, like condition timestamps (baseline.format_time keeps sub-seconds for policy state)."""
+    return baseline.format_time(at.replace(microsecond=0))
 
 
 def is_due(
@@ -78,7 +80,7 @@ def is_due(
     last = (status.get("observed") or {}).get("evaluatedAt")
     if not last:
         return True
-    elapsed = (now - datetime.strptime(str(last), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)).total_seconds()
+    elapsed = (now - baseline.parse_time(str(last))).total_seconds()
     return elapsed >= parse_duration(spec.autotune.interval)
 
 
@@ -105,7 +107,7 @@ def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | No
     )
     since = None
     if progressing.get("reason") == "RolloutCompleted" and progressing.get("lastTransitionTime"):
-        since = datetime.strptime(str(progressing["lastTransitionTime"]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        since = baseline.parse_time(str(progressing["lastTransitionTime"]))
     return in_progress, since
 
 

@@ -28,6 +28,7 @@ from specpilot.api.v1alpha1 import (
     SpeculativeDeploymentSpec,
     parse_resource,
 )
+from specpilot.baseline import format_time
 from specpilot.measurements import Measurement, RawResult, classify, collect_warnings, unavailable
 from specpilot.policy import PolicyInputs, PolicyState, desired_intent, evaluate_alone, intent_to_dict
 from specpilot.promql import Scope, Signal, Window, build_queries, resolve_window
@@ -116,7 +117,7 @@ def evaluate_once(
     return {
         "scope": scope.to_dict(),
         "window": {"value": window.promql(), "requested": spec.autotune.window, "note": window.note},
-        "evaluatedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "evaluatedAt": format_time(now.replace(microsecond=0)),
         "current": intent_to_dict(running),
         "measurements": {str(name): m.to_dict() for name, m in measurements.items()},
         "warnings": collect_warnings(measurements),

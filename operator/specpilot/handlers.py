@@ -21,7 +21,7 @@ from specpilot import telemetry
 from specpilot.adapters.k8s import KubeAdapter, MissingApi, load_credentials
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection, connection_from_spec
 from specpilot.api import v1alpha1
-from specpilot.autotune import AutotuneOutcome, idle_conditions, is_due, run_autotune
+from specpilot.autotune import AutotuneOutcome, format_time, idle_conditions, is_due, run_autotune
 from specpilot.events import EventLimiter
 
 GROUP, VERSION, PLURAL = v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL
@@ -149,7 +149,7 @@ def _live_children(
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC))
 
 
 def run_reconcile(
