@@ -39,18 +39,18 @@ ACTION_EVENT_REASONS = {
     Action.ENABLE: "SpeculationEnabled",
     Action.CHANGE_THRESHOLD: "BatchThresholdChanged",
 }
-# status.observed field -> (signal, scale): seconds become milliseconds for people.
+# ObservedStatus field -> (signal, scale): seconds become milliseconds for people.
 OBSERVED_FIELDS: dict[str, tuple[Signal, float]] = {
-    "acceptanceRate": (Signal.ACCEPTANCE_RATE, 1.0),
-    "meanAcceptanceLength": (Signal.MEAN_ACCEPTANCE_LENGTH, 1.0),
-    "p50TpotMs": (Signal.TPOT_P50, 1000.0),
-    "p99TpotMs": (Signal.TPOT_P99, 1000.0),
-    "p99TtftMs": (Signal.TTFT_P99, 1000.0),
-    "p99E2eMs": (Signal.E2E_P99, 1000.0),
-    "runningRequests": (Signal.RUNNING_REQUESTS, 1.0),
-    "waitingRequests": (Signal.WAITING_REQUESTS, 1.0),
-    "requestRate": (Signal.REQUEST_RATE, 1.0),
-    "kvCacheUsage": (Signal.KV_CACHE_USAGE, 1.0),
+    "acceptance_rate": (Signal.ACCEPTANCE_RATE, 1.0),
+    "mean_acceptance_length": (Signal.MEAN_ACCEPTANCE_LENGTH, 1.0),
+    "p50_tpot_ms": (Signal.TPOT_P50, 1000.0),
+    "p99_tpot_ms": (Signal.TPOT_P99, 1000.0),
+    "p99_ttft_ms": (Signal.TTFT_P99, 1000.0),
+    "p99_e2e_ms": (Signal.E2E_P99, 1000.0),
+    "running_requests": (Signal.RUNNING_REQUESTS, 1.0),
+    "waiting_requests": (Signal.WAITING_REQUESTS, 1.0),
+    "request_rate": (Signal.REQUEST_RATE, 1.0),
+    "kv_cache_usage": (Signal.KV_CACHE_USAGE, 1.0),
 }
 
 
@@ -112,15 +112,16 @@ def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | No
 
 
 def observed_fields(measurements: Mapping[str, Measurement], window: str, now: datetime) -> dict[str, Any]:
-    observed: dict[str, Any] = {"window": window, "evaluatedAt": format_time(now)}
-    for key, (signal, scale) in OBSERVED_FIELDS.items():
+    """status.observed through its model, so every key is one the CRD keeps (the API server prunes the rest).
+
+    Signals without a valid value are written as null: in a merge patch that removes the previous window's number.
+    """
+    values: dict[str, Any] = {"window": window, "evaluated_at": format_time(now)}
+    for name, (signal, scale) in OBSERVED_FIELDS.items():
         m = measurements.get(signal)
-        observed[key] = (
-            round(m.value * scale, 4)
-            if m is not None and m.klass == MeasurementClass.VALID and m.value is not None
-            else None
-        )
-    return observed
+        valid = m is not None and m.klass == MeasurementClass.VALID and m.value is not None
+        values[name] = round(m.value * scale, 4) if valid and m is not None and m.value is not None else None
+    return v1alpha1.ObservedStatus.model_validate(values).model_dump(by_alias=True)
 
 
 def _conditions(state: PolicyState, previous: list[dict[str, Any]], halted: str | None) -> list[cond.ConditionUpdate]:

@@ -508,7 +508,7 @@ class ObservedStatus(_Model):
     p50_tpot_ms: float | None = None
     p99_tpot_ms: float | None = None
     p99_ttft_ms: float | None = None
-    p99_e2e_ms: float | None = None
+    p99_e2e_ms: float | None = Field(None, alias="p99E2eMs")  # to_camel would say p99E2EMs
     running_requests: float | None = None
     waiting_requests: float | None = None
     request_rate: float | None = None

@@ -1,0 +1,57 @@
+"""What autotune writes into status must survive the API server's structural pruning (the generated CRD)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from specpilot.api.crd import build_crd
+from specpilot.autotune import OBSERVED_FIELDS, observed_fields
+from specpilot.measurements import Measurement, MeasurementClass
+
+NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
+
+
+def observed_schema_keys() -> set[str]:
+    version = build_crd()["spec"]["versions"][0]
+    observed = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["observed"]
+    return set(observed["properties"])
+
+
+def valid(name: str, value: float) -> Measurement:
+    return Measurement(name=name, query="q", klass=MeasurementClass.VALID, value=value, samples=100.0, detail="")
+
+
+def test_every_observed_key_is_in_the_crd_schema() -> None:
+    measurements = {str(signal): valid(str(signal), 0.25) for signal, _ in OBSERVED_FIELDS.values()}
+    written = observed_fields(measurements, "20s", NOW)
+    assert set(written) == observed_schema_keys()
+    assert all(value is not None for value in written.values()), written
+
+
+@pytest.mark.parametrize(
+    ("key", "klass", "value", "expected"),
+    [
+        ("p99E2eMs", MeasurementClass.VALID, 0.2975, 297.5),
+        ("p99TtftMs", MeasurementClass.VALID, 0.05, 50.0),
+        ("acceptanceRate", MeasurementClass.VALID, 0.123456, 0.1235),
+        ("acceptanceRate", MeasurementClass.NO_DATA, 0.9, None),
+        ("p99TpotMs", MeasurementClass.NO_DATA, None, None),
+    ],
+)
+def test_observed_values_are_scaled_and_only_valid_ones_kept(
+    key: str, klass: MeasurementClass, value: float | None, expected: float | None
+) -> None:
+    by_key = {
+        "p99E2eMs": "p99_e2e_ms",
+        "p99TtftMs": "p99_ttft_ms",
+        "acceptanceRate": "acceptance_rate",
+        "p99TpotMs": "p99_tpot_ms",
+    }
+    signal, _ = OBSERVED_FIELDS[by_key[key]]
+    measurement = Measurement(name=str(signal), query="q", klass=klass, value=value, samples=3.0, detail="")
+    written = observed_fields({str(signal): measurement}, "20s", NOW)
+    assert written[key] == expected
+    assert written["window"] == "20s"
+    assert written["evaluatedAt"] == "2026-11-26T12:00:00Z"
