@@ -279,6 +279,20 @@ def _autotune_if_due(body: kopf.Body, indexes: Indexes) -> AutotuneOutcome | Non
             client=client,
         )
     action = str(outcome.decision.get("action", "Keep"))
+    decision = outcome.decision
+    if not decision:
+        log.info("%s/%s: autotune waits: no rendered config in status.effective yet", namespace, name)
+    else:
+        log.info(
+            "%s/%s: autotune %s (proposal %s%s%s): %s",
+            namespace,
+            name,
+            action,
+            decision.get("proposal", action),
+            ", actuated" if outcome.actuated else "",
+            f", gate: {decision['gate']}" if decision.get("gate") else "",
+            decision.get("reason", ""),
+        )
     telemetry.DECISIONS.labels(action, spec.autotune.mode.value).inc()
     if outcome.actuated:
         telemetry.ACTUATIONS.labels(action, "applied").inc()

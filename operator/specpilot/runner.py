@@ -28,6 +28,8 @@ def run_operator(
     if log_level != "debug":
         # kopf logs every handler success at INFO: one line per object per tick drowns what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        # httpx logs every Prometheus query at INFO (about 20 per evaluation); the decision line says what they gave.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     import specpilot.handlers  # noqa: F401  (registers the handlers)
 
     start_http_server(metrics_port, addr=bind_address)

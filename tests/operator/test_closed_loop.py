@@ -92,11 +92,28 @@ class Load:
 
 
 def wait_for_or_explain(diagnose: Any, what: str, probe: Any, timeout: float, interval: float) -> Any:
-    """wait_for, but a timeout says what the loop saw (load sent, servers, the last decisions)."""
+    """wait_for, but a timeout says what the loop saw (load sent, servers, the decisions) on the error's first line.
+
+    CI keeps only the head and tail of a failure, so the explanation must not come after a line break.
+    """
     try:
         return wait_for(what, probe, timeout, interval)
     except TimeoutError as err:
-        raise TimeoutError(f"{err}\n{diagnose()}") from None
+        raise TimeoutError(f"{diagnose()} <- {str(err).splitlines()[0][:200]}") from None
+
+
+def decision_line(obj: dict[str, Any] | None) -> str:
+    """One deployment's last decision in a line: proposal, gate, reason, rollout condition, actuations."""
+    status = (obj or {}).get("status") or {}
+    rec = status.get("recommendation") or {}
+    progressing: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), {}
+    )
+    return (
+        f"[{rec.get('at')} {rec.get('proposal')}->{rec.get('action')} gate={rec.get('gate')!r} "
+        f"reason={str(rec.get('reason'))[:160]!r} Progressing={progressing.get('status')}/{progressing.get('reason')} "
+        f"actuations={len(status.get('actuations') or [])}]"
+    )
 
 
 def recommendation(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -124,9 +141,9 @@ def test_autotune_keeps_good_draft_and_disables_bad_draft_once(
     with Load(runner, "good", 800) as good_load, Load(runner, "bad", 800) as bad_load:
 
         def diagnose() -> str:
-            decisions = {n: recommendation(get(kube_cluster, kube_namespace, "specdeploy", n)) for n in ("good", "bad")}
+            decisions = {n: decision_line(get(kube_cluster, kube_namespace, "specdeploy", n)) for n in ("good", "bad")}
             return (
-                f"load sent good={good_load.sent} bad={bad_load.sent}; servers {runner.endpoints()}; "
+                f"load sent good={good_load.sent} bad={bad_load.sent}; servers {sorted(runner.endpoints())}; "
                 f"failures {runner.failures()}; decisions {decisions}"
             )
 
