@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +38,12 @@ _recent_applies: dict[str, tuple[str, float]] = {}
 _known_pod_monitors: dict[str, str | None] = {}
 _warned_missing: set[tuple[str, str]] = set()
 _kube: KubeAdapter | None = None
+# Per object: the status our last patch produced, with its resourceVersion (see reconcile.current_status).
+_written_status: dict[str, tuple[str, dict[str, Any]]] = {}
+# Per object: one reconcile at a time. The timer and the create/update handlers run in different tasks; without this
+# both could decide from the same status and the later write would drop the earlier one's decision.
+_object_locks: dict[str, threading.Lock] = {}
+_object_locks_guard = threading.Lock()
 
 
 def kube() -> KubeAdapter:
@@ -152,10 +160,30 @@ def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
+@contextmanager
+def _one_at_a_time(body: kopf.Body) -> Iterator[None]:
+    uid = str(body.metadata.uid)
+    with _object_locks_guard:
+        lock = _object_locks.setdefault(uid, threading.Lock())
+    with lock:
+        yield
+
+
+def _status_of(body: kopf.Body) -> dict[str, Any]:
+    """The body's status, or our own last write when kopf's copy of the object predates it."""
+    uid = str(body.metadata.uid)
+    status, ahead = rec.current_status(
+        str(body.metadata.get("resourceVersion", "")), dict(body.get("status", {})), _written_status.get(uid)
+    )
+    if not ahead:
+        _written_status.pop(uid, None)
+    return status
+
+
 def run_reconcile(
     trigger: str,
     body: kopf.Body,
-    patch: kopf.Patch,
+    status: dict[str, Any],
     indexes: Indexes,
     autotune: AutotuneOutcome | None = None,
 ) -> rec.ReconcileResult:
@@ -165,7 +193,6 @@ def run_reconcile(
     started = time.monotonic()
     wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
     live, observed, recent = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
-    status = dict(body.get("status", {}))
     inputs = rec.ReconcileInputs(
         name=name,
         namespace=namespace,
@@ -204,11 +231,11 @@ def run_reconcile(
         if kind == "PodMonitor":
             _known_pod_monitors.pop(f"{namespace}/{name}", None)
     if result.status_patch is not None:
-        changed = sorted(k for k, v in result.status_patch.items() if status.get(k) != v)
-        log.debug("%s/%s: status changed (%s)", namespace, name, ", ".join(changed))
-        for key, value in result.status_patch.items():
-            patch.status[key] = value
-        telemetry.API_WRITES.labels("SpeculativeDeployment/status", "patch").inc()
+        merge_patch = rec.status_merge_patch(status, result.status_patch)
+        log.debug("%s/%s: status changed (%s)", namespace, name, ", ".join(sorted(merge_patch)))
+        written = kube().patch_status(f"{GROUP}/{VERSION}", v1alpha1.KIND, namespace, name, merge_patch)
+        if written is not None:
+            _written_status[str(meta.uid)] = written
     post_events(body, [*(autotune.events if autotune else []), *result.events, *missing_api_events])
     telemetry.RECONCILES.labels(trigger, "ok").inc()
     telemetry.RECONCILE_SECONDS.labels(trigger).observe(time.monotonic() - started)
@@ -233,7 +260,7 @@ def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile_speculativedeployment(body: kopf.Body, patch: kopf.Patch, reason: str, **kwargs: Any) -> None:
+def reconcile_speculativedeployment(body: kopf.Body, reason: str, **kwargs: Any) -> None:
     idle = None
     try:
         spec = v1alpha1.parse_spec(dict(body.spec))
@@ -241,22 +268,24 @@ def reconcile_speculativedeployment(body: kopf.Body, patch: kopf.Patch, reason: 
             idle = AutotuneOutcome({}, idle_conditions(spec), [])
     except v1alpha1.InvalidSpec:
         pass
-    run_reconcile(str(reason), body, patch, _indexes(kwargs), autotune=idle)
+    with _one_at_a_time(body):
+        run_reconcile(str(reason), body, _status_of(body), _indexes(kwargs), autotune=idle)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
-def refresh_speculativedeployment(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+def refresh_speculativedeployment(body: kopf.Body, **kwargs: Any) -> None:
     """Follow rollouts, repair drift of children, and run the autotuner when it is due."""
     indexes = _indexes(kwargs)
-    run_reconcile("timer", body, patch, indexes, autotune=_autotune_if_due(body, indexes))
+    with _one_at_a_time(body):
+        status = _status_of(body)
+        run_reconcile("timer", body, status, indexes, autotune=_autotune_if_due(body, status, indexes))
 
 
-def _autotune_if_due(body: kopf.Body, indexes: Indexes) -> AutotuneOutcome | None:
+def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexes) -> AutotuneOutcome | None:
     try:
         spec = v1alpha1.parse_spec(dict(body.spec))
     except v1alpha1.InvalidSpec:
         return None
-    status = dict(body.get("status", {}))
     annotations = dict(body.metadata.annotations)
     if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
         return AutotuneOutcome({}, idle_conditions(spec), [])
@@ -342,7 +371,11 @@ def _prometheus_connection(
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget_speculativedeployment(body: kopf.Body, **_: Any) -> None:
     """Children go by garbage collection (owner references); only in-memory bookkeeping is dropped here."""
-    _limiter.forget(str(body.metadata.uid))
+    uid = str(body.metadata.uid)
+    _limiter.forget(uid)
+    _written_status.pop(uid, None)
+    with _object_locks_guard:
+        _object_locks.pop(uid, None)
     prefix = f"{body.metadata.namespace}/"
     for key in [k for k in _recent_applies if k.startswith(prefix) and k.endswith(f"/{body.metadata.name}")]:
         del _recent_applies[key]

@@ -267,6 +267,61 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+def status_merge_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns the stored status into `after` for the keys `after` names.
+
+    Top-level keys `after` leaves out are not ours this time (autotune fields on a tick without an evaluation) and
+    stay as they are; inside a key the stored object becomes exactly the new one, so members that went away (a
+    cleared streak, a signal with no valid value this window) are sent as null. Without that, a merge patch keeps
+    the old member and the stored status says something the operator no longer believes.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in after.items():
+        if key not in before:
+            patch[key] = value
+        elif before[key] != value:
+            patch[key] = _member_patch(before[key], value)
+    return patch
+
+
+def _member_patch(old: Any, new: Any) -> Any:
+    if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return new  # scalars and lists are replaced whole by a merge patch
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        if k not in old:
+            patch[k] = v
+        elif old[k] != v:
+            patch[k] = _member_patch(old[k], v)
+    return patch
+
+
+def resource_version_is_older(version: str, than: str) -> bool:
+    """Whether `version` comes before `than`, as far as one can tell.
+
+    kube-apiserver over etcd hands out resourceVersions from one increasing revision, so integers compare. Any other
+    form is opaque: we cannot tell, and say no (the body is trusted, as kopf would).
+    """
+    if version.isdigit() and than.isdigit():
+        return int(version) < int(than)
+    return False
+
+
+def current_status(
+    body_version: str, body_status: Mapping[str, Any], written: tuple[str, Mapping[str, Any]] | None
+) -> tuple[dict[str, Any], bool]:
+    """The status to decide from, and whether our remembered write is still ahead of what the watch delivered.
+
+    kopf hands a timer the body from its watch stream, which can predate the status patch we sent a moment ago.
+    Deciding from that older status would undo our own last decision: render the previous config again (a second
+    rollout) and overwrite status.actuations with the list from before it. So while the body is older than our last
+    write, the status we wrote (as the API server returned it) stands in for the body's.
+    """
+    if written is not None and resource_version_is_older(body_version, written[0]):
+        return dict(written[1]), True
+    return dict(body_status), False
+
+
 def _finish(
     inputs: ReconcileInputs,
     updates: list[cond.ConditionUpdate],

@@ -323,3 +323,93 @@ def test_reconcile_does_not_mistake_a_stale_copy_of_its_own_write_for_drift() ->
         )
     )
     assert "Deployment" not in [c["kind"] for c in result.apply]
+
+
+# ---------------------------------------------------------------- status writes: merge patch and read-your-writes
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 as the API server applies it (the reference algorithm, section 2)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+STORED = {
+    "observedGeneration": 3,
+    "observed": {"acceptanceRate": 0.1, "p99TpotMs": 40.0, "window": "5m"},
+    "autotune": {"streak": {"key": "k", "count": 1}, "selected": {"enabled": False}, "actuations": [{"at": "t1"}]},
+    "actuations": [{"action": "DisableSpeculation"}],
+    "memory": {"fits": True},
+}
+
+
+@pytest.mark.parametrize(
+    ("after", "expected_patch"),
+    [
+        pytest.param(
+            {"observed": {"p99TpotMs": 41.0, "window": "5m"}},
+            {"observed": {"acceptanceRate": None, "p99TpotMs": 41.0}},
+            id="a signal without a valid value this window is removed, not kept from the last one",
+        ),
+        pytest.param(
+            {"autotune": {"selected": {"enabled": False}, "actuations": [{"at": "t1"}]}},
+            {"autotune": {"streak": None}},
+            id="a cleared streak is cleared in storage",
+        ),
+        pytest.param(
+            {"actuations": []},
+            {"actuations": []},
+            id="lists are replaced whole",
+        ),
+        pytest.param(
+            {"observedGeneration": 4, "memory": {"fits": True}},
+            {"observedGeneration": 4},
+            id="unchanged keys are not sent; keys not named stay",
+        ),
+        pytest.param(
+            {"recommendation": {"action": "Keep"}},
+            {"recommendation": {"action": "Keep"}},
+            id="a new key is sent whole",
+        ),
+        pytest.param(dict(STORED), {}, id="nothing changed, nothing sent"),
+    ],
+)
+def test_status_merge_patch_makes_storage_equal_the_new_status(
+    after: dict[str, Any], expected_patch: dict[str, Any]
+) -> None:
+    patch = rec.status_merge_patch(STORED, after)
+    assert patch == expected_patch
+    stored = apply_merge_patch(STORED, patch)
+    assert {k: stored.get(k) for k in after} == after
+    assert {k: v for k, v in stored.items() if k not in after} == {k: v for k, v in STORED.items() if k not in after}
+
+
+WRITTEN = ("120", {"actuations": [{"action": "DisableSpeculation"}]})
+BODY_STATUS = {"actuations": []}
+
+
+@pytest.mark.parametrize(
+    ("body_version", "written", "expected_status", "still_ahead"),
+    [
+        pytest.param("118", WRITTEN, WRITTEN[1], True, id="the watch has not delivered our write yet: ours stands"),
+        pytest.param("120", WRITTEN, BODY_STATUS, False, id="the body is our write"),
+        pytest.param("125", WRITTEN, BODY_STATUS, False, id="the body is newer than our write"),
+        pytest.param("118", None, BODY_STATUS, False, id="nothing written by this process"),
+        pytest.param("abc", ("xyz", WRITTEN[1]), BODY_STATUS, False, id="opaque versions: trust the body"),
+        pytest.param("99", WRITTEN, WRITTEN[1], True, id="numbers compare as numbers, not strings"),
+    ],
+)
+def test_current_status_prefers_our_write_over_an_older_body(
+    body_version: str,
+    written: tuple[str, dict[str, Any]] | None,
+    expected_status: dict[str, Any],
+    still_ahead: bool,
+) -> None:
+    assert rec.current_status(body_version, BODY_STATUS, written) == (expected_status, still_ahead)

@@ -1,4 +1,6 @@
-"""Kubernetes I/O: server-side apply of owned children and reading Secrets. Nothing else imports the client.
+"""Kubernetes I/O: server-side apply of owned children, our own status patches and reading Secrets.
+
+Nothing else imports the client.
 
 Children are written with server-side apply under one field manager and `force_conflicts` (the Kubernetes guidance
 for controllers): we send every field we care about, never read-before-write, and fields other tools add (labels,
@@ -81,6 +83,29 @@ class KubeAdapter:
         annotations = (live.metadata.annotations or {}) if live.metadata else {}
         digest = dict(annotations).get(APPLIED_HASH_ANNOTATION)
         return str(digest) if digest is not None else ""
+
+    def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """Merge-patch the status subresource; (resourceVersion, status) as written, or None when the object is gone.
+
+        Done here rather than through kopf's patch so the caller learns which version holds its write (see
+        handlers.current_status: kopf hands timers a body that may predate our last patch).
+        """
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        self.on_write(f"{kind}/status", "patch")
+        try:
+            result = self.dynamic.patch(
+                resource.subresources["status"],
+                body={"status": dict(status)},
+                name=name,
+                namespace=namespace,
+                content_type="application/merge-patch+json",
+            )
+        except NotFoundError:
+            return None
+        written: dict[str, Any] = result.to_dict()
+        return str(written["metadata"]["resourceVersion"]), dict(written.get("status") or {})
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete a child that is no longer wanted (e.g. the PDB after scaling to one replica)."""
