@@ -215,6 +215,9 @@ def run_autotune(
     in_progress, since = rollout_state(status, deployment)
     scope = Scope(namespace=namespace, deployment=name, config_hash=effective_hash)
     measurements = measure(spec, scope, client, now)
+    # The canary replica (other mode, same Service) is told apart from the rest by its config hash alone.
+    canary_hash = ((status.get("effective") or {}).get("canary") or {}).get("configHash")
+    canary = measure(spec, scope.with_config_hash(str(canary_hash)), client, now) if canary_hash else None
     window = effective_window(spec.autotune)
     inputs = PolicyInputs(
         spec=spec,
@@ -226,6 +229,7 @@ def run_autotune(
         last_handled_reevaluate=status.get("lastHandledReevaluate"),
         rollout_in_progress=in_progress,
         config_since=since,
+        canary=canary,
     )
     decision, state = decide(inputs, state, now)
     actuations = list(status.get("actuations") or [])
@@ -245,6 +249,7 @@ def run_autotune(
             "mode": spec.autotune.mode.value,
             "at": format_time(now),
             "measurements": {str(k): m.to_dict() for k, m in measurements.items()},
+            "canaryMeasurements": None if canary is None else {str(k): m.to_dict() for k, m in canary.items()},
         },
         "autotune": state.to_dict(),
         "actuations": actuations,

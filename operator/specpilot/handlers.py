@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from specpilot import manifests, telemetry
 from specpilot import reconcile as rec
-from specpilot import telemetry
 from specpilot.adapters.k8s import KubeAdapter, MissingApi, load_credentials
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection, connection_from_spec
 from specpilot.api import v1alpha1
@@ -122,16 +123,27 @@ def _first(index: kopf.Index[tuple[str, str], Any], key: tuple[str, str]) -> Any
     return None
 
 
+@dataclass(frozen=True)
+class LiveChildren:
+    """What the indexes say about one object's children."""
+
+    digests: dict[str, str | None]  # "Kind/name" -> applied digest; absent: the child does not exist
+    deployment: rec.ObservedDeployment | None
+    canary: rec.ObservedDeployment | None
+    recent: frozenset[str]  # applied so recently that the index may not show our write yet (our digest wins)
+
+
 def _live_children(
     namespace: str, name: str, indexes: Indexes, wants_pod_monitor: bool, fresh_read: bool
-) -> tuple[dict[str, str | None], rec.ObservedDeployment | None, frozenset[str]]:
-    """Applied digest of every live child ("Kind/name" -> digest; absent: does not exist), the live Deployment, and
-    the children we applied so recently that the index may not show our write yet (our digest wins for those)."""
+) -> LiveChildren:
     live: dict[str, str | None] = {}
-    deployment = _first(indexes["deployments"], (namespace, name))
-    observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
-    if observed is not None:
-        live[f"Deployment/{name}"] = observed.applied_hash
+    observed: dict[str, rec.ObservedDeployment | None] = {}
+    for deployment_name in (name, name + manifests.CANARY_SUFFIX):
+        deployment = _first(indexes["deployments"], (namespace, deployment_name))
+        found = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
+        observed[deployment_name] = found
+        if found is not None:
+            live[f"Deployment/{deployment_name}"] = found.applied_hash
     for kind, index in (("Service", "services"), ("PodDisruptionBudget", "disruption_budgets")):
         digest = _first(indexes[index], (namespace, name))
         if digest is not None:
@@ -153,7 +165,7 @@ def _live_children(
             child = key.split("/", 1)[1]
             live[child] = digest
             recent.add(child)
-    return live, observed, frozenset(recent)
+    return LiveChildren(live, observed[name], observed[name + manifests.CANARY_SUFFIX], frozenset(recent))
 
 
 def _now() -> str:
@@ -192,7 +204,7 @@ def run_reconcile(
     namespace, name = str(meta.namespace), str(meta.name)
     started = time.monotonic()
     wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
-    live, observed, recent = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
+    children = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
     inputs = rec.ReconcileInputs(
         name=name,
         namespace=namespace,
@@ -202,9 +214,10 @@ def run_reconcile(
         spec=dict(body.spec),
         status=status,
         now=_now(),
-        live_children=live,
-        deployment=observed,
-        recently_applied=recent,
+        live_children=children.digests,
+        deployment=children.deployment,
+        canary_deployment=children.canary,
+        recently_applied=children.recent,
         autotune_fields=autotune.fields if autotune else {},
         autotune_conditions=tuple(autotune.conditions) if autotune else (),
     )

@@ -16,6 +16,8 @@ from specpilot.api.durations import parse_duration
 
 LABEL_DEPLOYMENT = f"{v1alpha1.GROUP}/deployment"
 LABEL_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
+LABEL_ROLE = f"{v1alpha1.GROUP}/role"
+CANARY_SUFFIX = "-canary"
 ANNOTATION_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
 ANNOTATION_SPECULATION = f"{v1alpha1.GROUP}/speculation"
 HTTP_PORT_NAME = "http"
@@ -45,9 +47,23 @@ class Owner:
         }
 
 
-def selector_labels(owner: Owner) -> dict[str, str]:
-    """Labels that select this deployment's pods; immutable, so the config hash is not among them."""
-    return {"app.kubernetes.io/instance": owner.name, LABEL_DEPLOYMENT: owner.name}
+def canary_name(owner: Owner) -> str:
+    return owner.name + CANARY_SUFFIX
+
+
+def selector_labels(owner: Owner, *, canary: bool = False) -> dict[str, str]:
+    """Labels that select one Deployment's pods; immutable, so the config hash is not among them.
+
+    The canary is its own instance, so the two Deployments' selectors never overlap (two controllers claiming the
+    same pods fight); both keep the deployment label, which is what the Service and the metrics select on.
+    """
+    instance = canary_name(owner) if canary else owner.name
+    return {"app.kubernetes.io/instance": instance, LABEL_DEPLOYMENT: owner.name}
+
+
+def serving_labels(owner: Owner) -> dict[str, str]:
+    """Every pod of this SpeculativeDeployment, canary included: the Service, PDB and PodMonitor select these."""
+    return {LABEL_DEPLOYMENT: owner.name}
 
 
 def common_labels(owner: Owner, component: str) -> dict[str, str]:
@@ -102,13 +118,21 @@ def build_deployment(
     command: Sequence[str],
     config_hash: str,
     speculation: bool,
+    canary: bool = False,
+    replicas: int | None = None,
 ) -> dict[str, Any]:
     """The vLLM Deployment: one pod per replica running exactly `command`.
 
     The config hash sits on the pod template, so a changed command line rolls the pods and an unchanged one does not.
     The rollout replaces one pod at a time without surge: GPU nodes rarely have a spare GPU for an extra pod.
     """
-    pod_labels = {**common_labels(owner, "inference-server"), LABEL_CONFIG_HASH: config_hash}
+    selector = selector_labels(owner, canary=canary)
+    pod_labels = {
+        **common_labels(owner, "inference-server"),
+        **selector,
+        LABEL_ROLE: "canary" if canary else "serving",
+        LABEL_CONFIG_HASH: config_hash,
+    }
     pod_annotations = {ANNOTATION_CONFIG_HASH: config_hash, ANNOTATION_SPECULATION: "on" if speculation else "off"}
     container: dict[str, Any] = {
         "name": "vllm",
@@ -134,13 +158,15 @@ def build_deployment(
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
     if spec.resources.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in spec.resources.tolerations]
+    metadata = _metadata(owner, "inference-server", canary_name(owner) if canary else None)
+    metadata["labels"].update(selector)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {**_metadata(owner, "inference-server"), "annotations": {ANNOTATION_CONFIG_HASH: config_hash}},
+        "metadata": {**metadata, "annotations": {ANNOTATION_CONFIG_HASH: config_hash}},
         "spec": {
-            "replicas": spec.replicas,
-            "selector": {"matchLabels": selector_labels(owner)},
+            "replicas": spec.replicas if replicas is None else replicas,
+            "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "progressDeadlineSeconds": max(60, round(parse_duration(spec.autotune.rollout_deadline))),
             "revisionHistoryLimit": 3,
@@ -157,7 +183,7 @@ def build_service(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dic
         "metadata": _metadata(owner, "inference-server"),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(owner),
+            "selector": serving_labels(owner),
             "ports": [
                 {"name": HTTP_PORT_NAME, "port": spec.service.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
             ],
@@ -178,7 +204,7 @@ def build_pod_monitor(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) ->
         "kind": "PodMonitor",
         "metadata": _metadata(owner, "monitoring"),
         "spec": {
-            "selector": {"matchLabels": selector_labels(owner)},
+            "selector": {"matchLabels": serving_labels(owner)},
             "namespaceSelector": {"matchNames": [owner.namespace]},
             "podTargetLabels": [LABEL_DEPLOYMENT, LABEL_CONFIG_HASH],
             "podMetricsEndpoints": [
@@ -196,8 +222,17 @@ def build_pod_disruption_budget(spec: v1alpha1.SpeculativeDeploymentSpec, owner:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(owner, "inference-server"),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(owner)}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving_labels(owner)}},
     }
+
+
+@dataclass(frozen=True)
+class CanaryCommand:
+    """What the canary replica runs: the other mode's command line and its config hash."""
+
+    command: Sequence[str]
+    config_hash: str
+    speculation: bool
 
 
 def build_children(
@@ -207,12 +242,31 @@ def build_children(
     command: Sequence[str],
     config_hash: str,
     speculation: bool,
+    canary: CanaryCommand | None = None,
 ) -> list[dict[str, Any]]:
-    """Every child object in apply order (Service before Deployment, so endpoints exist when pods become ready)."""
+    """Every child object in apply order (Service before Deployment, so endpoints exist when pods become ready).
+
+    With a canary, one of spec.replicas runs in the canary Deployment and the rest in the main one.
+    """
+    main_replicas = spec.replicas - 1 if canary is not None else spec.replicas
     children = [
         build_service(spec, owner),
-        build_deployment(spec, owner, command=command, config_hash=config_hash, speculation=speculation),
+        build_deployment(
+            spec, owner, command=command, config_hash=config_hash, speculation=speculation, replicas=main_replicas
+        ),
     ]
+    if canary is not None:
+        children.append(
+            build_deployment(
+                spec,
+                owner,
+                command=canary.command,
+                config_hash=canary.config_hash,
+                speculation=canary.speculation,
+                canary=True,
+                replicas=1,
+            )
+        )
     pdb = build_pod_disruption_budget(spec, owner)
     if pdb is not None:
         children.append(pdb)

@@ -112,6 +112,7 @@ class ReconcileInputs:
     # Applied hash of each live child, keyed by "Kind/name"; a missing key means the child does not exist.
     live_children: Mapping[str, str | None] = field(default_factory=dict)
     deployment: ObservedDeployment | None = None
+    canary_deployment: ObservedDeployment | None = None  # the canary Deployment, when one exists
     # Children written moments ago: the observed copy may predate our write, so it says nothing about drift.
     recently_applied: frozenset[str] = frozenset()
     # What an autotune evaluation in the same tick concluded: merged into status before the intent is chosen.
@@ -200,10 +201,10 @@ def child_key(obj: Mapping[str, Any]) -> str:
 
 
 def _rollout_conditions(
-    spec: v1alpha1.SpeculativeDeploymentSpec, desired_hash: str, live: ObservedDeployment | None, applying: bool
+    want: int, desired_hash: str, live: ObservedDeployment | None, applying: bool
 ) -> tuple[list[cond.ConditionUpdate], str]:
-    """Ready, Progressing and Degraded from the Deployment's own status; returns the updates and a short summary."""
-    want = spec.replicas
+    """Ready, Progressing and Degraded from the main Deployment's own status (`want` replicas; the canary's one
+    replica is reported in status.effective.canary); returns the updates and a short summary."""
     if live is None:
         progress = cond.ConditionUpdate(
             cond.PROGRESSING, "True", "RolloutStarted", f"creating {want} replicas of config {desired_hash}"
@@ -389,19 +390,33 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
         return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
 
     owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
+    try:
+        canary = canary_command(spec, intent)
+    except UnsupportedCombination as err:
+        msg = f"{err.field}: {err} (needed by the canary replica, spec.autotune.canary)"
+        return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
     children = manifests.build_children(
-        spec, owner, command=rendered.argv, config_hash=rendered.config_hash, speculation=intent.enabled
+        spec,
+        owner,
+        command=rendered.argv,
+        config_hash=rendered.config_hash,
+        speculation=intent.enabled,
+        canary=canary,
     )
+    canary_key = f"Deployment/{manifests.canary_name(owner)}"
     apply = []
     for child in children:
         annotated, digest = _with_applied_hash(child)
-        drifted = child_key(child) not in inputs.recently_applied and _deployment_drifted(child, inputs.deployment)
+        live_copy = inputs.canary_deployment if child_key(child) == canary_key else inputs.deployment
+        drifted = child_key(child) not in inputs.recently_applied and _deployment_drifted(child, live_copy)
         if inputs.live_children.get(child_key(child)) != digest or drifted:
             apply.append(annotated)
     wanted = {child_key(c) for c in children}
-    delete = sorted(k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN and k not in wanted)
-    applying_deployment = any(c["kind"] == "Deployment" for c in apply)
-    rollout, _ = _rollout_conditions(spec, rendered.config_hash, inputs.deployment, applying_deployment)
+    removable = [k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN or k == canary_key]
+    delete = sorted(k for k in removable if k not in wanted)
+    applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
+    main_replicas = spec.replicas - 1 if canary is not None else spec.replicas
+    rollout, _ = _rollout_conditions(main_replicas, rendered.config_hash, inputs.deployment, applying_main)
 
     speculating = intent.enabled
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
@@ -428,12 +443,35 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
         "thresholdSupport": rendered.threshold_support.value,
         "configHash": rendered.config_hash,
         "source": source,
+        "canary": None
+        if canary is None
+        else {
+            "speculation": canary.speculation,
+            "configHash": canary.config_hash,
+            "readyReplicas": inputs.canary_deployment.ready_replicas if inputs.canary_deployment else 0,
+        },
     }
     live = inputs.deployment
     fields["replicas"] = live.replicas if live else 0
     fields["readyReplicas"] = live.ready_replicas if live else 0
     fields["updatedReplicas"] = live.updated_replicas if live else 0
     return _finish(inputs, updates, fields, apply, rendered, delete)
+
+
+def canary_command(
+    spec: v1alpha1.SpeculativeDeploymentSpec, intent: SpeculationIntent
+) -> manifests.CanaryCommand | None:
+    """The canary replica's command: the other mode than `intent`, when spec.autotune.canary asks for one.
+
+    Plain when the others speculate; speculating with the spec's own settings when they do not. None while autotune
+    is Off (nobody reads the comparison) or with fewer than two replicas (the API server refuses that combination).
+    """
+    at = spec.autotune
+    if not at.canary.enabled or at.mode == v1alpha1.AutotuneMode.OFF or spec.replicas < 2:
+        return None
+    other = intent.without_speculation() if intent.enabled else replace(intent_from_spec(spec), enabled=True)
+    rendered = render_command(spec, other)
+    return manifests.CanaryCommand(rendered.argv, rendered.config_hash, other.enabled)
 
 
 def _speculation_message(

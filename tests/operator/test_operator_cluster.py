@@ -251,6 +251,75 @@ def test_api_server_rejects_cel_violations_with_the_field_message(
     doc = speculative_deployment("bad", autotune={"acceptance": {"disableBelow": 0.7, "enableAbove": 0.6}})
     proc = kube_cluster.kubectl("-n", kube_namespace, "apply", "-f", "-", stdin=json.dumps(doc), check=False)
     assert "enableAbove must be greater than" in proc.stderr
+    doc = speculative_deployment("bad", replicas=1, autotune={"canary": {"enabled": True}})
+    proc = kube_cluster.kubectl("-n", kube_namespace, "apply", "-f", "-", stdin=json.dumps(doc), check=False)
+    assert "spec.autotune.canary.enabled needs spec.replicas >= 2" in proc.stderr
+
+
+def pods_by_owner(cluster: KubeCluster, namespace: str, selector: str) -> dict[str, dict[str, Any]]:
+    """Running pods matching a label selector, by pod name."""
+    listing = cluster.kubectl_json("-n", namespace, "get", "pods", "-l", selector)
+    return {p["metadata"]["name"]: p for p in listing["items"] if p["status"].get("phase") == "Running"}
+
+
+def test_canary_replica_runs_the_other_mode_behind_the_same_service(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    start_operator()
+    autotune = {"mode": "Recommend", "prometheus": {"url": "http://127.0.0.1:9"}, "canary": {"enabled": True}}
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama", replicas=3, autotune=autotune))
+    canary = wait_for("canary Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "llama-canary"))
+    main = get(kube_cluster, kube_namespace, "deployment", "llama")
+    assert main is not None
+    assert (main["spec"]["replicas"], canary["spec"]["replicas"]) == (2, 1)
+    main_command = main["spec"]["template"]["spec"]["containers"][0]["command"]
+    canary_command = canary["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--speculative-config" in main_command
+    assert "--speculative-config" not in canary_command
+    cr = get(kube_cluster, kube_namespace, "specdeploy", "llama")
+    assert cr is not None
+    assert canary["metadata"]["ownerReferences"][0]["uid"] == cr["metadata"]["uid"]
+
+    # the Service's selector takes all three pods; each Deployment's ReplicaSet owns only its own
+    service = get(kube_cluster, kube_namespace, "service", "llama")
+    assert service is not None
+    selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
+    serving = wait_for(
+        "three running pods behind the Service",
+        lambda: (pods := pods_by_owner(kube_cluster, kube_namespace, selector)) and len(pods) == 3 and pods,
+        90,
+    )
+    canary_hash = canary["spec"]["template"]["metadata"]["labels"]["specpilot.dev/config-hash"]
+    by_hash: dict[str, list[str]] = {}
+    for pod in serving.values():
+        by_hash.setdefault(pod["metadata"]["labels"]["specpilot.dev/config-hash"], []).append(pod["metadata"]["name"])
+        owners = [o for o in pod["metadata"]["ownerReferences"] if o.get("controller")]
+        assert [o["kind"] for o in owners] == ["ReplicaSet"]
+    assert sorted(len(names) for names in by_hash.values()) == [1, 2]
+    assert len(by_hash[canary_hash]) == 1
+
+    settled = wait_for(
+        "status reports the canary ready",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "llama"))
+            and ((o.get("status") or {}).get("effective") or {}).get("canary", {}).get("readyReplicas") == 1
+            and condition(o, "Progressing").get("reason") == "RolloutCompleted"
+            and o
+        ),
+        90,
+    )
+    assert settled["status"]["effective"]["canary"]["configHash"] == canary_hash
+    assert settled["status"]["effective"]["canary"]["speculation"] is False
+
+    # switching the canary off removes it and gives its replica back to the main Deployment
+    autotune["canary"] = {"enabled": False}
+    apply(kube_cluster, kube_namespace, speculative_deployment("llama", replicas=3, autotune=autotune))
+    wait_for("canary deleted", lambda: get(kube_cluster, kube_namespace, "deployment", "llama-canary") is None, 60)
+    wait_for(
+        "main Deployment back to 3 replicas",
+        lambda: (d := get(kube_cluster, kube_namespace, "deployment", "llama")) and d["spec"]["replicas"] == 3,
+        30,
+    )
 
 
 def test_operator_restart_recreates_and_rolls_nothing(

@@ -73,6 +73,7 @@ def test_parse_spec_fills_design_defaults() -> None:
         ({"autotune": {"batchThreshold": {"min": 64, "max": 8}}}, "batchThreshold.min must be less than"),
         ({"autotune": {"budget": {"maxPerHour": 9, "maxPerDay": 8}}}, "maxPerHour must be less than"),
         ({"autotune": {"mode": "Auto"}}, "spec.autotune.prometheus is required"),
+        ({"autotune": {"canary": {"enabled": True}}}, "spec.autotune.canary.enabled needs spec.replicas >= 2"),
         ({"target": {"model": "m", "quantization": "compressed-tensors"}}, "spec.target.weightBits is required"),
         (
             {"speculation": {"method": "ngram", "numSpeculativeTokens": 3, "disableAboveBatchSize": 512}},

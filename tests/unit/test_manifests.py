@@ -135,5 +135,42 @@ def test_build_pod_monitor_copies_the_labels_the_queries_select_on() -> None:
 
 def test_build_service_selects_the_deployment_pods() -> None:
     svc = manifests.build_service(spec(service={"port": 9000}), OWNER)
-    assert svc["spec"]["selector"] == manifests.selector_labels(OWNER)
+    assert svc["spec"]["selector"] == manifests.serving_labels(OWNER)
     assert svc["spec"]["ports"][0]["port"] == 9000
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_a_canary_is_its_own_deployment_behind_the_same_service() -> None:
+    base = spec(replicas=3)
+    canary = manifests.CanaryCommand(command=["vllm", "serve", "plain"], config_hash="c0ffee", speculation=False)
+    children = manifests.build_children(
+        base, OWNER, command=["vllm", "serve", "spec"], config_hash="5bec", speculation=True, canary=canary
+    )
+    deployments = {c["metadata"]["name"]: c for c in children if c["kind"] == "Deployment"}
+    assert sorted(deployments) == ["llama", "llama-canary"]
+    main, other = deployments["llama"], deployments["llama-canary"]
+    assert (main["spec"]["replicas"], other["spec"]["replicas"]) == (2, 1)
+    assert other["spec"]["template"]["spec"]["containers"][0]["command"] == ["vllm", "serve", "plain"]
+    assert other["spec"]["template"]["metadata"]["annotations"]["specpilot.dev/speculation"] == "off"
+    main_pod = main["spec"]["template"]["metadata"]["labels"]
+    canary_pod = other["spec"]["template"]["metadata"]["labels"]
+    assert canary_pod["specpilot.dev/config-hash"] == "c0ffee"
+    assert (main_pod["specpilot.dev/role"], canary_pod["specpilot.dev/role"]) == ("serving", "canary")
+    # two controllers must never claim the same pods; the Service, PDB and metrics see both
+    assert matches(main["spec"]["selector"]["matchLabels"], main_pod)
+    assert not matches(main["spec"]["selector"]["matchLabels"], canary_pod)
+    assert matches(other["spec"]["selector"]["matchLabels"], canary_pod)
+    assert not matches(other["spec"]["selector"]["matchLabels"], main_pod)
+    for child in children:
+        if child["kind"] == "Service":
+            selector = child["spec"]["selector"]
+        elif child["kind"] in ("PodDisruptionBudget", "PodMonitor"):
+            selector = child["spec"]["selector"]["matchLabels"]
+        else:
+            continue
+        assert matches(selector, main_pod), child["kind"]
+        assert matches(selector, canary_pod), child["kind"]
+    assert canary_pod["specpilot.dev/deployment"] == main_pod["specpilot.dev/deployment"] == "llama"

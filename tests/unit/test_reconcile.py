@@ -392,7 +392,7 @@ def test_status_merge_patch_makes_storage_equal_the_new_status(
 
 
 WRITTEN = ("120", {"actuations": [{"action": "DisableSpeculation"}]})
-BODY_STATUS = {"actuations": []}
+BODY_STATUS: dict[str, Any] = {"actuations": []}
 
 
 @pytest.mark.parametrize(
@@ -413,3 +413,87 @@ def test_current_status_prefers_our_write_over_an_older_body(
     still_ahead: bool,
 ) -> None:
     assert rec.current_status(body_version, BODY_STATUS, written) == (expected_status, still_ahead)
+
+
+# ---------------------------------------------------------------- canary replica
+
+
+def canary_spec(mode: str = "Recommend", enabled: bool = True, replicas: int = 3) -> dict[str, Any]:
+    return spec_with(
+        replicas=replicas,
+        autotune={"mode": mode, "prometheus": {"url": "http://prom:9090"}, "canary": {"enabled": enabled}},
+    )
+
+
+def deployments(result: rec.ReconcileResult) -> dict[str, dict[str, Any]]:
+    return {c["metadata"]["name"]: c for c in result.apply if c["kind"] == "Deployment"}
+
+
+def command_of(deployment: dict[str, Any]) -> str:
+    return " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
+
+
+@pytest.mark.parametrize(
+    ("autotune_chose", "main_speculates"),
+    [
+        pytest.param(None, True, id="the spec speculates: the canary runs plain"),
+        pytest.param(False, False, id="autotune turned speculation off: the canary speculates"),
+    ],
+)
+def test_canary_runs_the_other_mode_on_one_replica(autotune_chose: bool | None, main_speculates: bool) -> None:
+    spec = canary_spec()
+    status = {} if autotune_chose is None else {"autotune": autotune_status(spec, enabled=autotune_chose)}
+    result = rec.reconcile(inputs(spec, status=status))
+    found = deployments(result)
+    main, canary = found["llama"], found["llama-canary"]
+    assert (main["spec"]["replicas"], canary["spec"]["replicas"]) == (2, 1)
+    assert ("--speculative-config" in command_of(main)) is main_speculates
+    assert ("--speculative-config" in command_of(canary)) is not main_speculates
+    assert result.status_patch is not None
+    effective = result.status_patch["effective"]
+    canary_hash = canary["spec"]["template"]["metadata"]["labels"]["specpilot.dev/config-hash"]
+    assert effective["canary"] == {"speculation": not main_speculates, "configHash": canary_hash, "readyReplicas": 0}
+    assert effective["configHash"] != canary_hash
+    assert "2 replicas" in condition(result.status_patch, "Progressing")["message"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param(canary_spec(enabled=False), id="canary switched off"),
+        pytest.param(canary_spec(mode="Off"), id="autotune Off: nobody reads the comparison"),
+    ],
+)
+def test_a_canary_no_longer_wanted_is_deleted(spec: dict[str, Any]) -> None:
+    running = rec.reconcile(inputs(canary_spec()))
+    result = rec.reconcile(inputs(spec, live_children=live_of(running)))
+    assert "llama-canary" not in deployments(result)
+    assert "Deployment/llama-canary" in result.delete
+    assert "Deployment/llama" not in result.delete
+    assert result.status_patch is not None
+    assert "canary" not in result.status_patch["effective"]
+    main = next(c for c in result.apply if c["metadata"]["name"] == "llama" and c["kind"] == "Deployment")
+    assert main["spec"]["replicas"] == 3
+
+
+def test_a_settled_canary_is_not_written_again_and_reports_its_readiness() -> None:
+    first = rec.reconcile(inputs(canary_spec()))
+    found = deployments(first)
+    main = settled_deployment(first, replicas=2)
+    canary_child = found["llama-canary"]
+    canary_live = rec.ObservedDeployment.from_object(
+        {**canary_child, "status": {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}}
+    )
+    second = rec.reconcile(
+        inputs(
+            canary_spec(),
+            status=first.status_patch or {},
+            live_children=live_of(first),
+            deployment=main,
+            canary_deployment=canary_live,
+        )
+    )
+    assert second.apply == []
+    assert second.status_patch is not None
+    assert second.status_patch["effective"]["canary"]["readyReplicas"] == 1
+    assert condition(second.status_patch, "Progressing")["reason"] == "RolloutCompleted"

@@ -263,7 +263,12 @@ class OverridesSpec(_Model):
 
 
 class CanarySpec(_Model):
-    enabled: bool = Field(False, description="Run one replica in the other mode to compare on live traffic.")
+    enabled: bool = Field(
+        False,
+        description="Run one of the replicas as a canary in the other mode (plain when the others speculate, "
+        "speculating when they do not), behind the same Service, so both are compared on the same traffic. "
+        "Needs replicas >= 2; ignored while autotune mode is Off.",
+    )
 
 
 class AutotuneSpec(_Model):
@@ -432,6 +437,14 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         ),
     ),
     CrossFieldRule(
+        at=(),
+        cel="!has(self.autotune) || !has(self.autotune.canary) || !self.autotune.canary.enabled || "
+        "(has(self.replicas) && self.replicas >= 2)",
+        message="spec.autotune.canary.enabled needs spec.replicas >= 2 (the canary is one of the replicas, and at "
+        "least one must keep serving the chosen config)",
+        holds=lambda s: not s.autotune.canary.enabled or s.replicas >= 2,
+    ),
+    CrossFieldRule(
         at=("autotune", "acceptance"),
         cel="self.enableAbove > self.disableBelow",
         message="spec.autotune.acceptance.enableAbove must be greater than spec.autotune.acceptance.disableBelow "
@@ -478,6 +491,12 @@ class Condition(_Model):
     last_transition_time: str | None = None
 
 
+class CanaryStatus(_Model):
+    speculation: bool = Field(description="Whether the canary replica speculates (the other mode of the rest).")
+    config_hash: str = Field(description="Hash of the canary's vLLM command line; its metrics carry this label.")
+    ready_replicas: int = 0
+
+
 class EffectiveStatus(_Model):
     speculation: bool = Field(description="Whether the running pods speculate.")
     method: str | None = None
@@ -489,6 +508,7 @@ class EffectiveStatus(_Model):
     threshold_support: str | None = Field(None, description="How the threshold is expressed for this vLLM version.")
     config_hash: str = Field(description="Hash of the rendered vLLM command line on the pod template.")
     source: str | None = Field(None, description="Where the running intent comes from: spec, autotune or override.")
+    canary: CanaryStatus | None = Field(None, description="The canary replica, while spec.autotune.canary runs one.")
 
 
 class MemoryStatus(_Model):
