@@ -276,12 +276,7 @@ def status_merge_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> d
     cleared streak, a signal with no valid value this window) are sent as null. Without that, a merge patch keeps
     the old member and the stored status says something the operator no longer believes.
     """
-    patch: dict[str, Any] = {}
-    for key, value in after.items():
-        if key not in before:
-            patch[key] = value
-        elif before[key] != value:
-            patch[key] = _member_patch(before[key], value)
+    patch: dict[str, Any] = _member_patch({k: before[k] for k in after if k in before}, after)
     return patch
 
 

@@ -206,6 +206,50 @@ def test_autotune_keeps_good_draft_and_disables_bad_draft_once(
     assert "acceptance" in disabled[0]["message"]
 
 
+def test_canary_replica_is_measured_on_the_same_traffic(
+    kube_cluster: KubeCluster, kube_namespace: str, stack: tuple[PodRunner, PrometheusServer]
+) -> None:
+    """Two replicas, one of them a plain canary: the load reaches both, and the policy compares real numbers."""
+    runner, prometheus = stack
+    doc = tiny_speculative_deployment("canaried", draft=GOOD_DRAFT, mode="Recommend", prometheus_url=prometheus.url)
+    doc["spec"]["replicas"] = 2
+    doc["spec"]["autotune"]["canary"] = {"enabled": True}
+    apply(kube_cluster, kube_namespace, doc)
+    wait_for("both vLLM servers ready", lambda: len(runner.endpoints("canaried")) == 2 or runner.failures(), 300, 2)
+    assert not runner.failures(), runner.failures()
+    with Load(runner, "canaried", 600) as load:
+
+        def canary_evidence() -> tuple[dict[str, Any] | None, dict[str, Any]]:
+            obj = get(kube_cluster, kube_namespace, "specdeploy", "canaried")
+            return obj, dict(recommendation(obj).get("evidence", {}).get("canary") or {})
+
+        def diagnose() -> str:
+            return (
+                f"load sent {load.sent}; servers {sorted(runner.endpoints())}; canary evidence {canary_evidence()[1]}"
+            )
+
+        def compared_on_numbers() -> dict[str, Any] | None:
+            obj, canary = canary_evidence()
+            decided = canary.get("outcome") in ("SpeculationHelps", "SpeculationHurts")
+            return obj if decided or "within" in str(canary.get("reason")) else None
+
+        obj = wait_for_or_explain(
+            diagnose, "a canary comparison from numbers on both sides", compared_on_numbers, 420, 2
+        )
+    status = obj["status"]
+    canary_hash = status["effective"]["canary"]["configHash"]
+    assert status["effective"]["canary"]["speculation"] is False
+    assert status["effective"]["speculation"] is True
+    # both groups served the same greedy traffic: the canary's own series (by its config hash) have requests
+    canary_measurements = status["recommendation"]["canaryMeasurements"]
+    assert canary_measurements["requests_in_window"]["class"] == "Valid"
+    assert canary_measurements["requests_in_window"]["value"] > 0
+    assert f'specpilot_dev_config_hash="{canary_hash}"' in canary_measurements["requests_in_window"]["query"]
+    assert status["recommendation"]["measurements"]["acceptance_rate"]["value"] > 0.9
+    evidence = status["recommendation"]["evidence"]["canary"]
+    assert set(evidence) >= {"outcome", "reason", "speculative", "plain"}, evidence
+
+
 def test_prometheus_down_sets_metrics_unavailable_and_holds(
     kube_cluster: KubeCluster, kube_namespace: str, stack: tuple[PodRunner, PrometheusServer]
 ) -> None:
