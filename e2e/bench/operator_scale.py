@@ -6,7 +6,9 @@ Creates --count CRs in a fresh namespace with the real operator running, then re
   Services, PDBs; from kube-apiserver's own apiserver_request_total) plus the Events the operator posted;
 - writes per idle CR per hour, over --idle-seconds once every CR is settled;
 - the operator's RSS after creation and after the idle window.
-Usage: python -m e2e.bench.operator_scale --count 200 [--idle-seconds 120] [--tick-seconds 10]
+Usage: python -m e2e.bench.operator_scale --count 200 [--rate 10] [--idle-seconds 120] [--tick-seconds 10]
+(--rate paces the creations, CRs per second; without it all are created as fast as the client can: a burst, where the
+latency mostly measures the queue behind the other creations on this machine.)
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=120)
     parser.add_argument("--tick-seconds", type=float, default=10)
+    parser.add_argument("--rate", type=float, default=0.0, help="CRs created per second (0: as fast as possible)")
     args = parser.parse_args()
 
     kubeconfig, bin_dir, _ = cluster_up()
@@ -147,6 +150,8 @@ def main() -> None:
         created: dict[str, float] = {}
         t0 = time.monotonic()
         for i in range(args.count):
+            if args.rate > 0:
+                time.sleep(max(0.0, t0 + i / args.rate - time.monotonic()))
             name = f"sd-{i:04d}"
             created[name] = time.monotonic()
             custom.create_namespaced_custom_object(
@@ -211,6 +216,7 @@ def main() -> None:
     per_hour = (idle_writes + idle_events) / args.count * 3600 / args.idle_seconds
     report = {
         "crs": args.count,
+        "create_rate_per_s": args.rate or "burst",
         "deployments_seen": len(latencies),
         "create_to_deployment_p50_s": round(statistics.median(latencies), 3) if latencies else None,
         "create_to_deployment_p99_s": round(percentile(latencies, 0.99), 3) if latencies else None,
