@@ -70,6 +70,7 @@ class PodRunner:
         self._thread: threading.Thread | None = None
         self._api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
         self._lock = threading.Lock()
+        self._targets_lock = threading.Lock()
         self.write_targets()
 
     # ------------------------------------------------------------------ lifecycle
@@ -159,24 +160,29 @@ class PodRunner:
     # ------------------------------------------------------------------ what others read
 
     def write_targets(self) -> None:
-        """Prometheus file_sd: one target per ready server, labelled like a PodMonitor would label it."""
-        with self._lock:
-            groups = [
-                {
-                    "targets": [f"127.0.0.1:{pod.server.port}"],
-                    "labels": {
-                        "namespace": self.namespace,
-                        "pod": pod.name,
-                        "specpilot_dev_deployment": pod.labels.get("specpilot.dev/deployment", ""),
-                        "specpilot_dev_config_hash": pod.labels.get("specpilot.dev/config-hash", ""),
-                    },
-                }
-                for pod in self.pods.values()
-                if pod.ready
-            ]
-        tmp = self.targets_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(groups, indent=1))
-        tmp.replace(self.targets_file)  # atomic: Prometheus never reads half a file
+        """Prometheus file_sd: one target per ready server, labelled like a PodMonitor would label it.
+
+        Threads call this (a server turning ready, the sync loop, stop): one writer at a time, from reading the pods
+        to the rename, so no rename finds its temporary file moved by another and no older list lands last.
+        """
+        with self._targets_lock:
+            with self._lock:
+                groups = [
+                    {
+                        "targets": [f"127.0.0.1:{pod.server.port}"],
+                        "labels": {
+                            "namespace": self.namespace,
+                            "pod": pod.name,
+                            "specpilot_dev_deployment": pod.labels.get("specpilot.dev/deployment", ""),
+                            "specpilot_dev_config_hash": pod.labels.get("specpilot.dev/config-hash", ""),
+                        },
+                    }
+                    for pod in self.pods.values()
+                    if pod.ready
+                ]
+            tmp = self.targets_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(groups, indent=1))
+            tmp.replace(self.targets_file)  # atomic: Prometheus never reads half a file
 
     def endpoints(self, deployment: str | None = None) -> dict[str, str]:
         """Base URLs of ready servers by pod name (the test's and demo's stand-in for the Service)."""
