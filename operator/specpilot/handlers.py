@@ -161,11 +161,17 @@ def _live_children(
     for key, (digest, at) in list(_recent_applies.items()):
         if now - at > RECENT_APPLY_GRACE_SECONDS:
             del _recent_applies[key]
-        elif key.startswith(f"{namespace}/") and key.endswith(f"/{name}"):
+        elif _is_child_of(key, namespace, name):
             child = key.split("/", 1)[1]
             live[child] = digest
             recent.add(child)
     return LiveChildren(live, observed[name], observed[name + manifests.CANARY_SUFFIX], frozenset(recent))
+
+
+def _is_child_of(key: str, namespace: str, name: str) -> bool:
+    """Whether a "<namespace>/<Kind>/<child>" bookkeeping key belongs to this object (its canary included)."""
+    child_namespace, _, child = key.split("/", 2)
+    return child_namespace == namespace and child in (name, name + manifests.CANARY_SUFFIX)
 
 
 def _now() -> str:
@@ -389,7 +395,6 @@ def forget_speculativedeployment(body: kopf.Body, **_: Any) -> None:
     _written_status.pop(uid, None)
     with _object_locks_guard:
         _object_locks.pop(uid, None)
-    prefix = f"{body.metadata.namespace}/"
-    for key in [k for k in _recent_applies if k.startswith(prefix) and k.endswith(f"/{body.metadata.name}")]:
+    for key in [k for k in _recent_applies if _is_child_of(k, str(body.metadata.namespace), str(body.metadata.name))]:
         del _recent_applies[key]
     _known_pod_monitors.pop(f"{body.metadata.namespace}/{body.metadata.name}", None)
