@@ -44,3 +44,4 @@ demo: deps toolchain vllm-install ## the main job: local cluster, Prometheus, re
 
 bench: deps toolchain ## operator scale benchmark (200 SpeculativeDeployments): latency, writes, RSS
 	$(RUN) python -m e2e.bench.operator_scale --count 200
+	$(RUN) python -m e2e.bench.operator_scale --count 200 --rate 10
