@@ -138,7 +138,7 @@ def _live_children(
 ) -> LiveChildren:
     live: dict[str, str | None] = {}
     observed: dict[str, rec.ObservedDeployment | None] = {}
-    for deployment_name in (name, name + manifests.CANARY_SUFFIX):
+    for deployment_name in (name, manifests.canary_name(name)):
         deployment = _first(indexes["deployments"], (namespace, deployment_name))
         found = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
         observed[deployment_name] = found
@@ -165,13 +165,13 @@ def _live_children(
             child = key.split("/", 1)[1]
             live[child] = digest
             recent.add(child)
-    return LiveChildren(live, observed[name], observed[name + manifests.CANARY_SUFFIX], frozenset(recent))
+    return LiveChildren(live, observed[name], observed[manifests.canary_name(name)], frozenset(recent))
 
 
 def _is_child_of(key: str, namespace: str, name: str) -> bool:
     """Whether a "<namespace>/<Kind>/<child>" bookkeeping key belongs to this object (its canary included)."""
     child_namespace, _, child = key.split("/", 2)
-    return child_namespace == namespace and child in (name, name + manifests.CANARY_SUFFIX)
+    return child_namespace == namespace and child in (name, manifests.canary_name(name))
 
 
 def _now() -> str:

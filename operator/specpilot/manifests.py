@@ -17,7 +17,6 @@ from specpilot.api.durations import parse_duration
 LABEL_DEPLOYMENT = f"{v1alpha1.GROUP}/deployment"
 LABEL_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
 LABEL_ROLE = f"{v1alpha1.GROUP}/role"
-CANARY_SUFFIX = "-canary"
 ANNOTATION_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
 ANNOTATION_SPECULATION = f"{v1alpha1.GROUP}/speculation"
 HTTP_PORT_NAME = "http"
@@ -47,8 +46,14 @@ class Owner:
         }
 
 
-def canary_name(owner: Owner) -> str:
-    return owner.name + CANARY_SUFFIX
+def canary_name(name: str) -> str:
+    """The canary Deployment of the SpeculativeDeployment `name`."""
+    return f"{name}-canary"
+
+
+def main_replicas(spec: v1alpha1.SpeculativeDeploymentSpec, *, with_canary: bool) -> int:
+    """Replicas of the main Deployment: the canary, when there is one, is one of spec.replicas."""
+    return spec.replicas - 1 if with_canary else spec.replicas
 
 
 def selector_labels(owner: Owner, *, canary: bool = False) -> dict[str, str]:
@@ -57,7 +62,7 @@ def selector_labels(owner: Owner, *, canary: bool = False) -> dict[str, str]:
     The canary is its own instance, so the two Deployments' selectors never overlap (two controllers claiming the
     same pods fight); both keep the deployment label, which is what the Service and the metrics select on.
     """
-    instance = canary_name(owner) if canary else owner.name
+    instance = canary_name(owner.name) if canary else owner.name
     return {"app.kubernetes.io/instance": instance, LABEL_DEPLOYMENT: owner.name}
 
 
@@ -158,7 +163,7 @@ def build_deployment(
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
     if spec.resources.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in spec.resources.tolerations]
-    metadata = _metadata(owner, "inference-server", canary_name(owner) if canary else None)
+    metadata = _metadata(owner, "inference-server", canary_name(owner.name) if canary else None)
     metadata["labels"].update(selector)
     return {
         "apiVersion": "apps/v1",
@@ -248,11 +253,15 @@ def build_children(
 
     With a canary, one of spec.replicas runs in the canary Deployment and the rest in the main one.
     """
-    main_replicas = spec.replicas - 1 if canary is not None else spec.replicas
     children = [
         build_service(spec, owner),
         build_deployment(
-            spec, owner, command=command, config_hash=config_hash, speculation=speculation, replicas=main_replicas
+            spec,
+            owner,
+            command=command,
+            config_hash=config_hash,
+            speculation=speculation,
+            replicas=main_replicas(spec, with_canary=canary is not None),
         ),
     ]
     if canary is not None:

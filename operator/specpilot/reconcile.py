@@ -398,7 +398,7 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
         speculation=intent.enabled,
         canary=canary,
     )
-    canary_key = f"Deployment/{manifests.canary_name(owner)}"
+    canary_key = f"Deployment/{manifests.canary_name(inputs.name)}"
     apply = []
     for child in children:
         annotated, digest = _with_applied_hash(child)
@@ -410,8 +410,8 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
     removable = [k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN or k == canary_key]
     delete = sorted(k for k in removable if k not in wanted)
     applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
-    main_replicas = spec.replicas - 1 if canary is not None else spec.replicas
-    rollout, _ = _rollout_conditions(main_replicas, rendered.config_hash, inputs.deployment, applying_main)
+    want = manifests.main_replicas(spec, with_canary=canary is not None)
+    rollout, _ = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main)
 
     speculating = intent.enabled
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
