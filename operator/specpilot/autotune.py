@@ -10,7 +10,7 @@ path (one Deployment write, one replica at a time) as a user's edit.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -26,12 +26,12 @@ from specpilot.policy import (
     PolicyState,
     actuation_entry,
     decide,
-    intent_from_dict,
     record_actuation,
+    revert_failed_rollout,
+    running_intent,
 )
 from specpilot.promql import Scope, Signal
 from specpilot.reconcile import Event, ObservedDeployment
-from specpilot.vllm.intent import SpeculationIntent
 
 ACTUATION_HISTORY = 10
 ACTION_EVENT_REASONS = {
@@ -82,20 +82,6 @@ def is_due(
         return True
     elapsed = (now - baseline.parse_time(str(last))).total_seconds()
     return elapsed >= parse_duration(spec.autotune.interval)
-
-
-def running_intent(status: Mapping[str, Any]) -> SpeculationIntent | None:
-    """What the pods were rendered with (status.effective, written by the reconcile from the rendered command)."""
-    effective = status.get("effective")
-    if not effective:
-        return None
-    schedule = effective.get("batchSchedule")
-    return SpeculationIntent(
-        enabled=bool(effective.get("speculation")),
-        num_speculative_tokens=effective.get("numSpeculativeTokens"),
-        disable_above_batch_size=effective.get("disableAboveBatchSize"),
-        batch_schedule=tuple((int(a), int(b), int(k)) for a, b, k in schedule) if schedule else None,
-    )
 
 
 def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | None) -> tuple[bool, datetime | None]:
@@ -170,22 +156,21 @@ def idle_conditions(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[cond.Condi
 
 
 def rollback_after_failed_rollout(
-    status: Mapping[str, Any], state: PolicyState, now: datetime
+    status: Mapping[str, Any], state: PolicyState
 ) -> tuple[PolicyState, str | None, list[Event]]:
     """An autotune config that missed the rollout deadline goes back to the last good one, and automation halts."""
     degraded = cond.find(status.get("conditions", []) or [], cond.DEGRADED) or {}
     source = (status.get("effective") or {}).get("source")
     if degraded.get("status") != "True" or degraded.get("reason") != "RolloutFailed" or source != "autotune":
         return state, None, []
-    if not state.actuations:
+    state, last = revert_failed_rollout(state)
+    if last is None:
         return state, None, []
-    last = state.actuations[-1]
-    previous = intent_from_dict(last.from_intent)
     message = (
         f"the {last.action.value} rollout of {format_time(last.at)} missed its deadline; reverted to the previous "
         "config and halted automation (change the specpilot.dev/reevaluate annotation to resume)"
     )
-    return replace(state, selected=previous), message, [Event("Warning", "RolloutFailed", message)]
+    return state, message, [Event("Warning", "RolloutFailed", message)]
 
 
 def run_autotune(
@@ -199,25 +184,55 @@ def run_autotune(
     now: datetime,
     client: QueryClient,
 ) -> AutotuneOutcome:
-    """Measure, decide, and describe the result as status fields, condition updates and events."""
-    state = PolicyState.from_dict(status.get("autotune"))
-    halted = (status.get("autotuneHalt") or {}).get("reason")
-    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
-    if halted and token and token != (status.get("autotuneHalt") or {}).get("token"):
-        halted = None  # a human asked for a fresh evaluation: resume
-    state, rollback_message, events = rollback_after_failed_rollout(status, state, now)
-    if rollback_message:
-        halted = rollback_message
-    current = running_intent(status)
-    effective_hash = (status.get("effective") or {}).get("configHash")
-    if current is None or effective_hash is None:
+    """Measure (Prometheus), then conclude (pure): status fields, condition updates and events."""
+    effective = status.get("effective") or {}
+    effective_hash = effective.get("configHash")
+    if running_intent(status, spec) is None or effective_hash is None:
         return AutotuneOutcome({}, [], [])
-    in_progress, since = rollout_state(status, deployment)
     scope = Scope(namespace=namespace, deployment=name, config_hash=effective_hash)
     measurements = measure(spec, scope, client, now)
     # The canary replica (other mode, same Service) is told apart from the rest by its config hash alone.
-    canary_hash = ((status.get("effective") or {}).get("canary") or {}).get("configHash")
+    canary_hash = (effective.get("canary") or {}).get("configHash")
     canary = measure(spec, scope.with_config_hash(str(canary_hash)), client, now) if canary_hash else None
+    return conclude(
+        spec,
+        annotations=annotations,
+        status=status,
+        deployment=deployment,
+        measurements=measurements,
+        canary=canary,
+        now=now,
+    )
+
+
+def conclude(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    *,
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    deployment: ObservedDeployment | None,
+    measurements: Mapping[str, Measurement],
+    canary: Mapping[str, Measurement] | None,
+    now: datetime,
+) -> AutotuneOutcome:
+    """One evaluation's measurements + the stored status -> decision, as status fields, conditions and events.
+
+    Pure: everything it reads is in its arguments, so the seam from stored status to the next render is tested
+    with exactly what the API server stores.
+    """
+    state = PolicyState.from_dict(status.get("autotune"))
+    halt = status.get("autotuneHalt") or {}
+    halted = halt.get("reason")
+    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
+    if halted and token and token != halt.get("token"):
+        halted = None  # a human asked for a fresh evaluation: resume
+    state, rollback_message, events = rollback_after_failed_rollout(status, state)
+    if rollback_message:
+        halted = rollback_message
+    current = running_intent(status, spec)
+    if current is None:
+        return AutotuneOutcome({}, [], [])
+    in_progress, since = rollout_state(status, deployment)
     window = effective_window(spec.autotune)
     inputs = PolicyInputs(
         spec=spec,

@@ -30,10 +30,16 @@ from specpilot.api.v1alpha1 import (
 )
 from specpilot.baseline import format_time
 from specpilot.measurements import Measurement, RawResult, classify, collect_warnings, unavailable
-from specpilot.policy import PolicyInputs, PolicyState, desired_intent, evaluate_alone, intent_to_dict
+from specpilot.policy import (
+    PolicyInputs,
+    PolicyState,
+    desired_intent,
+    evaluate_alone,
+    running_intent,
+)
 from specpilot.promql import Scope, Signal, Window, build_queries, resolve_window
 from specpilot.schedule import FitSettings
-from specpilot.vllm.intent import SpeculationIntent
+from specpilot.vllm.intent import SpeculationIntent, intent_to_dict
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
 
@@ -107,7 +113,7 @@ def evaluate_once(
     (status.autotune) supplies the baseline record and the history of an existing deployment.
     """
     state = state or PolicyState()
-    running = current or desired_intent(spec, state)
+    running = current or desired_intent(spec, state).intent
     measurements = measure(spec, scope, client, now)
     window = effective_window(spec.autotune)
     inputs = PolicyInputs(
@@ -209,15 +215,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if connection.insecure_skip_verify:
         print("warning: TLS verification is off for Prometheus", file=sys.stderr)
     state = PolicyState.from_dict(status.autotune if status else None)
-    current = desired_intent(spec, state)
-    if status and status.effective:  # what the pods run beats what autotune last chose
-        effective = status.effective
-        current = replace(
-            current,
-            enabled=effective.speculation,
-            num_speculative_tokens=effective.num_speculative_tokens or current.num_speculative_tokens,
-            disable_above_batch_size=effective.disable_above_batch_size,
-        )
+    # What the pods run (the lossless record in status.effective) beats what autotune last chose.
+    running = running_intent(status.model_dump(by_alias=True, exclude_none=True), spec) if status else None
+    current = running or desired_intent(spec, state).intent
     with PrometheusClient(connection) as client:
         result = evaluate_once(spec, scope, client, datetime.now(UTC), current=current, state=state)
     if config_hash is None:

@@ -11,9 +11,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +20,7 @@ import kopf
 
 from specpilot import manifests, telemetry
 from specpilot import reconcile as rec
-from specpilot.adapters.k8s import KubeAdapter, MissingApi, load_credentials
+from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection, connection_from_spec
 from specpilot.api import v1alpha1
 from specpilot.autotune import AutotuneOutcome, format_time, idle_conditions, is_due, run_autotune
@@ -33,18 +32,67 @@ TICK_SECONDS = float(os.environ.get("SPECPILOT_TICK_SECONDS", "10"))
 # A child we just applied may not be in the index yet; trust our own write this long to avoid writing twice.
 RECENT_APPLY_GRACE_SECONDS = 30.0
 
+FAILPOINT_ENV = "SPECPILOT_FAILPOINT"  # fault injection for tests: "exit-after-actuation-status"
+POD_MONITOR_RECHECK_SECONDS = 60.0  # PodMonitors are not watched (the CRD may be absent): re-read this often
+FOREIGN_RECHECK_SECONDS = 60.0  # a name another owner holds is looked up again this often
+TRANSIENT_RETRY_SECONDS = 30.0  # a write refused for a passing reason (409, 429, 5xx) is retried after this
+
 log = logging.getLogger("specpilot")
-_limiter = EventLimiter()
-_recent_applies: dict[str, tuple[str, float]] = {}
-_known_pod_monitors: dict[str, str | None] = {}
-_warned_missing: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    digest: str
+    message: str
+    permanent: bool
+    at: float
+
+
+@dataclass
+class ObjectMemory:
+    """What this process remembers about one SpeculativeDeployment between reconciles (by UID).
+
+    Mutated only while `lock` is held (one reconcile per object at a time); nothing here is needed for correctness
+    after a restart: status and the children's applied-hash annotations carry the durable state.
+    """
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # The status our last patch produced, with its resourceVersion (see reconcile.current_status).
+    written_status: tuple[str, dict[str, Any]] | None = None
+    # Children written moments ago ("Kind/name" -> digest, when): the index may not show our write yet.
+    recent_applies: dict[str, tuple[str, float]] = field(default_factory=dict)
+    pod_monitor: LiveChild | None = None
+    pod_monitor_checked: float | None = None
+    # Names of our children held by another owner ("Kind/name" -> (who, when looked up)).
+    foreign: dict[str, tuple[str, float]] = field(default_factory=dict)
+    failures: dict[str, WriteFailure] = field(default_factory=dict)
+    warned_missing: set[str] = field(default_factory=set)
+
+
+class OperatorMemory:
+    """All per-object bookkeeping of this process in one place, safe across kopf's worker threads."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._objects: dict[str, ObjectMemory] = {}
+        self._limiter = EventLimiter()
+
+    def of(self, uid: str) -> ObjectMemory:
+        with self._guard:
+            return self._objects.setdefault(uid, ObjectMemory())
+
+    def allow_event(self, uid: str, reason: str, message: str) -> bool:
+        with self._guard:
+            return self._limiter.allow(uid, reason, message, time.monotonic())
+
+    def forget(self, uid: str) -> None:
+        with self._guard:
+            self._objects.pop(uid, None)
+            self._limiter.forget(uid)
+
+
+MEMORY = OperatorMemory()
 _kube: KubeAdapter | None = None
-# Per object: the status our last patch produced, with its resourceVersion (see reconcile.current_status).
-_written_status: dict[str, tuple[str, dict[str, Any]]] = {}
-# Per object: one reconcile at a time. The timer and the create/update handlers run in different tasks; without this
-# both could decide from the same status and the later write would drop the earlier one's decision.
-_object_locks: dict[str, threading.Lock] = {}
-_object_locks_guard = threading.Lock()
 
 
 def kube() -> KubeAdapter:
@@ -72,11 +120,22 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.scanning.disabled = True
 
 
+def _ownership(body: kopf.Body) -> dict[str, Any]:
+    """uid and controller of a child: it is ours only if its controller reference carries our CR's UID."""
+    owner = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("controller")), None)
+    return {
+        "uid": str(body.metadata.uid),
+        "owner": str(owner["uid"]) if owner else None,
+        "controller": f"{owner['kind']}/{owner['name']}" if owner else None,
+    }
+
+
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
 def owned_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str | None, str], Any]:
     """The live state of our Deployments, so ticks read memory instead of the API server."""
     return {
         (namespace, name): {
+            **_ownership(body),
             "metadata": {"generation": body.metadata.get("generation"), "annotations": dict(body.metadata.annotations)},
             "spec": {
                 "replicas": body.spec.get("replicas"),
@@ -91,18 +150,24 @@ def owned_deployments(namespace: str | None, name: str, body: kopf.Body, **_: An
     }
 
 
+def _small_child(body: kopf.Body) -> dict[str, Any]:
+    return {
+        **_ownership(body),
+        "appliedHash": body.metadata.annotations.get(rec.ANNOTATION_APPLIED_HASH, ""),
+        "spec": dict(body.spec),
+    }
+
+
 @kopf.index("", "v1", "services", labels=MANAGED)
-def owned_services(
-    namespace: str | None, name: str, annotations: Mapping[str, str], **_: Any
-) -> dict[tuple[str | None, str], str]:
-    return {(namespace, name): annotations.get(rec.ANNOTATION_APPLIED_HASH, "")}
+def owned_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str | None, str], Any]:
+    return {(namespace, name): _small_child(body)}
 
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 def owned_disruption_budgets(
-    namespace: str | None, name: str, annotations: Mapping[str, str], **_: Any
-) -> dict[tuple[str | None, str], str]:
-    return {(namespace, name): annotations.get(rec.ANNOTATION_APPLIED_HASH, "")}
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str | None, str], Any]:
+    return {(namespace, name): _small_child(body)}
 
 
 Indexes = Mapping[str, kopf.Index[tuple[str, str], Any]]
@@ -125,100 +190,143 @@ def _first(index: kopf.Index[tuple[str, str], Any], key: tuple[str, str]) -> Any
 
 @dataclass(frozen=True)
 class LiveChildren:
-    """What the indexes say about one object's children."""
+    """What the indexes (and memory) say about one object's children."""
 
-    digests: dict[str, str | None]  # "Kind/name" -> applied digest; absent: the child does not exist
+    digests: dict[str, str | None]  # "Kind/name" -> applied digest, ours only; absent: we have no such child
+    uids: dict[str, str]  # "Kind/name" -> the child's own UID (delete precondition)
+    specs: dict[str, dict[str, Any]]  # live spec of our Services, PDBs and PodMonitors (drift check)
+    foreign: dict[str, str]  # names of our children held by another owner -> who holds them
     deployment: rec.ObservedDeployment | None
     canary: rec.ObservedDeployment | None
     recent: frozenset[str]  # applied so recently that the index may not show our write yet (our digest wins)
 
 
 def _live_children(
-    namespace: str, name: str, indexes: Indexes, wants_pod_monitor: bool, fresh_read: bool
+    namespace: str, name: str, uid: str, indexes: Indexes, memory: ObjectMemory, wants_pod_monitor: bool, fresh: bool
 ) -> LiveChildren:
-    live: dict[str, str | None] = {}
+    """Our children, recognised by their controller's UID (never by name alone)."""
+    digests: dict[str, str | None] = {}
+    uids: dict[str, str] = {}
+    specs: dict[str, dict[str, Any]] = {}
+    foreign: dict[str, str] = {}
     observed: dict[str, rec.ObservedDeployment | None] = {}
+
+    def sort(key: str, entry: Mapping[str, Any]) -> bool:
+        if entry.get("owner") == uid:
+            uids[key] = str(entry.get("uid", ""))
+            return True
+        foreign[key] = str(entry.get("controller") or "no controller (specpilot adopts nothing)")
+        return False
+
     for deployment_name in (name, manifests.canary_name(name)):
-        deployment = _first(indexes["deployments"], (namespace, deployment_name))
-        found = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
+        key = f"Deployment/{deployment_name}"
+        entry = _first(indexes["deployments"], (namespace, deployment_name))
+        found = None
+        if entry is not None and sort(key, entry):
+            found = rec.ObservedDeployment.from_object(entry)
+            digests[key] = found.applied_hash
         observed[deployment_name] = found
-        if found is not None:
-            live[f"Deployment/{deployment_name}"] = found.applied_hash
     for kind, index in (("Service", "services"), ("PodDisruptionBudget", "disruption_budgets")):
-        digest = _first(indexes[index], (namespace, name))
-        if digest is not None:
-            live[f"{kind}/{name}"] = digest
-    monitor_key = f"PodMonitor/{name}"
-    if wants_pod_monitor and fresh_read:
-        _known_pod_monitors[f"{namespace}/{name}"] = kube().applied_digest(
-            "monitoring.coreos.com/v1", "PodMonitor", namespace, name
-        )
-    known = _known_pod_monitors.get(f"{namespace}/{name}")
-    if known is not None:
-        live[monitor_key] = known
+        key = f"{kind}/{name}"
+        entry = _first(indexes[index], (namespace, name))
+        if entry is not None and sort(key, entry):
+            digests[key] = entry["appliedHash"]
+            specs[key] = dict(entry["spec"])
     now = time.monotonic()
+    if wants_pod_monitor and (
+        fresh or memory.pod_monitor_checked is None or now - memory.pod_monitor_checked >= POD_MONITOR_RECHECK_SECONDS
+    ):
+        memory.pod_monitor = kube().read_child("monitoring.coreos.com/v1", "PodMonitor", namespace, name)
+        memory.pod_monitor_checked = now
+    monitor = memory.pod_monitor if wants_pod_monitor else None
+    if monitor is not None:
+        key = f"PodMonitor/{name}"
+        if monitor.controller_uid == uid:
+            digests[key] = monitor.applied_hash or ""
+            uids[key] = monitor.uid
+            specs[key] = monitor.spec
+        else:
+            foreign[key] = monitor.controller or "no controller (specpilot adopts nothing)"
+    for key, (who, at) in list(memory.foreign.items()):
+        if now - at >= FOREIGN_RECHECK_SECONDS:
+            del memory.foreign[key]
+        else:
+            foreign.setdefault(key, who)
     recent: set[str] = set()
-    for key, (digest, at) in list(_recent_applies.items()):
+    for key, (digest, at) in list(memory.recent_applies.items()):
         if now - at > RECENT_APPLY_GRACE_SECONDS:
-            del _recent_applies[key]
-        elif _is_child_of(key, namespace, name):
-            child = key.split("/", 1)[1]
-            live[child] = digest
-            recent.add(child)
-    return LiveChildren(live, observed[name], observed[manifests.canary_name(name)], frozenset(recent))
-
-
-def _is_child_of(key: str, namespace: str, name: str) -> bool:
-    """Whether a "<namespace>/<Kind>/<child>" bookkeeping key belongs to this object (its canary included)."""
-    child_namespace, _, child = key.split("/", 2)
-    return child_namespace == namespace and child in (name, manifests.canary_name(name))
+            del memory.recent_applies[key]
+        else:
+            digests[key] = digest
+            recent.add(key)
+            foreign.pop(key, None)
+    return LiveChildren(
+        digests,
+        uids,
+        specs,
+        foreign,
+        observed[name],
+        observed[manifests.canary_name(name)],
+        frozenset(recent),
+    )
 
 
 def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
-@contextmanager
-def _one_at_a_time(body: kopf.Body) -> Iterator[None]:
-    uid = str(body.metadata.uid)
-    with _object_locks_guard:
-        lock = _object_locks.setdefault(uid, threading.Lock())
-    with lock:
-        yield
+@dataclass(frozen=True)
+class DecidedFrom:
+    """The status a reconcile decides from and the resourceVersion that holds it (the write precondition)."""
+
+    status: dict[str, Any]
+    resource_version: str
 
 
-def _status_of(body: kopf.Body) -> dict[str, Any]:
+def _status_of(body: kopf.Body, memory: ObjectMemory) -> DecidedFrom:
     """The body's status, or our own last write when kopf's copy of the object predates it."""
-    uid = str(body.metadata.uid)
-    status, ahead = rec.current_status(
-        str(body.metadata.get("resourceVersion", "")), dict(body.get("status", {})), _written_status.get(uid)
-    )
-    if not ahead:
-        _written_status.pop(uid, None)
-    return status
+    body_version = str(body.metadata.get("resourceVersion", ""))
+    status, ahead = rec.current_status(body_version, dict(body.get("status", {})), memory.written_status)
+    if ahead and memory.written_status is not None:
+        return DecidedFrom(status, memory.written_status[0])
+    memory.written_status = None
+    return DecidedFrom(status, body_version)
 
 
-def run_reconcile(
-    trigger: str,
+def _blocking_failures(memory: ObjectMemory) -> dict[str, rec.ApplyFailure]:
+    """Refusals still in force: permanent ones until what we send changes, passing ones for a short while."""
+    now = time.monotonic()
+    return {
+        key: rec.ApplyFailure(f.digest, f.message)
+        for key, f in memory.failures.items()
+        if f.permanent or now - f.at < TRANSIENT_RETRY_SECONDS
+    }
+
+
+def _failpoint(name: str) -> None:
+    """Die here, as a crash would, when a test asks for it (proves that persisted intent survives a kill)."""
+    if os.environ.get(FAILPOINT_ENV) == name:
+        log.critical("failpoint %s: exiting now", name)
+        logging.shutdown()
+        os._exit(86)
+
+
+def _inputs(
     body: kopf.Body,
-    status: dict[str, Any],
-    indexes: Indexes,
-    autotune: AutotuneOutcome | None = None,
-) -> rec.ReconcileResult:
-    """Observe → decide (pure) → apply → status → events."""
+    decided: DecidedFrom,
+    children: LiveChildren,
+    memory: ObjectMemory,
+    autotune: AutotuneOutcome | None,
+) -> rec.ReconcileInputs:
     meta = body.metadata
-    namespace, name = str(meta.namespace), str(meta.name)
-    started = time.monotonic()
-    wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
-    children = _live_children(namespace, name, indexes, wants_pod_monitor, fresh_read=trigger != "timer")
-    inputs = rec.ReconcileInputs(
-        name=name,
-        namespace=namespace,
+    return rec.ReconcileInputs(
+        name=str(meta.name),
+        namespace=str(meta.namespace),
         uid=str(meta.uid),
         generation=int(meta.get("generation", 0)),
         annotations=dict(meta.annotations),
         spec=dict(body.spec),
-        status=status,
+        status=decided.status,
         now=_now(),
         live_children=children.digests,
         deployment=children.deployment,
@@ -226,36 +334,149 @@ def run_reconcile(
         recently_applied=children.recent,
         autotune_fields=autotune.fields if autotune else {},
         autotune_conditions=tuple(autotune.conditions) if autotune else (),
+        conflicts=children.foreign,
+        apply_failures=_blocking_failures(memory),
+        live_specs=children.specs,
     )
-    result = rec.reconcile(inputs)
-    missing_api_events: list[rec.Event] = []
+
+
+def _look_for_foreign(result: rec.ReconcileResult, inputs: rec.ReconcileInputs, memory: ObjectMemory) -> bool:
+    """Before creating a child we have never seen, check that its name is free: one GET, on creation only.
+
+    The indexes see only objects labelled as ours; a same-named object without the label (someone's own Service,
+    say) would otherwise be taken over by server-side apply. Returns whether a foreign holder was found.
+    """
+    found = False
     for child in result.apply:
         key = rec.child_key(child)
+        if key in inputs.live_children or key in inputs.conflicts:
+            continue
+        live = kube().read_child(child["apiVersion"], child["kind"], inputs.namespace, child["metadata"]["name"])
+        if live is not None and live.controller_uid != inputs.uid:
+            who = live.controller or "no controller (specpilot adopts nothing)"
+            memory.foreign[key] = (who, time.monotonic())
+            found = True
+    return found
+
+
+def _write_status(
+    body: kopf.Body, memory: ObjectMemory, before: Mapping[str, Any], after: Mapping[str, Any], precondition: str | None
+) -> bool:
+    """Patch status as an exact merge patch; with `precondition`, only over that resourceVersion. False: stale."""
+    meta = body.metadata
+    merge_patch = rec.status_merge_patch(before, after)
+    log.debug("%s/%s: status changed (%s)", meta.namespace, meta.name, ", ".join(sorted(merge_patch)))
+    try:
+        written = kube().patch_status(
+            f"{GROUP}/{VERSION}", v1alpha1.KIND, str(meta.namespace), str(meta.name), merge_patch,
+            resource_version=precondition,
+        )  # fmt: skip
+    except StaleStatus:
+        log.info("%s/%s: the object changed since this decision was made; deciding again", meta.namespace, meta.name)
+        telemetry.RECONCILES.labels("status", "stale").inc()
+        return False
+    if written is not None:
+        memory.written_status = written
+    return True
+
+
+def _write_children(
+    result: rec.ReconcileResult, inputs: rec.ReconcileInputs, children: LiveChildren, memory: ObjectMemory
+) -> tuple[list[rec.Event], bool]:
+    """Apply and delete what the reconcile asked for; (events, whether a refusal appeared or cleared)."""
+    namespace, name = inputs.namespace, inputs.name
+    events: list[rec.Event] = []
+    changed = False
+    for child in result.apply:
+        key = rec.child_key(child)
+        digest = child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
         try:
             kube().apply(child)
         except MissingApi as err:
-            if (str(meta.uid), key) not in _warned_missing:
-                _warned_missing.add((str(meta.uid), key))
+            if key not in memory.warned_missing:
+                memory.warned_missing.add(key)
                 log.warning("%s/%s: skipping %s: %s", namespace, name, key, err)
-                missing_api_events.append(rec.Event("Warning", "MonitoringApiMissing", f"not creating {key}: {err}"))
+                events.append(rec.Event("Warning", "MonitoringApiMissing", f"not creating {key}: {err}"))
             continue
-        digest = child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
-        _recent_applies[f"{namespace}/{key}"] = (digest, time.monotonic())
+        except WriteRefused as err:
+            log.warning("%s/%s: %s refused (HTTP %s): %s", namespace, name, key, err.status, err)
+            telemetry.WRITE_ERRORS.labels(child["kind"], "apply", str(err.status)).inc()
+            memory.failures[key] = WriteFailure(digest, str(err), err.permanent, time.monotonic())
+            changed = True
+            continue
+        changed |= memory.failures.pop(key, None) is not None
+        memory.recent_applies[key] = (digest, time.monotonic())
         if child["kind"] == "PodMonitor":
-            _known_pod_monitors[f"{namespace}/{name}"] = digest
+            memory.pod_monitor_checked = None  # read it back on the next tick
     for key in result.delete:
         kind, child_name = key.split("/", 1)
-        kube().delete(rec.CHILD_API_VERSIONS[kind], kind, namespace, child_name)
-        _recent_applies.pop(f"{namespace}/{key}", None)
+        try:
+            kube().delete(rec.CHILD_API_VERSIONS[kind], kind, namespace, child_name, uid=children.uids.get(key))
+        except WriteRefused as err:
+            log.warning("%s/%s: deleting %s refused (HTTP %s): %s", namespace, name, key, err.status, err)
+            telemetry.WRITE_ERRORS.labels(kind, "delete", str(err.status)).inc()
+            memory.failures[key] = WriteFailure(rec.DELETE_DIGEST, str(err), err.permanent, time.monotonic())
+            changed = True
+            continue
+        changed |= memory.failures.pop(key, None) is not None
+        memory.recent_applies.pop(key, None)
         if kind == "PodMonitor":
-            _known_pod_monitors.pop(f"{namespace}/{name}", None)
+            memory.pod_monitor, memory.pod_monitor_checked = None, None
+    return events, changed
+
+
+def run_reconcile(
+    trigger: str,
+    body: kopf.Body,
+    decided: DecidedFrom,
+    indexes: Indexes,
+    memory: ObjectMemory,
+    autotune: AutotuneOutcome | None = None,
+) -> rec.ReconcileResult:
+    """Observe -> decide (pure) -> persist the decision in status -> apply children -> report refusals -> events.
+
+    Status goes first: an autotune actuation (the chosen config and its record, which charges the budget) is
+    written with a resourceVersion precondition before any child changes, so a failed write changes nothing and a
+    crash after it resumes into exactly one rollout from the persisted choice.
+    """
+    meta = body.metadata
+    namespace, name = str(meta.namespace), str(meta.name)
+    started = time.monotonic()
+    wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))
+
+    def decide() -> tuple[rec.ReconcileInputs, LiveChildren, rec.ReconcileResult]:
+        children = _live_children(
+            namespace, name, str(meta.uid), indexes, memory, wants_pod_monitor, trigger != "timer"
+        )
+        inputs = _inputs(body, decided, children, memory, autotune)
+        return inputs, children, rec.reconcile(inputs)
+
+    inputs, children, result = decide()
+    if _look_for_foreign(result, inputs, memory):
+        inputs, children, result = decide()
+    actuating = autotune is not None and autotune.actuated
     if result.status_patch is not None:
-        merge_patch = rec.status_merge_patch(status, result.status_patch)
-        log.debug("%s/%s: status changed (%s)", namespace, name, ", ".join(sorted(merge_patch)))
-        written = kube().patch_status(f"{GROUP}/{VERSION}", v1alpha1.KIND, namespace, name, merge_patch)
-        if written is not None:
-            _written_status[str(meta.uid)] = written
-    post_events(body, [*(autotune.events if autotune else []), *result.events, *missing_api_events])
+        precondition = decided.resource_version if actuating else None
+        if not _write_status(body, memory, decided.status, result.status_patch, precondition):
+            return result  # nothing applied: the next tick decides again from the newer object
+        if actuating:
+            _failpoint("exit-after-actuation-status")
+    write_events, refusals_changed = _write_children(result, inputs, children, memory)
+    events = [*(autotune.events if autotune else []), *result.events, *write_events]
+    if refusals_changed:
+        # Say what the API server refused (or that it stopped refusing) in status and one event.
+        stored = memory.written_status[1] if memory.written_status else decided.status
+        children = _live_children(namespace, name, str(meta.uid), indexes, memory, wants_pod_monitor, False)
+        again = rec.reconcile(
+            replace(
+                _inputs(body, DecidedFrom(stored, ""), children, memory, None),
+                now=inputs.now,
+            )
+        )
+        if again.status_patch is not None:
+            _write_status(body, memory, stored, again.status_patch, None)
+        events += again.events
+    post_events(body, events)
     telemetry.RECONCILES.labels(trigger, "ok").inc()
     telemetry.RECONCILE_SECONDS.labels(trigger).observe(time.monotonic() - started)
     return result
@@ -268,7 +489,7 @@ def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
     for event in events:
         unique.setdefault(event.reason, event)
     for event in unique.values():
-        if _limiter.allow(uid, event.reason, event.message, time.monotonic()):
+        if MEMORY.allow_event(uid, event.reason, event.message):
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
             telemetry.API_WRITES.labels("Event", "create").inc()
             telemetry.EVENTS.labels(event.reason, "posted").inc()
@@ -287,17 +508,20 @@ def reconcile_speculativedeployment(body: kopf.Body, reason: str, **kwargs: Any)
             idle = AutotuneOutcome({}, idle_conditions(spec), [])
     except v1alpha1.InvalidSpec:
         pass
-    with _one_at_a_time(body):
-        run_reconcile(str(reason), body, _status_of(body), _indexes(kwargs), autotune=idle)
+    memory = MEMORY.of(str(body.metadata.uid))
+    with memory.lock:  # one reconcile per object at a time: timer and create/update run in different threads
+        run_reconcile(str(reason), body, _status_of(body, memory), _indexes(kwargs), memory, autotune=idle)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
 def refresh_speculativedeployment(body: kopf.Body, **kwargs: Any) -> None:
     """Follow rollouts, repair drift of children, and run the autotuner when it is due."""
     indexes = _indexes(kwargs)
-    with _one_at_a_time(body):
-        status = _status_of(body)
-        run_reconcile("timer", body, status, indexes, autotune=_autotune_if_due(body, status, indexes))
+    memory = MEMORY.of(str(body.metadata.uid))
+    with memory.lock:
+        decided = _status_of(body, memory)
+        autotune = _autotune_if_due(body, decided.status, indexes)
+        run_reconcile("timer", body, decided, indexes, memory, autotune=autotune)
 
 
 def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexes) -> AutotuneOutcome | None:
@@ -313,7 +537,8 @@ def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexe
         return None
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     deployment = _first(indexes["deployments"], (namespace, name))
-    observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None else None
+    ours = deployment is not None and deployment.get("owner") == str(body.metadata.uid)
+    observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None and ours else None
     connection, warnings = _prometheus_connection(spec.autotune.prometheus, namespace)
     with PrometheusClient(connection) as client:
         outcome = run_autotune(
@@ -390,11 +615,4 @@ def _prometheus_connection(
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget_speculativedeployment(body: kopf.Body, **_: Any) -> None:
     """Children go by garbage collection (owner references); only in-memory bookkeeping is dropped here."""
-    uid = str(body.metadata.uid)
-    _limiter.forget(uid)
-    _written_status.pop(uid, None)
-    with _object_locks_guard:
-        _object_locks.pop(uid, None)
-    for key in [k for k in _recent_applies if _is_child_of(k, str(body.metadata.namespace), str(body.metadata.name))]:
-        del _recent_applies[key]
-    _known_pod_monitors.pop(f"{body.metadata.namespace}/{body.metadata.name}", None)
+    MEMORY.forget(str(body.metadata.uid))

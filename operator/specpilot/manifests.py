@@ -22,9 +22,21 @@ ANNOTATION_SPECULATION = f"{v1alpha1.GROUP}/speculation"
 HTTP_PORT_NAME = "http"
 # vLLM exits on SIGTERM after draining; give in-flight generations time to finish.
 TERMINATION_GRACE_SECONDS = 120
-# Loading 70B+ weights can take many minutes; the startup probe allows 30 minutes before liveness takes over.
+# Loading 70B+ weights can take many minutes. The startup probe gets exactly the rollout deadline before liveness
+# takes over (startup_probe_failures), so a pod is neither killed while the rollout may still succeed nor left
+# loading after the operator declared the rollout failed.
 STARTUP_PROBE_PERIOD_SECONDS = 10
-STARTUP_PROBE_FAILURES = 180
+MIN_ROLLOUT_DEADLINE_SECONDS = 60
+
+
+def rollout_deadline_seconds(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
+    """The Deployment's progressDeadlineSeconds: spec.autotune.rolloutDeadline, at least one minute."""
+    return max(MIN_ROLLOUT_DEADLINE_SECONDS, round(parse_duration(spec.autotune.rollout_deadline)))
+
+
+def startup_probe_failures(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
+    """Failures the startup probe allows: its budget (period x failures) covers the whole rollout deadline."""
+    return -(-rollout_deadline_seconds(spec) // STARTUP_PROBE_PERIOD_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,7 @@ def build_deployment(
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "cache", "mountPath": "/root/.cache"}],
-        "startupProbe": _http_probe(STARTUP_PROBE_PERIOD_SECONDS, STARTUP_PROBE_FAILURES),
+        "startupProbe": _http_probe(STARTUP_PROBE_PERIOD_SECONDS, startup_probe_failures(spec)),
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 6),
     }
@@ -173,7 +185,7 @@ def build_deployment(
             "replicas": spec.replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "progressDeadlineSeconds": max(60, round(parse_duration(spec.autotune.rollout_deadline))),
+            "progressDeadlineSeconds": rollout_deadline_seconds(spec),
             "revisionHistoryLimit": 3,
             "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
         },

@@ -59,13 +59,20 @@ from specpilot.schedule import (
     FitSettings,
     ThresholdPlan,
     ThresholdSupport,
+    fit_support,
     plan_threshold,
     profile_from_positions,
     profile_geometric,
     schedule_text,
-    threshold_support,
 )
-from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
+from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
+from specpilot.vllm.intent import (
+    SpeculationIntent,
+    complete_intent,
+    intent_from_dict,
+    intent_from_spec,
+    intent_to_dict,
+)
 from specpilot.vllm.versions import VllmVersion
 
 ERROR_LIMIT = 4  # Argo Rollouts' consecutiveErrorLimit default
@@ -90,30 +97,7 @@ class OffReason(StrEnum):
     CANARY = "canary"  # a plain canary was faster on the same traffic
 
 
-# ------------------------------------------------------------------------------------------------ intents as JSON
-
-
-def intent_to_dict(intent: SpeculationIntent) -> dict[str, Any]:
-    return {
-        "enabled": intent.enabled,
-        "numSpeculativeTokens": intent.num_speculative_tokens,
-        "disableAboveBatchSize": intent.disable_above_batch_size,
-        "batchSchedule": [list(r) for r in intent.batch_schedule] if intent.batch_schedule else None,
-    }
-
-
-def intent_from_dict(raw: Mapping[str, Any]) -> SpeculationIntent:
-    schedule = raw.get("batchSchedule")
-    return SpeculationIntent(
-        enabled=bool(raw["enabled"]),
-        num_speculative_tokens=_opt_int(raw.get("numSpeculativeTokens")),
-        disable_above_batch_size=_opt_int(raw.get("disableAboveBatchSize")),
-        batch_schedule=tuple((int(a), int(b), int(c)) for a, b, c in schedule) if schedule else None,
-    )
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+# ------------------------------------------------------------------------------------------------ intents
 
 
 def describe_intent(intent: SpeculationIntent) -> str:
@@ -398,14 +382,80 @@ def apply_overrides(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) 
     return intent
 
 
-def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> SpeculationIntent:
-    """The config the reconcile should render: autotune's choice (unless mode Off) under the user's pins.
+class IntentSource(StrEnum):
+    SPEC = "spec"
+    AUTOTUNE = "autotune"
+    OVERRIDE = "override"
 
-    A change of the speculation section or engine version clears the choice in `decide`, so a spec edit applies at
-    once (level-based, rule 19).
+
+@dataclass(frozen=True)
+class ChosenIntent:
+    intent: SpeculationIntent
+    source: IntentSource
+
+
+def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> ChosenIntent:
+    """The one place that decides the config to render: autotune's choice (unless mode Off) under the user's pins.
+
+    Autotune's choice counts only while the spec parts it was made for are unchanged: an edit of spec.speculation
+    or the engine version wins at once, before the autotuner runs again (level-based, rule 19). The choice is kept
+    losslessly (K, threshold, schedule survive speculation off), and completed from the spec, so turning
+    speculation on never renders without K.
     """
-    chosen = state.selected if state.selected is not None and spec.autotune.mode is not AutotuneMode.OFF else None
-    return apply_overrides(spec, chosen or intent_from_spec(spec))
+    _, intent_fingerprint = spec_fingerprints(spec)
+    selected = state.selected
+    if state.intent_fingerprint is not None and state.intent_fingerprint != intent_fingerprint:
+        selected = None
+    chosen = selected if selected is not None and spec.autotune.mode is not AutotuneMode.OFF else None
+    base = complete_intent(chosen, spec) if chosen is not None else intent_from_spec(spec)
+    intent = apply_overrides(spec, base)
+    if intent != base:
+        return ChosenIntent(intent, IntentSource.OVERRIDE)
+    return ChosenIntent(intent, IntentSource.AUTOTUNE if chosen is not None else IntentSource.SPEC)
+
+
+def running_intent(status: Mapping[str, Any], spec: SpeculativeDeploymentSpec) -> SpeculationIntent | None:
+    """What the pods were rendered with: status.effective.intent, the lossless record the reconcile writes.
+
+    A status written before that record existed has only the display fields, which drop K and the schedule while
+    speculation is off; those are completed from the spec, so a re-enable never renders a bare speculative config.
+    """
+    effective = status.get("effective")
+    if not effective:
+        return None
+    record = effective.get("intent")
+    if record:
+        return complete_intent(intent_from_dict(record), spec)
+    schedule = effective.get("batchSchedule")
+    legacy = SpeculationIntent(
+        enabled=bool(effective.get("speculation")),
+        num_speculative_tokens=effective.get("numSpeculativeTokens"),
+        disable_above_batch_size=effective.get("disableAboveBatchSize"),
+        batch_schedule=tuple((int(a), int(b), int(k)) for a, b, k in schedule) if schedule else None,
+    )
+    return complete_intent(legacy, spec)
+
+
+def revert_failed_rollout(state: PolicyState) -> tuple[PolicyState, ActuationRecord | None]:
+    """After an autotune rollout missed its deadline: select the config it replaced (recorded losslessly)."""
+    if not state.actuations:
+        return state, None
+    last = state.actuations[-1]
+    return replace(state, selected=intent_from_dict(last.from_intent), probe_started=None, streak=None), last
+
+
+def probe_deadline(spec: SpeculativeDeploymentSpec) -> timedelta:
+    """How long a probe may run without acceptance evidence before it counts as failed.
+
+    The rollout itself (rolloutDeadline), then the metrics settling (one window and two scrapes), then enough
+    evaluations to agree (agreeingEvaluations x interval, at least the stabilization window), twice over, so a
+    probe under thin traffic is not cut short, yet never stays on forever without evidence.
+    """
+    at = spec.autotune
+    rollout = parse_duration(at.rollout_deadline)
+    settle = parse_duration(at.window) + 2 * parse_duration(at.scrape_interval)
+    agree = max(at.agreeing_evaluations * parse_duration(at.interval), parse_duration(at.stabilization))
+    return timedelta(seconds=rollout + 2 * (settle + agree))
 
 
 def _count(value: float | None) -> str:
@@ -494,6 +544,13 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
             )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+        deadline = probe_deadline(inputs.spec)
+        if state.probe_started is not None and acceptance is None and now - state.probe_started > deadline:
+            reason = (
+                f"probe since {format_time(state.probe_started)} found no acceptance evidence within "
+                f"{format_duration(deadline.total_seconds())} ({_why(m, Signal.ACCEPTANCE_RATE)})"
+            )
+            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
         regression, regression_evidence = _latency_regression(inputs, state, now)
         evidence["baseline"] = regression_evidence
         if regression:
@@ -576,7 +633,8 @@ def _plan(
     version = VllmVersion.parse(spec.engine.version)
     if not at.batch_threshold.tune or at.overrides.pin_batch_threshold or state.probe_started is not None:
         return None
-    if threshold_support(version) is ThresholdSupport.NONE or batch is None:
+    support = fit_support(threshold_support_for(spec)[0])
+    if support is ThresholdSupport.NONE or batch is None:
         return None
     m = inputs.measurements
     by_position = m.get(Signal.ACCEPTANCE_BY_POSITION)
@@ -600,6 +658,7 @@ def _plan(
     )
     return plan_threshold(
         version=version,
+        support=support,
         current=inputs.current,
         method=spec.speculation.method.value,
         max_num_seqs=spec.engine.max_num_seqs,
@@ -627,7 +686,7 @@ def _propose_while_off(
             "speculation pinned on by spec.autotune.overrides.speculation=ForceOn; the reconcile applies the pin",
             evidence,
         )
-    on_target = replace(inputs.current, enabled=True)
+    on_target = complete_intent(inputs.current.with_speculation(), inputs.spec)
     metric = at.latency.metric.value
     tolerance = at.latency.regression_tolerance
     batch = _valid(m, Signal.BATCH_SIZE)
@@ -890,8 +949,12 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     state = _reset_on_spec_change(state, inputs.spec)
     events: list[PolicyEvent] = []
     batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
+    handled = inputs.reevaluate_token if fresh_token else None
 
     def hold(reason: str, gate: str, st: PolicyState, **extra: Any) -> tuple[Decision, PolicyState]:
+        """Keep the running config. A held evaluation still consumes a new reevaluate token: otherwise a paused or
+        settling object with a fresh token would look due, and query Prometheus, on every tick."""
         decision = Decision(
             action=Action.KEEP,
             target=inputs.current,
@@ -904,7 +967,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             throttled=st.throttled,
             paused=st.paused,
             batch=batch,
-            handled_reevaluate=extra.pop("handled", None),
+            handled_reevaluate=handled,
             events=tuple(events),
         )
         return decision, st
@@ -959,9 +1022,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     if not settled:
         return hold(settle_note, "settling", replace(state, streak=None))
 
-    fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
-    handled = inputs.reevaluate_token if fresh_token else None
-    proposal = propose(inputs, state, now, probe_now=fresh_token)
+    proposal = no_op_as_keep(inputs, propose(inputs, state, now, probe_now=fresh_token))
     common: dict[str, Any] = {
         "proposal": proposal.action,
         "metrics_available": state.metrics_available,
@@ -1067,6 +1128,44 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         **common,
     )
     return decision, replace(state, throttled=False)
+
+
+def rendered_hash(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> str | None:
+    """The config hash the renderer gives this intent; None when this vLLM version cannot render it."""
+    try:
+        return render_command(spec, intent).config_hash
+    except UnsupportedCombination:
+        return None
+
+
+def no_op_as_keep(inputs: PolicyInputs, proposal: Proposal) -> Proposal:
+    """A change whose rendered command line equals the running one restarts pods for nothing: keep instead.
+
+    Compared by the renderer's config hash (a schedule the version compiles from the same threshold, a K = 0 range
+    the engine would not see), so no budget is spent and no event posted for a change vLLM would not notice. A
+    target this version cannot render at all is kept too, with the renderer's reason.
+    """
+    if proposal.action is Action.KEEP:
+        return proposal
+    try:
+        target_hash = render_command(inputs.spec, proposal.target).config_hash
+    except UnsupportedCombination as err:
+        return Proposal(
+            Action.KEEP,
+            inputs.current,
+            f"{proposal.action.value} not proposed: vLLM {inputs.spec.engine.version} cannot render it "
+            f"({err.field}: {err})",
+            proposal.evidence,
+        )
+    if target_hash == rendered_hash(inputs.spec, inputs.current):
+        return Proposal(
+            Action.KEEP,
+            inputs.current,
+            f"{proposal.action.value} not proposed: it renders the same vLLM command line as the running config "
+            f"({target_hash}); {proposal.reason}",
+            proposal.evidence,
+        )
+    return proposal
 
 
 def _note_recommendation(

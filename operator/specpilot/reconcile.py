@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot import conditions as cond
@@ -19,7 +19,7 @@ from specpilot import manifests
 from specpilot.api import v1alpha1
 from specpilot.catalog import UnknownArchitecture
 from specpilot.plan import GIB, MemoryPlan, plan_memory
-from specpilot.policy import PolicyState, desired_intent, spec_fingerprints
+from specpilot.policy import PolicyState, desired_intent
 from specpilot.vllm.dialects import (
     RenderedCommand,
     ThresholdSupport,
@@ -27,7 +27,7 @@ from specpilot.vllm.dialects import (
     describe_threshold,
     render_command,
 )
-from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
+from specpilot.vllm.intent import SpeculationIntent, complete_intent, intent_to_dict
 
 ANNOTATION_APPLIED_HASH = f"{v1alpha1.GROUP}/applied-hash"
 
@@ -46,11 +46,13 @@ EVENT_REASONS = frozenset(
         "ActuationThrottled",
         "AutomationPaused",
         "ThresholdUnsupported",
+        "ApplyFailed",
+        "OwnershipConflict",
     }
 )
 WARNING_REASONS = frozenset(
     {"RolloutFailed", "MemoryDoesNotFit", "InvalidSpec", "MetricsUnavailable", "ActuationThrottled",
-     "ThresholdUnsupported"}
+     "ThresholdUnsupported", "ApplyFailed", "OwnershipConflict"}
 )  # fmt: skip
 
 
@@ -118,6 +120,20 @@ class ReconcileInputs:
     # What an autotune evaluation in the same tick concluded: merged into status before the intent is chosen.
     autotune_fields: Mapping[str, Any] = field(default_factory=dict)
     autotune_conditions: Sequence[cond.ConditionUpdate] = ()
+    # Children whose name is taken by an object another owner controls ("Kind/name" -> who holds it): never written.
+    conflicts: Mapping[str, str] = field(default_factory=dict)
+    # Writes the API server refused and that must not be retried as they are ("Kind/name" -> the refused digest
+    # and the server's message); a changed digest (the spec moved) is tried again.
+    apply_failures: Mapping[str, ApplyFailure] = field(default_factory=dict)
+    # Live spec of owned Services, PDBs and PodMonitors ("Kind/name" -> spec): a field we own edited behind our
+    # back (the applied-hash annotation unchanged) is drift to repair.
+    live_specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    digest: str  # applied-hash of the refused object ("delete" for a refused delete)
+    message: str
 
 
 # Children that may have to be removed when the spec stops asking for them.
@@ -156,25 +172,6 @@ def object_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def choose_intent(
-    spec: v1alpha1.SpeculativeDeploymentSpec, autotune_status: Mapping[str, Any] | None
-) -> tuple[SpeculationIntent, str]:
-    """Return the intent to run and where it came from (spec, autotune or override).
-
-    Autotune's choice counts only while the spec parts it was made for are unchanged: a user's edit of
-    spec.speculation (or the engine version) wins at once, before the autotuner runs again.
-    """
-    state = PolicyState.from_dict(autotune_status)
-    _, intent_fingerprint = spec_fingerprints(spec)
-    if state.intent_fingerprint is not None and state.intent_fingerprint != intent_fingerprint:
-        state = replace(state, selected=None)
-    intent = desired_intent(spec, state)
-    chosen = state.selected if spec.autotune.mode != v1alpha1.AutotuneMode.OFF else None
-    if intent != (chosen or intent_from_spec(spec)):
-        return intent, "override"
-    return intent, "autotune" if chosen is not None else "spec"
-
-
 def _with_applied_hash(obj: dict[str, Any]) -> tuple[dict[str, Any], str]:
     digest = object_hash(obj)
     annotated = json.loads(json.dumps(obj))
@@ -194,6 +191,42 @@ def _deployment_drifted(child: Mapping[str, Any], live: ObservedDeployment | Non
     wanted_hash = spec["template"]["metadata"]["annotations"].get(manifests.ANNOTATION_CONFIG_HASH)
     replicas_moved = live.spec_replicas is not None and live.spec_replicas != spec["replicas"]
     return bool(replicas_moved or live.template_config_hash != wanted_hash)
+
+
+DELETE_DIGEST = "delete"
+
+
+def _write_problems(name: str, conflicts: Mapping[str, str], refused: Mapping[str, str]) -> list[cond.ConditionUpdate]:
+    """Degraded (and Ready=False when the main Deployment is affected) for children we could not write.
+
+    Listed after the rollout's own conditions, so they win the merge: a child the API server refuses or another
+    owner holds must not look like a rollout that is merely in progress.
+    """
+    if not conflicts and not refused:
+        return []
+    reason = "OwnershipConflict" if conflicts else "ApplyFailed"
+    lines = [f"{k} is controlled by {who}; not touching it" for k, who in sorted(conflicts.items())]
+    lines += [f"{k} refused by the API server: {msg}" for k, msg in sorted(refused.items())]
+    message = "; ".join(lines)
+    updates = [cond.ConditionUpdate(cond.DEGRADED, "True", reason, message)]
+    if f"Deployment/{name}" in {*conflicts, *refused} or f"Service/{name}" in {*conflicts, *refused}:
+        updates.append(cond.ConditionUpdate(cond.READY, "False", reason, message))
+    return updates
+
+
+def _contains(live: Any, wanted: Any) -> bool:
+    """Whether every field we set is in the live object with our value (the server adds defaults around them)."""
+    if isinstance(wanted, Mapping):
+        return isinstance(live, Mapping) and all(k in live and _contains(live[k], v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(live, list) and len(live) == len(wanted) and all(map(_contains, live, wanted))
+    return bool(live == wanted)
+
+
+def _spec_drifted(child: Mapping[str, Any], live_specs: Mapping[str, Mapping[str, Any]]) -> bool:
+    """A Service, PDB or PodMonitor whose spec fields we own were edited while the applied-hash stayed."""
+    live = live_specs.get(child_key(child))
+    return live is not None and not _contains(live, child.get("spec", {}))
 
 
 def child_key(obj: Mapping[str, Any]) -> str:
@@ -377,7 +410,8 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
             return _finish(inputs, [fit_update, invalid], fields, [])
 
     autotune_status = inputs.autotune_fields.get("autotune", inputs.status.get("autotune"))
-    intent, source = choose_intent(spec, autotune_status)
+    chosen = desired_intent(spec, PolicyState.from_dict(autotune_status))
+    intent, source = chosen.intent, chosen.source.value
     try:
         rendered = render_command(spec, intent)
     except UnsupportedCombination as err:
@@ -400,15 +434,30 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
     )
     canary_key = f"Deployment/{manifests.canary_name(inputs.name)}"
     apply = []
+    refused: dict[str, str] = {}
     for child in children:
+        key = child_key(child)
         annotated, digest = _with_applied_hash(child)
-        live_copy = inputs.canary_deployment if child_key(child) == canary_key else inputs.deployment
-        drifted = child_key(child) not in inputs.recently_applied and _deployment_drifted(child, live_copy)
-        if inputs.live_children.get(child_key(child)) != digest or drifted:
+        if key in inputs.conflicts:
+            continue  # someone else's object: never written, reported below
+        failure = inputs.apply_failures.get(key)
+        if failure is not None and failure.digest == digest:
+            refused[key] = failure.message  # the same object would be refused the same way: no retry loop
+            continue
+        live_copy = inputs.canary_deployment if key == canary_key else inputs.deployment
+        fresh = key in inputs.recently_applied
+        drifted = not fresh and (_deployment_drifted(child, live_copy) or _spec_drifted(child, inputs.live_specs))
+        if inputs.live_children.get(key) != digest or drifted:
             apply.append(annotated)
     wanted = {child_key(c) for c in children}
     removable = [k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN or k == canary_key]
-    delete = sorted(k for k in removable if k not in wanted)
+    delete = []
+    for key in sorted(k for k in removable if k not in wanted):
+        failure = inputs.apply_failures.get(key)
+        if failure is not None and failure.digest == DELETE_DIGEST:
+            refused[key] = failure.message
+        else:
+            delete.append(key)
     applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
     want = manifests.main_replicas(spec, with_canary=canary is not None)
     rollout, _ = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main)
@@ -428,9 +477,13 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
         *rollout,
         threshold,
         cond.ConditionUpdate(cond.SPECULATION_ACTIVE, "True" if speculating else "False", spec_reason, spec_message),
+        *_write_problems(inputs.name, {k: who for k, who in inputs.conflicts.items() if k in wanted}, refused),
     ]
     fields["effective"] = {
         "speculation": speculating,
+        # The lossless record of what runs: the autotuner decides from it and reverts to it (issue: a lossy copy
+        # rebuilt "on" without K). The display fields below show what the rendered command does.
+        "intent": intent_to_dict(intent),
         "method": spec.speculation.method.value if speculating else None,
         "numSpeculativeTokens": intent.num_speculative_tokens if speculating else None,
         "disableAboveBatchSize": rendered.disable_above_batch_size if speculating else None,
@@ -458,13 +511,14 @@ def canary_command(
 ) -> manifests.CanaryCommand | None:
     """The canary replica's command: the other mode than `intent`, when spec.autotune.canary asks for one.
 
-    Plain when the others speculate; speculating with the spec's own settings when they do not. None while autotune
-    is Off (nobody reads the comparison) or with fewer than two replicas (the API server refuses that combination).
+    Plain when the others speculate; speculating with the remembered K, threshold and schedule when they do not.
+    None while autotune is Off (nobody reads the comparison) or with fewer than two replicas (the API server refuses
+    that combination).
     """
     at = spec.autotune
     if not at.canary.enabled or at.mode == v1alpha1.AutotuneMode.OFF or spec.replicas < 2:
         return None
-    other = intent.without_speculation() if intent.enabled else replace(intent_from_spec(spec), enabled=True)
+    other = intent.without_speculation() if intent.enabled else complete_intent(intent.with_speculation(), spec)
     rendered = render_command(spec, other)
     return manifests.CanaryCommand(rendered.argv, rendered.config_hash, other.enabled)
 

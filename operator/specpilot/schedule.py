@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import BatchSchedule, SpeculationIntent
-from specpilot.vllm.versions import DYNAMIC_SPECULATION, V0_ENGINE_REMOVED, VllmVersion
+from specpilot.vllm.versions import VllmVersion
 
 
 class Drafter(StrEnum):
@@ -278,7 +279,8 @@ def fit_schedule(
         for b in range(threshold, min(low, max_num_seqs + 1)):
             ks[b - 1] = 1
         threshold = low if low <= max_num_seqs else None
-    if threshold is not None and threshold > high:
+    if (threshold is None or threshold > high) and high < max_num_seqs:
+        # batchThreshold.max bounds every fit, also one that found no crossover: K drops to 0 at `max`.
         for b in range(high, max_num_seqs + 1):
             ks[b - 1] = 0
         threshold = high
@@ -307,7 +309,8 @@ def fit_threshold(
     for batch in range(1, max_num_seqs + 1):
         if tokens_per_ms(profile, model, batch, k) <= tokens_per_ms(profile, model, batch, 0):
             return min(max(batch, low), high)
-    return None
+    # No crossover below maxNumSeqs: batchThreshold.max still bounds the threshold autotune may set.
+    return high if high < max_num_seqs else None
 
 
 def k_for_batch(intent: SpeculationIntent, batch: int, max_k: int) -> int:
@@ -420,13 +423,15 @@ def payback_seconds(gain: float, restart_cost_s: float) -> float:
 class ThresholdSupport(StrEnum):
     SCHEDULE = "schedule"  # num_speculative_tokens_per_batch_size (>= 0.24)
     THRESHOLD = "threshold"  # disable_by_batch_size (V0 engine, <= 0.9.2)
-    NONE = "none"  # 0.10-0.23: only speculation on/off as a whole
+    NONE = "none"  # nothing the engine honours: only speculation on/off as a whole
 
 
-def threshold_support(version: VllmVersion) -> ThresholdSupport:
-    if version >= DYNAMIC_SPECULATION:
+def fit_support(rendered: RenderedSupport) -> ThresholdSupport:
+    """What the fit may produce, from how the renderer would express a threshold for this spec (one source:
+    dialects.threshold_support_for, which knows engine, method and extra args, not just the version)."""
+    if rendered is RenderedSupport.BATCH_SCHEDULE:
         return ThresholdSupport.SCHEDULE
-    if version < V0_ENGINE_REMOVED:
+    if rendered is RenderedSupport.DISABLE_BY_BATCH_SIZE:
         return ThresholdSupport.THRESHOLD
     return ThresholdSupport.NONE
 
@@ -481,6 +486,7 @@ class FitSettings:
 def plan_threshold(
     *,
     version: VllmVersion,
+    support: ThresholdSupport,
     current: SpeculationIntent,
     method: str,
     max_num_seqs: int,
@@ -492,8 +498,10 @@ def plan_threshold(
     tpot_off_ms: float | None,
     settings: FitSettings,
 ) -> ThresholdPlan:
-    """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays."""
-    support = threshold_support(version)
+    """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
+
+    `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
+    """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
         "support": support.value,
@@ -509,7 +517,9 @@ def plan_threshold(
         )
 
     if support is ThresholdSupport.NONE:
-        return no_change(f"vLLM {version} cannot express a batch-size threshold (0.10-0.23); only on/off applies")
+        return no_change(
+            f"vLLM {version} cannot express a batch-size threshold for this engine and method; only on/off applies"
+        )
     if max_k <= 0 or not load:
         return no_change("no batch-size evidence yet")
 

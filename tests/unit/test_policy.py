@@ -19,7 +19,9 @@ from specpilot.policy import (
     ERROR_LIMIT,
     Action,
     ActuationRecord,
+    ChosenIntent,
     Decision,
+    IntentSource,
     OffReason,
     OffRecord,
     PolicyInputs,
@@ -344,7 +346,11 @@ def test_reevaluate_token_waits_out_errors_and_respects_the_budget() -> None:
     spec = make_spec(agreeingEvaluations=3)
     broken = observed(acceptance=0.3, batch_size=m(Signal.BATCH_SIZE, None, ERROR))
     errored = run(spec, [broken], reevaluate_token="t2", last_handled_reevaluate="t1")
-    assert errored.decisions[0].handled_reevaluate is None, "not consumed: nothing was evaluated"
+    assert errored.acted == []
+    # Consumed all the same: the evaluation ran and says why it held; a token left pending would make every tick
+    # due and query Prometheus every 10 s (at most one evaluation per interval, also while holding).
+    assert errored.decisions[0].handled_reevaluate == "t2"
+    assert "measurement error" in errored.decisions[0].reason
     recent = PolicyState(
         actuations=(ActuationRecord(T0 - 5 * MINUTE, Action.ENABLE, intent_to_dict(OFF), intent_to_dict(ON), "x"),)
     )
@@ -483,14 +489,14 @@ def test_force_off_never_fights_the_reconcile_and_wins_in_the_rendered_intent() 
     decision = evaluate_alone(inputs(spec, observed(on=False), OFF), PolicyState(), T0)
     assert decision.action is Action.KEEP
     assert "ForceOff" in decision.reason
-    assert desired_intent(spec, PolicyState(selected=ON)).enabled is False
+    assert desired_intent(spec, PolicyState(selected=ON)).intent.enabled is False
 
 
 def test_force_on_ignores_low_acceptance() -> None:
     spec = make_spec(agreeingEvaluations=1, stabilization="0s", overrides={"speculation": "ForceOn"})
     result = run(spec, [observed(acceptance=0.05)] * 3)
     assert result.acted == []
-    assert desired_intent(spec, PolicyState(selected=OFF)).enabled is True
+    assert desired_intent(spec, PolicyState(selected=OFF)).intent.enabled is True
 
 
 def test_pin_batch_threshold_restores_the_spec_threshold() -> None:
@@ -500,8 +506,10 @@ def test_pin_batch_threshold_restores_the_spec_threshold() -> None:
 
 
 def test_desired_intent_ignores_autotune_choice_in_mode_off() -> None:
-    assert desired_intent(make_spec(mode="Off"), PolicyState(selected=OFF)) == ON
-    assert desired_intent(make_spec(mode="Recommend"), PolicyState(selected=OFF)) == OFF
+    assert desired_intent(make_spec(mode="Off"), PolicyState(selected=OFF)) == ChosenIntent(ON, IntentSource.SPEC)
+    assert desired_intent(make_spec(mode="Recommend"), PolicyState(selected=OFF)) == ChosenIntent(
+        OFF, IntentSource.AUTOTUNE
+    )
 
 
 def test_spec_change_resets_stabilization_and_intent_change_clears_the_choice() -> None:

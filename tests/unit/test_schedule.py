@@ -27,6 +27,7 @@ from specpilot.schedule import (
     best_k,
     calibrate_drafter,
     fit_schedule,
+    fit_support,
     fit_threshold,
     k_for_batch,
     model_consistency,
@@ -36,8 +37,8 @@ from specpilot.schedule import (
     profile_geometric,
     representative_batch,
     speedup,
-    threshold_support,
 )
+from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.versions import v
 
@@ -248,18 +249,25 @@ def test_representative_batch(bucket: int, batch: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "support"),
+    ("rendered", "support"),
     [
-        ("0.33.0", "schedule"),
-        ("0.24.0", "schedule"),
-        ("0.23.0", "none"),
-        ("0.10.0", "none"),
-        ("0.9.2", "threshold"),
-        ("0.8.2", "threshold"),
+        (RenderedSupport.BATCH_SCHEDULE, ThresholdSupport.SCHEDULE),
+        (RenderedSupport.DISABLE_BY_BATCH_SIZE, ThresholdSupport.THRESHOLD),
+        (RenderedSupport.UNSUPPORTED, ThresholdSupport.NONE),
+        (RenderedSupport.NOT_REQUESTED, ThresholdSupport.NONE),
     ],
 )
-def test_threshold_support_by_version(version: str, support: str) -> None:
-    assert threshold_support(v(version)).value == support
+def test_fit_support_follows_the_renderer(rendered: RenderedSupport, support: ThresholdSupport) -> None:
+    assert fit_support(rendered) is support
+
+
+# How the renderer expresses a threshold for the specs below (eagle3 on V1; see test_vllm_dialects for the table).
+SUPPORT_BY_VERSION = {
+    "0.33.0": ThresholdSupport.SCHEDULE,
+    "0.24.0": ThresholdSupport.SCHEDULE,
+    "0.20.0": ThresholdSupport.NONE,
+    "0.9.2": ThresholdSupport.THRESHOLD,
+}
 
 
 def plan(
@@ -281,6 +289,7 @@ def plan(
     tpot = model.step_ms(b, running_k) / profile.expected_tokens(running_k)
     return plan_threshold(
         version=v(version),
+        support=SUPPORT_BY_VERSION[version],
         current=intent,
         method="eagle3",
         max_num_seqs=512,

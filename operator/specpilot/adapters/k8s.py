@@ -10,14 +10,16 @@ annotations, an HPA's replicas) stay theirs.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError, NotFoundError, ResourceNotFoundError
 
 FIELD_MANAGER = "specpilot"
 APPLIED_HASH_ANNOTATION = "specpilot.dev/applied-hash"
@@ -35,6 +37,58 @@ def load_credentials() -> client.ApiClient:
 
 class MissingApi(RuntimeError):
     """The cluster does not serve this kind (e.g. no prometheus-operator CRDs for PodMonitor)."""
+
+
+class WriteRefused(RuntimeError):
+    """The API server refused a write; `permanent` when the same request will always be refused (a 4xx other than
+    conflict or throttling), so the caller must not retry it until what it sends changes."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.permanent = status is not None and 400 <= status < 500 and status not in (408, 409, 429)
+
+
+class StaleStatus(RuntimeError):
+    """A status write with a resourceVersion precondition found the object changed since we read it."""
+
+
+def _refused(err: Exception) -> WriteRefused:
+    """The API server's own words (Status.message), not the client's wrapper text."""
+    status = getattr(err, "status", None)
+    body = getattr(err, "body", None) or getattr(err, "summary", None)
+    message = str(err)
+    if isinstance(body, (str, bytes)):
+        try:
+            message = str(json.loads(body).get("message") or message)
+        except ValueError:
+            message = str(body)[:500]
+    elif callable(body):
+        message = str(body())
+    return WriteRefused(int(status) if status is not None else None, message[:1000])
+
+
+@dataclass(frozen=True)
+class LiveChild:
+    """Who controls a live object, and the spec fields the drift check compares."""
+
+    uid: str
+    controller_uid: str | None
+    controller: str | None  # "Kind/name" of the controller
+    applied_hash: str | None
+    spec: dict[str, Any]
+
+
+def live_child(obj: Mapping[str, Any]) -> LiveChild:
+    meta = obj.get("metadata") or {}
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    return LiveChild(
+        uid=str(meta.get("uid", "")),
+        controller_uid=str(owner["uid"]) if owner else None,
+        controller=f"{owner['kind']}/{owner['name']}" if owner else None,
+        applied_hash=(meta.get("annotations") or {}).get(APPLIED_HASH_ANNOTATION),
+        spec=dict(obj.get("spec") or {}),
+    )
 
 
 @dataclass
@@ -63,58 +117,80 @@ class KubeAdapter:
             self._missing.add(key)
             raise MissingApi(f"the cluster does not serve {key[0]} {key[1]}") from err
         self.on_write(str(obj["kind"]), "apply")
-        result = self.dynamic.server_side_apply(
-            resource,
-            body=dict(obj),
-            namespace=obj["metadata"].get("namespace"),
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-        )
+        try:
+            result = self.dynamic.server_side_apply(
+                resource,
+                body=dict(obj),
+                namespace=obj["metadata"].get("namespace"),
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        except (DynamicApiError, ApiException) as err:
+            raise _refused(err) from err
         applied: dict[str, Any] = result.to_dict()
         return applied
 
-    def applied_digest(self, api_version: str, kind: str, namespace: str, name: str) -> str | None:
-        """The applied-hash annotation of a live child, or None when it (or its API) does not exist."""
+    def read_child(self, api_version: str, kind: str, namespace: str, name: str) -> LiveChild | None:
+        """A live object by name (its controller, applied hash and spec), or None when it (or its API) is absent."""
         try:
             resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
             live = self.dynamic.get(resource, name=name, namespace=namespace)
         except (ResourceNotFoundError, NotFoundError):
             return None
-        annotations = (live.metadata.annotations or {}) if live.metadata else {}
-        digest = dict(annotations).get(APPLIED_HASH_ANNOTATION)
-        return str(digest) if digest is not None else ""
+        return live_child(live.to_dict())
 
     def patch_status(
-        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> tuple[str, dict[str, Any]] | None:
         """Merge-patch the status subresource; (resourceVersion, status) as written, or None when the object is gone.
 
         Done here rather than through kopf's patch so the caller learns which version holds its write (see
-        handlers.current_status: kopf hands timers a body that may predate our last patch).
+        handlers.current_status: kopf hands timers a body that may predate our last patch). With
+        `resource_version`, the API server applies the patch only to that version (raises StaleStatus otherwise):
+        a decision made from one version of the object is never written over a newer one.
         """
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         self.on_write(f"{kind}/status", "patch")
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             result = self.dynamic.patch(
                 resource.subresources["status"],
-                body={"status": dict(status)},
+                body=body,
                 name=name,
                 namespace=namespace,
                 content_type="application/merge-patch+json",
             )
         except NotFoundError:
             return None
+        except ConflictError as err:
+            raise StaleStatus(str(err)) from err
         written: dict[str, Any] = result.to_dict()
         return str(written["metadata"]["resourceVersion"]), dict(written.get("status") or {})
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Delete a child that is no longer wanted (e.g. the PDB after scaling to one replica)."""
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Delete a child that is no longer wanted (e.g. the PDB after scaling to one replica).
+
+        With `uid`, only that very object goes (a UID precondition): an object of the same name created since we
+        looked, by anyone, is never deleted.
+        """
         try:
             resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
             self.on_write(kind, "delete")
-            self.dynamic.delete(resource, name=name, namespace=namespace)
+            body = {"preconditions": {"uid": uid}} if uid else None
+            self.dynamic.delete(resource, name=name, namespace=namespace, body=body)
         except (ResourceNotFoundError, NotFoundError):
             return
+        except (DynamicApiError, ApiException) as err:
+            raise _refused(err) from err
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         """Decoded Secret data (values are never logged)."""

@@ -291,7 +291,11 @@ class AutotuneSpec(_Model):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     overrides: OverridesSpec = Field(default_factory=OverridesSpec)
     canary: CanarySpec = Field(default_factory=CanarySpec)
-    rollout_deadline: Duration = _duration("15m", "A config rollout slower than this is reverted.")
+    rollout_deadline: Duration = _duration(
+        "30m",
+        "A config rollout slower than this is reverted (progressDeadlineSeconds); each vLLM container's startup "
+        "probe gets the same budget to load its weights. At least 1m.",
+    )
 
 
 class ServiceSpec(_Model):
@@ -497,8 +501,22 @@ class CanaryStatus(_Model):
     ready_replicas: int = 0
 
 
+class IntentStatus(_Model):
+    """The speculation config the pods were rendered from, kept whole while speculation is off."""
+
+    enabled: bool = Field(description="Whether speculation is on.")
+    num_speculative_tokens: int | None = Field(None, description="K, kept while off so turning on restores it.")
+    disable_above_batch_size: int | None = Field(None, description="Batch-size threshold intent.")
+    batch_schedule: list[list[int]] | None = Field(
+        None, description="Per-batch-size K ([first, last, K] ranges) chosen by autotune, kept while off."
+    )
+
+
 class EffectiveStatus(_Model):
     speculation: bool = Field(description="Whether the running pods speculate.")
+    intent: IntentStatus | None = Field(
+        None, description="The lossless record of the running speculation intent (the autotuner reverts to it)."
+    )
     method: str | None = None
     num_speculative_tokens: int | None = None
     disable_above_batch_size: int | None = None

@@ -573,6 +573,26 @@ def _notes(
     return notes
 
 
+def threshold_support_for(spec: SpeculativeDeploymentSpec) -> tuple[ThresholdSupport, str | None]:
+    """How a batch-size threshold would reach this spec's engine, exactly as render_command would render one.
+
+    The one place that answers "can the threshold be tuned here": by version, engine (V0/V1, VLLM_USE_V1), method
+    and extra args (data parallel, suffix), not by version alone. UNSUPPORTED carries the reason.
+    """
+    try:
+        version = VllmVersion.parse(spec.engine.version)
+        if spec.engine.max_num_seqs < 2:
+            return ThresholdSupport.UNSUPPORTED, "spec.engine.maxNumSeqs < 2 leaves no batch size to switch at"
+        use_v1 = _use_v1(spec) if V1_ENGINE_OPT_IN <= version < V0_ENGINE_REMOVED else _UseV1(None)
+        engine = _speculation_engine(version, spec.speculation.method, use_v1)
+        k = spec.speculation.num_speculative_tokens or 1
+        probe = SpeculationIntent(enabled=True, num_speculative_tokens=k, disable_above_batch_size=2)
+        threshold = _plan_threshold(spec, version, engine, probe)
+    except (ValueError, UnsupportedCombination) as err:
+        return ThresholdSupport.UNSUPPORTED, str(err)
+    return threshold.support, threshold.reason
+
+
 def render_command(
     spec: SpeculativeDeploymentSpec, intent: SpeculationIntent | None = None, *, port: int | None = None
 ) -> RenderedCommand:

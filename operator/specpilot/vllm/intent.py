@@ -2,11 +2,17 @@
 
 The spec gives the user's intent; the autotuner may decide another (speculation off, another threshold or batch-size
 schedule). Both meet here, and the dialect renderer turns one SpeculationIntent into the argv of a given version.
+
+An intent is also what the operator records as running (`status.effective.intent`) and what the autotuner compares
+and reverts to, so its JSON form is lossless: switching speculation off keeps K, the threshold and the schedule, and
+switching it back on restores exactly them (a bare `--speculative-config` without K is refused by vLLM).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
 
@@ -22,7 +28,12 @@ class SpeculationIntent:
     batch_schedule: BatchSchedule | None = None  # takes precedence over disable_above_batch_size where supported
 
     def without_speculation(self) -> SpeculationIntent:
+        """Off, remembering what to turn back on."""
         return replace(self, enabled=False)
+
+    def with_speculation(self) -> SpeculationIntent:
+        """On again, with the K, threshold and schedule this intent remembered."""
+        return replace(self, enabled=True)
 
 
 def intent_from_spec(spec: SpeculativeDeploymentSpec) -> SpeculationIntent:
@@ -32,3 +43,42 @@ def intent_from_spec(spec: SpeculativeDeploymentSpec) -> SpeculationIntent:
         num_speculative_tokens=spec.speculation.num_speculative_tokens,
         disable_above_batch_size=spec.speculation.disable_above_batch_size,
     )
+
+
+def intent_to_dict(intent: SpeculationIntent) -> dict[str, Any]:
+    """The lossless JSON form (status.effective.intent, status.autotune, actuation records)."""
+    return {
+        "enabled": intent.enabled,
+        "numSpeculativeTokens": intent.num_speculative_tokens,
+        "disableAboveBatchSize": intent.disable_above_batch_size,
+        "batchSchedule": [list(r) for r in intent.batch_schedule] if intent.batch_schedule else None,
+    }
+
+
+def intent_from_dict(raw: Mapping[str, Any]) -> SpeculationIntent:
+    """Inverse of intent_to_dict; absent members (a merge patch drops nulls) read as None."""
+    schedule = raw.get("batchSchedule")
+    return SpeculationIntent(
+        enabled=bool(raw["enabled"]),
+        num_speculative_tokens=_opt_int(raw.get("numSpeculativeTokens")),
+        disable_above_batch_size=_opt_int(raw.get("disableAboveBatchSize")),
+        batch_schedule=tuple((int(a), int(b), int(c)) for a, b, c in schedule) if schedule else None,
+    )
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def complete_intent(intent: SpeculationIntent, spec: SpeculativeDeploymentSpec) -> SpeculationIntent:
+    """Fill what an intent lacks from the spec (K, threshold), so turning speculation on never renders without K.
+
+    Only an intent read from an older status (before the lossless record) can lack them; a schedule is never
+    invented: without one, the spec's threshold is compiled by the renderer.
+    """
+    declared = intent_from_spec(spec)
+    k = intent.num_speculative_tokens if intent.num_speculative_tokens is not None else declared.num_speculative_tokens
+    threshold = intent.disable_above_batch_size
+    if threshold is None and intent.batch_schedule is None:
+        threshold = declared.disable_above_batch_size
+    return replace(intent, num_speculative_tokens=k, disable_above_batch_size=threshold)
