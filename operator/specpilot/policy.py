@@ -766,7 +766,8 @@ def _propose_while_off(
 
 
 def _same_intent(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    """Equal as intents: status keeps no null members (a merge patch deletes them), so JSON text differs."""
+    return intent_from_dict(a) == intent_from_dict(b)
 
 
 def _quick_window(budget: BudgetSpec) -> timedelta:

@@ -26,18 +26,20 @@ from specpilot.policy import (
     OffRecord,
     PolicyInputs,
     PolicyState,
+    Proposal,
     apply_overrides,
     budget_check,
     decide,
     desired_intent,
     evaluate_alone,
-    intent_to_dict,
+    no_op_as_keep,
+    probe_deadline,
     record_actuation,
     required_dwell,
 )
 from specpilot.promql import Signal, Window
 from specpilot.schedule import LLAMA8B_H100, AcceptanceProfile
-from specpilot.vllm.intent import SpeculationIntent
+from specpilot.vllm.intent import SpeculationIntent, intent_to_dict
 
 VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -838,3 +840,51 @@ def test_evaluate_alone_ignores_agreement_and_budget_but_not_errors() -> None:
     held = evaluate_alone(inputs(spec, broken), PolicyState(), T0)
     assert held.action is Action.KEEP
     assert "HTTP 503" in held.reason
+
+
+# ------------------------------------------------------------------------------------------------ issue 8 rules
+
+
+def test_a_change_that_renders_the_same_command_is_not_proposed() -> None:
+    """K=3 with a threshold at 16 compiles to the schedule [[1,15,3],[16,max,0]] on 0.33: proposing that schedule
+    changes nothing vLLM sees, so no budget, no event, no restart."""
+    spec = make_spec()
+    current = SpeculationIntent(True, 3, disable_above_batch_size=16)
+    same = replace(current, batch_schedule=((1, 15, 3), (16, 256, 0)), disable_above_batch_size=16)
+    proposal = Proposal(Action.CHANGE_THRESHOLD, same, "fit", {})
+    kept = no_op_as_keep(inputs(spec, observed(), current=current), proposal)
+    assert kept.action is Action.KEEP
+    assert "renders the same vLLM command line" in kept.reason
+    moved = replace(same, batch_schedule=((1, 31, 3), (32, 256, 0)), disable_above_batch_size=32)
+    assert no_op_as_keep(inputs(spec, observed(), current=current), replace(proposal, target=moved)) is not None
+    assert no_op_as_keep(inputs(spec, observed(), current=current), replace(proposal, target=moved)).action is (
+        Action.CHANGE_THRESHOLD
+    )
+
+
+def test_a_probe_without_acceptance_evidence_ends_at_its_deadline() -> None:
+    spec = make_spec(probeInterval="30m")
+    deadline = probe_deadline(spec)
+    silent = observed(acceptance=None, draft_tokens=0)
+    started = PolicyState(
+        probe_started=T0 - deadline + MINUTE,
+        off=OffRecord(OffReason.ACCEPTANCE, T0 - 2 * deadline, 4.0, "acceptance 0.20"),
+    )
+    early = run(spec, [silent], state=started)
+    assert early.decisions[0].proposal is Action.KEEP
+    late = run(spec, [silent] * 5, state=started, start=T0 + 2 * MINUTE)
+    assert late.decisions[0].proposal is Action.DISABLE
+    assert "found no acceptance evidence within" in late.decisions[0].reason
+
+
+def test_a_paused_object_consumes_a_new_reevaluate_token() -> None:
+    """Held evaluations mark the token handled, so a paused CR with a token is not due (and queried) every tick."""
+    held = run(make_spec(), [observed(acceptance=0.2)], paused=True, reevaluate_token="t9")
+    assert held.acted == []
+    assert held.decisions[0].gate == "paused"
+    assert held.decisions[0].handled_reevaluate == "t9"
+    settling = run(
+        make_spec(), [observed(acceptance=0.2)], config_since=T0, reevaluate_token="t9", last_handled_reevaluate="t8"
+    )
+    assert settling.decisions[0].gate == "settling"
+    assert settling.decisions[0].handled_reevaluate == "t9"

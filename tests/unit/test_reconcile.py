@@ -497,3 +497,105 @@ def test_a_settled_canary_is_not_written_again_and_reports_its_readiness() -> No
     assert second.status_patch is not None
     assert second.status_patch["effective"]["canary"]["readyReplicas"] == 1
     assert condition(second.status_patch, "Progressing")["reason"] == "RolloutCompleted"
+
+
+# ---------------------------------------------------------------- ownership, refused writes, drift of small children
+
+
+def steady(spec: dict[str, Any], **kw: Any) -> tuple[rec.ReconcileInputs, rec.ReconcileResult]:
+    """A created and settled object: (the inputs of a quiet tick, the creating result)."""
+    first = rec.reconcile(inputs(spec))
+    settled = dict(live=live_of(first), deployment=settled_deployment(first))
+    second = rec.reconcile(
+        inputs(spec, status=first.status_patch or {}, live_children=settled["live"], deployment=settled["deployment"])
+    )
+    status = second.status_patch or first.status_patch or {}
+    quiet = inputs(spec, status=status, live_children=live_of(first), deployment=settled_deployment(first), **kw)
+    return quiet, first
+
+
+def test_a_name_held_by_another_owner_is_never_written_and_says_who() -> None:
+    spec = spec_with(autotune__mode="Recommend", autotune__canary={"enabled": True})
+    quiet, first = steady(spec)
+    canary_key = "Deployment/llama-canary"
+    assert canary_key in live_of(first)
+    live = {k: v for k, v in quiet.live_children.items() if k != canary_key}
+    result = rec.reconcile(
+        replace(quiet, live_children=live, conflicts={canary_key: "SpeculativeDeployment/llama-canary"})
+    )
+    assert canary_key not in [rec.child_key(c) for c in result.apply]
+    assert canary_key not in result.delete
+    assert result.status_patch is not None
+    degraded = condition(result.status_patch, cond.DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "OwnershipConflict")
+    assert "SpeculativeDeployment/llama-canary" in degraded["message"]
+    assert condition(result.status_patch, cond.READY)["status"] == "True", "the main Deployment still serves"
+    assert [e.reason for e in result.events if e.type == "Warning"] == ["OwnershipConflict"]
+
+
+def test_a_same_named_object_we_do_not_want_is_left_alone() -> None:
+    """`chat` without a canary next to a CR named `chat-canary`: its Deployment is not ours to delete."""
+    quiet, _ = steady(BASE_SPEC, conflicts={"Deployment/llama-canary": "SpeculativeDeployment/llama-canary"})
+    result = rec.reconcile(quiet)
+    assert result.apply == []
+    assert result.delete == []
+    assert result.status_patch is None, "nothing to say about an object that is not ours"
+
+
+def test_main_deployment_held_by_another_owner_is_not_ready() -> None:
+    result = rec.reconcile(inputs(BASE_SPEC, conflicts={"Deployment/llama": "Deployment owner uid-other"}))
+    assert "Deployment" not in [c["kind"] for c in result.apply]
+    assert result.status_patch is not None
+    ready = condition(result.status_patch, cond.READY)
+    assert (ready["status"], ready["reason"]) == ("False", "OwnershipConflict")
+
+
+def test_a_refused_apply_is_not_retried_until_what_we_send_changes() -> None:
+    quiet, first = steady(BASE_SPEC)
+    service = next(c for c in first.apply if c["kind"] == "Service")
+    key = rec.child_key(service)
+    digest = service["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
+    live = {k: v for k, v in quiet.live_children.items() if k != key}
+    refused = {key: rec.ApplyFailure(digest, 'Service "llama" is invalid: spec.ports[0].port: ...')}
+    assert key in [rec.child_key(c) for c in rec.reconcile(replace(quiet, live_children=live)).apply]
+    result = rec.reconcile(replace(quiet, live_children=live, apply_failures=refused))
+    assert key not in [rec.child_key(c) for c in result.apply], "same object, same refusal: no hot loop"
+    assert result.status_patch is not None
+    degraded = condition(result.status_patch, cond.DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ApplyFailed")
+    assert "spec.ports[0].port" in degraded["message"]
+    # the spec moved: a different object is tried again
+    other = spec_with(service={"port": 8080})
+    changed = rec.reconcile(replace(quiet, spec=other, live_children=live, apply_failures=refused))
+    assert key in [rec.child_key(c) for c in changed.apply]
+
+
+def test_a_refused_main_deployment_makes_the_object_not_ready() -> None:
+    first = rec.reconcile(inputs(BASE_SPEC))
+    deployment = next(c for c in first.apply if c["kind"] == "Deployment")
+    digest = deployment["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
+    refused = {"Deployment/llama": rec.ApplyFailure(digest, "quantities must match the regular expression")}
+    result = rec.reconcile(inputs(BASE_SPEC, status=first.status_patch or {}, apply_failures=refused))
+    assert "Deployment" not in [c["kind"] for c in result.apply]
+    assert result.status_patch is not None
+    ready = condition(result.status_patch, cond.READY)
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
+
+
+@pytest.mark.parametrize(
+    ("edit", "drifted"),
+    [
+        (lambda spec: spec.update(clusterIP="10.0.0.7", sessionAffinity="None"), False),  # server defaults
+        (lambda spec: spec["ports"][0].update(nodePort=None), False),  # a key we never set
+        (lambda spec: spec.update(selector={"app": "someone-else"}), True),
+        (lambda spec: spec["ports"][0].update(port=9999), True),
+        (lambda spec: spec["ports"].append({"name": "x", "port": 1}), True),
+    ],
+)
+def test_service_spec_drift_is_repaired_but_server_defaults_are_not_drift(edit: Any, drifted: bool) -> None:
+    quiet, first = steady(BASE_SPEC)
+    service = next(c for c in first.apply if c["kind"] == "Service")
+    live_spec = copy.deepcopy(service["spec"])
+    edit(live_spec)
+    result = rec.reconcile(replace(quiet, live_specs={"Service/llama": live_spec}))
+    assert ("Service/llama" in [rec.child_key(c) for c in result.apply]) is drifted

@@ -349,3 +349,14 @@ def test_plan_without_threshold_support_says_so() -> None:
     result = plan("0.20.0", {8: 3600.0}, 180)
     assert result.proposed is None
     assert "cannot express" in result.reason
+
+
+def test_batch_threshold_max_bounds_a_fit_without_crossover() -> None:
+    """An excellent drafter speculates at every batch size, yet batchThreshold.max still caps where K drops to 0."""
+    free = fit_schedule(geometric(0.9, 3), PAPER_8B, max_k=3, max_num_seqs=64, bounds=(4, 64))
+    assert free.threshold is None
+    assert all(k > 0 for _, _, k in free.schedule)
+    capped = fit_schedule(geometric(0.9, 3), PAPER_8B, max_k=3, max_num_seqs=64, bounds=(4, 32))
+    assert capped.threshold == 32
+    assert capped.schedule[-1] == (32, 64, 0)
+    assert fit_threshold(geometric(0.9, 3), PAPER_8B, k=3, max_num_seqs=64, bounds=(2, 32)) == 32

@@ -28,6 +28,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["specpilot.dev"]
   resources: ["speculativedeployments/status"]
   verbs: ["get", "patch", "update"]
+# Children carry ownerReferences with blockOwnerDeletion: true; with the OwnerReferencesPermissionEnforcement
+# admission plugin that needs update on the owner's finalizers subresource.
+- apiGroups: ["specpilot.dev"]
+  resources: ["speculativedeployments/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]  # delete: the canary Deployment when switched off

@@ -1,0 +1,105 @@
+"""Speculation off and back on, through reconcile, stored status, running intent and decision (tests/seams.py).
+
+The off intent here is what production stores: status.effective and status.autotune after the operator's merge
+patch and the API server's pruning, not an idealised copy.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from specpilot.api import v1alpha1
+from specpilot.policy import running_intent
+from specpilot.vllm.dialects import render_command
+from specpilot.vllm.intent import SpeculationIntent
+from tests.seams import ROUND_TRIP_SPEC, RoundTrip, round_trip
+
+
+@pytest.fixture(scope="module")
+def trip() -> RoundTrip:
+    return round_trip()
+
+
+def speculative_config(argv: list[str]) -> dict[str, object]:
+    return dict(json.loads(argv[argv.index("--speculative-config") + 1]))
+
+
+def test_reenable_renders_exactly_the_config_that_was_turned_off(trip: RoundTrip) -> None:
+    assert "--speculative-config" not in trip.argv_off
+    config = speculative_config(trip.argv_reenabled)
+    assert config["num_speculative_tokens"] == 4
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 15, 4], [16, 64, 0]]
+    assert trip.argv_reenabled == trip.argv_on
+
+
+def test_each_actuation_rolls_the_deployment_once(trip: RoundTrip) -> None:
+    # create, disable, probe enable, second disable
+    assert trip.cluster.rollouts == 4
+    actions = [a["action"] for a in trip.cluster.status["actuations"]]
+    assert actions == ["DisableSpeculation", "EnableSpeculation", "DisableSpeculation"]
+
+
+def test_off_keeps_k_and_threshold_in_the_stored_record(trip: RoundTrip) -> None:
+    first_disable = trip.cluster.status["autotune"]["actuations"][0]
+    assert first_disable["to"] == {"enabled": False, "numSpeculativeTokens": 4, "disableAboveBatchSize": 16}
+
+
+def test_probe_and_second_collapse_are_reversals_and_the_dwell_doubles(trip: RoundTrip) -> None:
+    records = trip.cluster.status["autotune"]["actuations"]
+    assert [(r["probe"], r["reversal"]) for r in records] == [(False, False), (True, True), (False, True)]
+    assert trip.enabled_at - trip.disabled_at >= timedelta(minutes=10)  # probeInterval
+    assert trip.second_disable_at is not None
+    # minInterval 5m x reversalBackoff 2 ^ (1 reversal before + this one) = 20m after the probe
+    assert trip.second_disable_at - trip.enabled_at == timedelta(minutes=20)
+    assert any("x2 per reversal" in gate for gate in trip.held_gates), trip.held_gates
+
+
+def test_effective_intent_is_in_the_crd_schema(trip: RoundTrip) -> None:
+    # store() prunes like the API server: a field missing from the schema would be gone here
+    assert trip.cluster.status["effective"]["intent"]["numSpeculativeTokens"] == 4
+
+
+SPEC = v1alpha1.parse_spec(ROUND_TRIP_SPEC)
+
+
+@pytest.mark.parametrize(
+    ("effective", "expected"),
+    [
+        # the lossless record wins over the display fields
+        (
+            {"speculation": False, "intent": {"enabled": False, "numSpeculativeTokens": 2}, "configHash": "x"},
+            SpeculationIntent(False, 2, 16),
+        ),
+        (
+            {
+                "speculation": True,
+                "intent": {"enabled": True, "numSpeculativeTokens": 3, "batchSchedule": [[1, 64, 3]]},
+            },
+            SpeculationIntent(True, 3, None, ((1, 64, 3),)),
+        ),
+        # a status from before the record: K and threshold dropped while off come back from the spec
+        ({"speculation": False, "configHash": "x"}, SpeculationIntent(False, 4, 16)),
+        ({"speculation": True, "numSpeculativeTokens": 4, "configHash": "x"}, SpeculationIntent(True, 4, 16)),
+    ],
+)
+def test_running_intent_from_stored_status(effective: dict[str, object], expected: SpeculationIntent) -> None:
+    assert running_intent({"effective": effective}, SPEC) == expected
+
+
+def test_legacy_off_status_reenables_with_k() -> None:
+    """An operator upgraded while speculation was off: the first re-enable still renders K."""
+    intent = running_intent({"effective": {"speculation": False, "configHash": "x"}}, SPEC)
+    assert intent is not None
+    argv = list(render_command(SPEC, intent.with_speculation()).argv)
+    assert speculative_config(argv)["num_speculative_tokens"] == 4
+
+
+def test_round_trip_events_name_each_transition(trip: RoundTrip) -> None:
+    # one tick may carry the same reason twice (the autotuner's message and the condition's); post_events sends one
+    per_tick = {(e.reason, e.message.split(";")[0]) for e in trip.cluster.events if e.reason.startswith("Speculation")}
+    assert {r for r, _ in per_tick} == {"SpeculationDisabled", "SpeculationEnabled"}
+    enabled = [msg for r, msg in per_tick if r == "SpeculationEnabled"]
+    assert any(msg.startswith("probe:") for msg in enabled), enabled
