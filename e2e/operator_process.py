@@ -63,6 +63,7 @@ def launch_operator(
     *,
     tick_seconds: float = 2.0,
     ready_timeout: float = 60.0,
+    env: dict[str, str] | None = None,
 ) -> RunningOperator:
     """Start the operator on loopback ports and wait (bounded) for its liveness endpoint."""
     metrics_port, health_port = free_port(), free_port()
@@ -77,9 +78,9 @@ def launch_operator(
     ]
     for namespace in namespaces:
         args += ["--namespace", namespace]
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    environment = {**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}
     with log_path.open("wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environment)
     running = RunningOperator(process, metrics_port, health_port, log_path, kubeconfig, ",".join(namespaces), args)
     deadline = time.monotonic() + ready_timeout
     while True:

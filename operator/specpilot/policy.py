@@ -545,6 +545,11 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
         deadline = probe_deadline(inputs.spec)
+        if state.probe_started is not None:
+            evidence["probe"] = {
+                "started": format_time(state.probe_started),
+                "deadline": format_time(state.probe_started + deadline),
+            }
         if state.probe_started is not None and acceptance is None and now - state.probe_started > deadline:
             reason = (
                 f"probe since {format_time(state.probe_started)} found no acceptance evidence within "

@@ -71,14 +71,15 @@ def service_account_kubeconfig(kube_cluster: KubeCluster, path: Path) -> Path:
     return path
 
 
-StartOperator = Callable[[], RunningOperator]
+StartOperator = Callable[..., RunningOperator]
 
 
 @pytest.fixture
 def start_operator(
     kube_cluster: KubeCluster, crd_installed: None, kube_namespace: str, tmp_path: Path
 ) -> Iterator[StartOperator]:
-    """Start `specpilot run` for the test's namespace; call again to restart. Stopped at teardown."""
+    """Start `specpilot run` for the test's namespace (extra environment optional, e.g. a failpoint); call again to
+    restart. Stopped at teardown."""
     namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     kube_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(namespace_doc))
     for doc in chart_rbac(kube_cluster, kube_namespace):
@@ -86,8 +87,8 @@ def start_operator(
     kubeconfig = service_account_kubeconfig(kube_cluster, tmp_path / "operator.kubeconfig")
     started: list[RunningOperator] = []
 
-    def start() -> RunningOperator:
-        running = launch_operator(kubeconfig, [kube_namespace], tmp_path / f"operator-{len(started)}.log")
+    def start(env: dict[str, str] | None = None) -> RunningOperator:
+        running = launch_operator(kubeconfig, [kube_namespace], tmp_path / f"operator-{len(started)}.log", env=env)
         started.append(running)
         return running
 

@@ -32,15 +32,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.prometheus]
 
 
 @pytest.fixture
-def stack(
+def pods_and_prometheus(
     kube_cluster: KubeCluster,
     kube_namespace: str,
-    start_operator: StartOperator,
     prometheus_factory: StartPrometheus,
     vllm_venv: VllmVenv,
     tiny_models: dict[str, Path],
     tmp_path: Path,
 ) -> Iterator[tuple[PodRunner, PrometheusServer]]:
+    """The pod runner and Prometheus, without the operator (a test that starts it its own way)."""
     targets = tmp_path / "targets.json"
     runner = PodRunner(
         kube_cluster.kubeconfig,
@@ -53,9 +53,16 @@ def stack(
         log_dir=tmp_path / "pods",
     )
     prometheus = prometheus_factory([file_sd_scrape_config(targets)])
-    start_operator()
     with runner:
         yield runner, prometheus
+
+
+@pytest.fixture
+def stack(
+    pods_and_prometheus: tuple[PodRunner, PrometheusServer], start_operator: StartOperator
+) -> tuple[PodRunner, PrometheusServer]:
+    start_operator()
+    return pods_and_prometheus
 
 
 class Load:
@@ -283,3 +290,70 @@ def test_prometheus_down_sets_metrics_unavailable_and_holds(
     assert [e["type"] for e in events(kube_cluster, kube_namespace, "held") if e["reason"] == "MetricsUnavailable"] == [
         "Warning"
     ]
+
+
+def test_operator_killed_after_persisting_an_actuation_resumes_with_exactly_one_rollout(
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    pods_and_prometheus: tuple[PodRunner, PrometheusServer],
+    start_operator: StartOperator,
+) -> None:
+    """Persist intent before side effects: the operator dies right after writing an actuation to status (before any
+    child changed); the restarted operator rolls the Deployment once, from the persisted choice, and the budget
+    holds exactly one actuation."""
+    runner, prometheus = pods_and_prometheus
+    crashing = start_operator(env={"SPECPILOT_FAILPOINT": "exit-after-actuation-status"})
+    apply(
+        kube_cluster,
+        kube_namespace,
+        tiny_speculative_deployment("crash", draft=BAD_DRAFT, mode="Auto", prometheus_url=prometheus.url),
+    )
+    wait_for("vLLM server ready", lambda: len(runner.endpoints("crash")) == 1 or runner.failures(), 300, 2)
+    assert not runner.failures(), runner.failures()
+    before = get(kube_cluster, kube_namespace, "deployment", "crash")
+    assert before is not None
+    with Load(runner, "crash", 800) as load:
+        wait_for_or_explain(
+            lambda: f"load sent {load.sent}; {decision_line(get(kube_cluster, kube_namespace, 'specdeploy', 'crash'))}",
+            "the operator to die at the failpoint",
+            lambda: crashing.process.poll() is not None,
+            420,
+            2,
+        )
+        assert crashing.process.returncode == 86, crashing.log_tail()
+        persisted = get(kube_cluster, kube_namespace, "specdeploy", "crash")
+        assert persisted is not None
+        assert [a["action"] for a in persisted["status"]["actuations"]] == ["DisableSpeculation"]
+        assert persisted["status"]["effective"]["speculation"] is False
+        untouched = get(kube_cluster, kube_namespace, "deployment", "crash")
+        assert untouched is not None
+        assert untouched["metadata"]["generation"] == before["metadata"]["generation"], "applied before the crash"
+
+        restarted = start_operator()
+        rolled = wait_for(
+            "the persisted choice rolled out",
+            lambda: (
+                (d := get(kube_cluster, kube_namespace, "deployment", "crash"))
+                and d["metadata"]["generation"] > before["metadata"]["generation"]
+                and d
+            ),
+            60,
+        )
+        command = rolled["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert "--speculative-config" not in command
+        ticks = restarted.metrics()
+        wait_for(
+            "several timer ticks after the restart",
+            lambda: (
+                sum(v for k, v in restarted.metrics().items() if 'trigger="timer"' in k and "reconciles" in k)
+                >= sum(v for k, v in ticks.items() if 'trigger="timer"' in k and "reconciles" in k) + 5
+            ),
+            60,
+            1,
+        )
+    final = get(kube_cluster, kube_namespace, "deployment", "crash")
+    assert final is not None
+    assert final["metadata"]["generation"] == before["metadata"]["generation"] + 1, "exactly one rollout"
+    status = (get(kube_cluster, kube_namespace, "specdeploy", "crash") or {})["status"]
+    assert len(status["actuations"]) == 1
+    assert len(status["autotune"]["actuations"]) == 1, "the budget was charged once"
