@@ -55,8 +55,11 @@ def merge_conditions(
 ) -> list[dict[str, Any]]:
     """Return the full condition list: updates applied, untouched types kept, missing standard types Unknown."""
     by_type = {c["type"]: dict(c) for c in existing if "type" in c}
+    stored = dict(by_type)
     for update in updates:
-        previous = by_type.get(update.type)
+        # Compared with the stored condition, not with an earlier update of the same type in this list (a later
+        # update overrides an earlier one): otherwise the transition time would move on every reconcile.
+        previous = stored.get(update.type)
         since = now
         if previous is not None and previous.get("status") == update.status:
             since = previous.get("lastTransitionTime", now)

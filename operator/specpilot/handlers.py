@@ -7,6 +7,7 @@ unchanged object causes no API writes at all.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -36,6 +37,9 @@ FAILPOINT_ENV = "SPECPILOT_FAILPOINT"  # fault injection for tests: "exit-after-
 POD_MONITOR_RECHECK_SECONDS = 60.0  # PodMonitors are not watched (the CRD may be absent): re-read this often
 FOREIGN_RECHECK_SECONDS = 60.0  # a name another owner holds is looked up again this often
 TRANSIENT_RETRY_SECONDS = 30.0  # a write refused for a passing reason (409, 429, 5xx) is retried after this
+# A write refused for good (other 4xx) waits for what we send to change, or for this backoff (doubling per refusal,
+# capped), since its cause may be outside the spec (an admission policy an admin later removes).
+PERMANENT_RETRY_SECONDS = (60.0, 900.0)
 
 log = logging.getLogger("specpilot")
 
@@ -46,6 +50,20 @@ class WriteFailure:
     message: str
     permanent: bool
     at: float
+    refusals: int = 1  # in a row, for the same digest
+
+    def blocks(self, now: float) -> bool:
+        """Whether the same write must not be sent yet."""
+        if not self.permanent:
+            return now - self.at < TRANSIENT_RETRY_SECONDS
+        first, cap = PERMANENT_RETRY_SECONDS
+        return now - self.at < min(cap, first * 2 ** (self.refusals - 1))
+
+
+def _refusal(previous: WriteFailure | None, digest: str, message: str, permanent: bool) -> WriteFailure:
+    again = previous is not None and previous.digest == digest
+    refusals = previous.refusals + 1 if previous is not None and again else 1
+    return WriteFailure(digest, message, permanent, time.monotonic(), refusals)
 
 
 @dataclass
@@ -294,13 +312,10 @@ def _status_of(body: kopf.Body, memory: ObjectMemory) -> DecidedFrom:
 
 
 def _blocking_failures(memory: ObjectMemory) -> dict[str, rec.ApplyFailure]:
-    """Refusals still in force: permanent ones until what we send changes, passing ones for a short while."""
+    """Refusals still in force: passing ones for a short while, lasting ones with a doubling backoff (and until what
+    we send changes, since a changed object is a new request)."""
     now = time.monotonic()
-    return {
-        key: rec.ApplyFailure(f.digest, f.message)
-        for key, f in memory.failures.items()
-        if f.permanent or now - f.at < TRANSIENT_RETRY_SECONDS
-    }
+    return {key: rec.ApplyFailure(f.digest, f.message) for key, f in memory.failures.items() if f.blocks(now)}
 
 
 def _failpoint(name: str) -> None:
@@ -365,7 +380,7 @@ def _write_status(
     """Patch status as an exact merge patch; with `precondition`, only over that resourceVersion. False: stale."""
     meta = body.metadata
     merge_patch = rec.status_merge_patch(before, after)
-    log.debug("%s/%s: status changed (%s)", meta.namespace, meta.name, ", ".join(sorted(merge_patch)))
+    log.debug("%s/%s: status changed %s", meta.namespace, meta.name, json.dumps(merge_patch)[:600])
     try:
         written = kube().patch_status(
             f"{GROUP}/{VERSION}", v1alpha1.KIND, str(meta.namespace), str(meta.name), merge_patch,
@@ -401,7 +416,7 @@ def _write_children(
         except WriteRefused as err:
             log.warning("%s/%s: %s refused (HTTP %s): %s", namespace, name, key, err.status, err)
             telemetry.WRITE_ERRORS.labels(child["kind"], "apply", str(err.status)).inc()
-            memory.failures[key] = WriteFailure(digest, str(err), err.permanent, time.monotonic())
+            memory.failures[key] = _refusal(memory.failures.get(key), digest, str(err), err.permanent)
             changed = True
             continue
         changed |= memory.failures.pop(key, None) is not None
@@ -415,7 +430,7 @@ def _write_children(
         except WriteRefused as err:
             log.warning("%s/%s: deleting %s refused (HTTP %s): %s", namespace, name, key, err.status, err)
             telemetry.WRITE_ERRORS.labels(kind, "delete", str(err.status)).inc()
-            memory.failures[key] = WriteFailure(rec.DELETE_DIGEST, str(err), err.permanent, time.monotonic())
+            memory.failures[key] = _refusal(memory.failures.get(key), rec.DELETE_DIGEST, str(err), err.permanent)
             changed = True
             continue
         changed |= memory.failures.pop(key, None) is not None

@@ -34,6 +34,10 @@ def timer_ticks(operator: RunningOperator) -> float:
     )
 
 
+def write_counts(operator: RunningOperator) -> dict[str, float]:
+    return {k: v for k, v in operator.metrics().items() if k.startswith("specpilot_api_writes_total{")}
+
+
 def wait_for_ticks(operator: RunningOperator, count: int) -> None:
     start = timer_ticks(operator)
     wait_for(f"{count} more timer ticks", lambda: timer_ticks(operator) >= start + count, 60, 0.5)
@@ -65,12 +69,21 @@ def test_chat_and_chat_canary_coexist_without_touching_each_other(
     )
     degraded = condition(chat, "Degraded")
     assert "Deployment/chat-canary is controlled by SpeculativeDeployment/chat-canary" in degraded["message"]
-    assert condition(chat, "Ready")["status"] == "True", "chat's own replicas serve"
-    wait_for("chat's main Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "chat"))
+    chat = wait_for(
+        "chat's own replicas serve",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "chat"))
+            and condition(o, "Ready")["status"] == "True"
+            and o
+        ),
+        60,
+    )
+    assert condition(chat, "Degraded")["reason"] == "OwnershipConflict", "still reported while serving"
 
     # From here on: several timer ticks for both objects, and no write from either.
     wait_for_ticks(operator, 4)
     writes = operator.writes()
+    by_kind = write_counts(operator)
     versions = {
         (kind, name): str((get(kube_cluster, kube_namespace, kind, name) or {})["metadata"]["resourceVersion"])
         for kind, name in (
@@ -81,7 +94,7 @@ def test_chat_and_chat_canary_coexist_without_touching_each_other(
         )
     }
     wait_for_ticks(operator, 8)
-    assert operator.writes() == writes
+    assert operator.writes() == writes, f"{by_kind} -> {write_counts(operator)}"
     for (kind, name), version in versions.items():
         now = get(kube_cluster, kube_namespace, kind, name)
         assert now is not None
@@ -191,8 +204,9 @@ def test_a_refused_apply_is_reported_once_and_not_retried_until_the_spec_changes
     finally:
         for doc in reversed(policy):
             kube_cluster.kubectl("delete", doc["kind"], doc["metadata"]["name"], "--ignore-not-found")
+    wait_for("admission policy gone", lambda: "not allowed" not in deny_probe(kube_cluster, kube_namespace), 30, 1)
 
-    # The cause is gone and the spec changes: a new object is sent, and it goes through.
+    # The cause is gone and the spec changes: a new object is sent at once, and it goes through.
     apply(kube_cluster, kube_namespace, speculative_deployment("refused", replicas=1))
     wait_for(
         "Ready after the spec change",

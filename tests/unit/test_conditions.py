@@ -40,3 +40,21 @@ def test_transitions_reports_status_and_reason_changes_only() -> None:
     )
     changed = c.transitions(before, flipped)
     assert [new["type"] for _, new in changed] == [c.MEMORY_FIT]
+
+
+def test_a_later_update_of_the_same_type_keeps_the_stored_transition_time() -> None:
+    """Reconcile lists the rollout's Degraded=False, then a write problem's Degraded=True: the stored True stays put."""
+    existing = c.merge_conditions(
+        [], [c.ConditionUpdate(c.DEGRADED, "True", "OwnershipConflict")], generation=1, now="t0"
+    )
+    again = c.merge_conditions(
+        existing,
+        [
+            c.ConditionUpdate(c.DEGRADED, "False", "AsExpected"),
+            c.ConditionUpdate(c.DEGRADED, "True", "OwnershipConflict"),
+        ],
+        generation=1,
+        now="t1",
+    )
+    degraded = next(x for x in again if x["type"] == c.DEGRADED)
+    assert (degraded["status"], degraded["lastTransitionTime"]) == ("True", "t0")
