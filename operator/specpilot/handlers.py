@@ -57,7 +57,7 @@ class WriteFailure:
         if not self.permanent:
             return now - self.at < TRANSIENT_RETRY_SECONDS
         first, cap = PERMANENT_RETRY_SECONDS
-        return now - self.at < min(cap, first * 2 ** (self.refusals - 1))
+        return now - self.at < min(cap, first * 2.0 ** (self.refusals - 1))
 
 
 def _refusal(previous: WriteFailure | None, digest: str, message: str, permanent: bool) -> WriteFailure:
