@@ -17,6 +17,10 @@ import yaml
 
 from e2e.cluster.fixture import KubeCluster
 from e2e.operator_process import RunningOperator, launch_operator
+from e2e.podrunner import PodRunner, file_sd_scrape_config
+from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
+from e2e.stack import model_map
+from e2e.vllm.venvs import VllmVenv
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "specpilot-system"
@@ -98,3 +102,37 @@ def start_operator(
     for running in started:
         if running.process.returncode not in (0, -15, None):
             print(f"operator log ({running.log_path}):\n{running.log_tail()}")
+
+
+@pytest.fixture
+def pods_and_prometheus(
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    prometheus_factory: StartPrometheus,
+    vllm_venv: VllmVenv,
+    tiny_models: dict[str, Path],
+    tmp_path: Path,
+) -> Iterator[tuple[PodRunner, PrometheusServer]]:
+    """The pod runner and Prometheus, without the operator (a test that starts it its own way)."""
+    targets = tmp_path / "targets.json"
+    runner = PodRunner(
+        kube_cluster.kubeconfig,
+        kube_namespace,
+        python=vllm_venv.python,
+        model_map=model_map(tiny_models),
+        default_model=tiny_models["tiny-llama"],
+        default_draft=tiny_models["tiny-llama-draft-same"],
+        targets_file=targets,
+        log_dir=tmp_path / "pods",
+    )
+    prometheus = prometheus_factory([file_sd_scrape_config(targets)])
+    with runner:
+        yield runner, prometheus
+
+
+@pytest.fixture
+def stack(
+    pods_and_prometheus: tuple[PodRunner, PrometheusServer], start_operator: StartOperator
+) -> tuple[PodRunner, PrometheusServer]:
+    start_operator()
+    return pods_and_prometheus

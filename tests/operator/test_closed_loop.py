@@ -12,57 +12,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.cluster.fixture import KubeCluster
-from e2e.podrunner import PodRunner, file_sd_scrape_config
-from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
-from e2e.stack import BAD_DRAFT, GOOD_DRAFT, TARGET_MODEL, model_map, tiny_speculative_deployment
+from e2e.podrunner import PodRunner
+from e2e.prometheus.fixture import PrometheusServer
+from e2e.stack import BAD_DRAFT, GOOD_DRAFT, TARGET_MODEL, tiny_speculative_deployment
 from e2e.vllm.load import run_load
-from e2e.vllm.venvs import VllmVenv
 from e2e.waiting import wait_for
 from tests.operator.conftest import StartOperator
 from tests.operator.test_operator_cluster import apply, condition, events, get
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.prometheus]
-
-
-@pytest.fixture
-def pods_and_prometheus(
-    kube_cluster: KubeCluster,
-    kube_namespace: str,
-    prometheus_factory: StartPrometheus,
-    vllm_venv: VllmVenv,
-    tiny_models: dict[str, Path],
-    tmp_path: Path,
-) -> Iterator[tuple[PodRunner, PrometheusServer]]:
-    """The pod runner and Prometheus, without the operator (a test that starts it its own way)."""
-    targets = tmp_path / "targets.json"
-    runner = PodRunner(
-        kube_cluster.kubeconfig,
-        kube_namespace,
-        python=vllm_venv.python,
-        model_map=model_map(tiny_models),
-        default_model=tiny_models["tiny-llama"],
-        default_draft=tiny_models["tiny-llama-draft-same"],
-        targets_file=targets,
-        log_dir=tmp_path / "pods",
-    )
-    prometheus = prometheus_factory([file_sd_scrape_config(targets)])
-    with runner:
-        yield runner, prometheus
-
-
-@pytest.fixture
-def stack(
-    pods_and_prometheus: tuple[PodRunner, PrometheusServer], start_operator: StartOperator
-) -> tuple[PodRunner, PrometheusServer]:
-    start_operator()
-    return pods_and_prometheus
 
 
 class Load:
