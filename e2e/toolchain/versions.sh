@@ -39,3 +39,8 @@ e2e_go_env() {
 
 # e2e_log MSG... : timestamped progress on stderr
 e2e_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule) for server-side dry runs of the chart,
+# taken from the Go module (the module proxy serves the repository's example/ folder with the generated CRDs).
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-0.85.0}
+MONITORING_CRDS_DIR=$SPECPILOT_CACHE/monitoring-crds-v$PROMETHEUS_OPERATOR_VERSION
