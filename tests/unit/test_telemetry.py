@@ -7,8 +7,8 @@ from prometheus_client import REGISTRY
 from specpilot import telemetry
 
 
-def _value(name: str, **labels: str) -> float | None:
-    return REGISTRY.get_sample_value(name, labels)
+def _value(metric: str, /, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(metric, labels)
 
 
 def test_observe_status_mirrors_conditions_speculation_and_threshold() -> None:
