@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -74,10 +75,10 @@ def plot_latency(report: Report, path: Path) -> Path:
     for ax, hist in zip(axes, hists, strict=True):
         for mode, windows in report.latency_windows[hist].items():
             times = [_dt(t) for t, _, _ in windows]
-            ax.plot(times, [p50 * 1000 if p50 is not None else None for _, p50, _ in windows], "-", color=COLORS[mode],
-                    label=f"{mode.value} P50")  # fmt: skip
-            ax.plot(times, [p99 * 1000 if p99 is not None else None for _, _, p99 in windows], "--", color=COLORS[mode],
-                    label=f"{mode.value} P99")  # fmt: skip
+            p50s = [math.nan if p50 is None else p50 * 1000 for _, p50, _ in windows]
+            p99s = [math.nan if p99 is None else p99 * 1000 for _, _, p99 in windows]
+            ax.plot(times, p50s, "-", color=COLORS[mode], label=f"{mode.value} P50")
+            ax.plot(times, p99s, "--", color=COLORS[mode], label=f"{mode.value} P99")
         ax.set_ylabel(f"{LATENCY_LABELS[hist]} (ms)")
         ax.legend(fontsize=8, loc="upper left")
         _mark_actuations(ax, report, label=ax is axes[0])
