@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
+from specpilot.cli import main
 from specpilot.promql import Scope, Window
 from specpilot.report.analysis import (
     Actuation,
@@ -165,3 +168,24 @@ def test_analyse_classifies_configs_and_sums_buckets_per_mode() -> None:
     assert "**Speculation is helping at this load" in markdown
     assert "| 27.0% | 55.0% | 83.0% | 37.5% | 2 | 400 | 2.00 |" in markdown  # P10/P50/P90 of windows 0.9 and 0.2
     assert "![acceptance.png](acceptance.png)" in markdown
+
+
+def test_report_explains_an_unreachable_prometheus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = {
+        "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0"},
+        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+    }
+    doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
+    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": spec}))
+    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9", "--since", "1h"]) == 1
+    err = capsys.readouterr().err
+    assert "error: Prometheus http://127.0.0.1:9: accepted_tokens:" in err
+    assert "Traceback" not in err
+
+
+def test_report_names_the_file_and_field_of_a_bad_resource(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
+    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": {"target": {"model": "m"}}}))
+    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9"]) == 1
+    assert f"{tmp_path / 'cr.yaml'}: spec.engine" in capsys.readouterr().err

@@ -78,7 +78,6 @@ def _actuations(status: dict[str, Any]) -> list[Actuation]:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from specpilot.report.plots import draw_all
     from specpilot.report.prometheus import RangeSource, ReportQueryError, run_range_queries
 
     try:
@@ -132,6 +131,8 @@ def run_report(args: argparse.Namespace) -> int:
         config_label=scope.config_hash_label,
         actuations=_actuations(dict(doc.get("status") or {})),
     )
+    from specpilot.report.plots import draw_all  # matplotlib loads slowly: only once there is something to draw
+
     out_dir = args.output_dir or Path(f"specpilot-report-{namespace}-{name}")
     plots = draw_all(report, out_dir)
     markdown = render_markdown(report, [p.name for p in plots])

@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests import RequestException
+from urllib3.util.retry import Retry
 
 from specpilot.report.analysis import Sample
 from specpilot.report.queries import RangeQuery, Series
@@ -32,7 +33,11 @@ def run_range_queries(
     source: RangeSource, queries: tuple[RangeQuery, ...], start: datetime, end: datetime, step_s: int
 ) -> dict[Series, list[Sample]]:
     """Every query over [start, end] at `step_s`; an empty result is an empty list, a failure raises."""
-    client = PrometheusConnect(url=source.url, headers=dict(source.headers), disable_ssl=source.disable_ssl)
+    # No connection retries: "Prometheus is down" should be said at once; a busy one (502/503/504) gets two more tries.
+    retry = Retry(total=2, connect=0, read=0, status=2, backoff_factor=0.5, status_forcelist=(502, 503, 504))
+    client = PrometheusConnect(
+        url=source.url, headers=dict(source.headers), disable_ssl=source.disable_ssl, retry=retry
+    )
     out: dict[Series, list[Sample]] = {}
     for query in queries:
         try:
