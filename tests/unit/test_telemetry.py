@@ -31,3 +31,13 @@ def test_observe_status_mirrors_conditions_speculation_and_threshold() -> None:
     telemetry.forget_object("ml", "gauges")
     assert _value("specpilot_speculation_enabled", namespace="ml", name="gauges") is None
     assert _value("specpilot_condition", namespace="ml", name="gauges", type="Throttled", status="True") is None
+
+
+def test_watch_events_mirror_status_and_deletion_drops_the_series() -> None:
+    from specpilot.status_metrics import mirror
+
+    obj = {"metadata": {"namespace": "ml", "name": "watched"}, "status": {"effective": {"speculation": True}}}
+    mirror("MODIFIED", obj)
+    assert _value("specpilot_speculation_enabled", namespace="ml", name="watched") == 1
+    mirror("DELETED", obj)
+    assert _value("specpilot_speculation_enabled", namespace="ml", name="watched") is None
