@@ -30,7 +30,7 @@ def _mark_actuations(ax: Axes, report: Report, *, label: bool) -> None:
         ax.axvline(_dt(a.at), color="tab:red", linestyle="--", linewidth=1)
         if label:
             ax.annotate(
-                a.label[:60],
+                a.label if len(a.label) <= 38 else a.label[:37] + "…",
                 xy=(_dt(a.at), 1.0),
                 xycoords=("data", "axes fraction"),
                 rotation=90,
@@ -38,12 +38,19 @@ def _mark_actuations(ax: Axes, report: Report, *, label: bool) -> None:
                 ha="right",
                 fontsize=7,
                 color="tab:red",
+                annotation_clip=True,
+                clip_on=True,
             )
 
 
-def _finish(fig: Figure, axes: list[Axes], path: Path) -> Path:
+def _time_format(report: Report) -> str:
+    span = report.end - report.start
+    return "%H:%M:%S" if span <= 7200 else "%H:%M" if span <= 2 * 86400 else "%m-%d %H:%M"
+
+
+def _finish(fig: Figure, axes: list[Axes], path: Path, report: Report) -> Path:
     for ax in axes:
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(_time_format(report), tz=UTC))  # type: ignore[no-untyped-call]
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("time (UTC)")
     fig.tight_layout()
@@ -65,7 +72,7 @@ def plot_acceptance(report: Report, path: Path) -> Path:
     ax.set_ylabel("acceptance rate per window")
     ax.set_title(f"{report.namespace}/{report.name}: draft acceptance ({report.step_s:.0f} s windows)")
     _mark_actuations(ax, report, label=True)
-    return _finish(fig, [ax], path)
+    return _finish(fig, [ax], path, report)
 
 
 def plot_latency(report: Report, path: Path) -> Path:
@@ -83,7 +90,7 @@ def plot_latency(report: Report, path: Path) -> Path:
         ax.legend(fontsize=8, loc="upper left")
         _mark_actuations(ax, report, label=ax is axes[0])
     axes[0].set_title(f"{report.namespace}/{report.name}: latency per window, speculating vs plain")
-    return _finish(fig, axes, path)
+    return _finish(fig, axes, path, report)
 
 
 def plot_load(report: Report, path: Path) -> Path:
@@ -102,7 +109,7 @@ def plot_load(report: Report, path: Path) -> Path:
         ax.legend(fontsize=8, loc="upper left")
         _mark_actuations(ax, report, label=ax is axes[0])
     axes[0].set_title(f"{report.namespace}/{report.name}: throughput and load")
-    return _finish(fig, axes, path)
+    return _finish(fig, axes, path, report)
 
 
 def draw_all(report: Report, out_dir: Path) -> list[Path]:
