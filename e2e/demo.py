@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.operator_process import launch_operator
+from e2e.install import install_operator  # issue 11: the operator runs as the chart's pod
 from e2e.podrunner import PodRunner, file_sd_scrape_config
 from e2e.prometheus.fixture import PrometheusServer, find_prometheus
 from e2e.stack import (
@@ -104,7 +104,18 @@ def main() -> int:
     )
     prometheus = PrometheusServer(find_prometheus(), work / "prometheus", [file_sd_scrape_config(targets)]).start()
     print(f"Prometheus {prometheus.url} scrapes the vLLM servers the pod runner starts ({targets})")
-    operator = launch_operator(kubeconfig, [NAMESPACE], work / "operator.log")
+    # --- issue 11: install the operator with Helm; the chart's pod runs locally with its own token (e2e/install.py) ---
+    operator = install_operator(
+        bin_dir,
+        kubeconfig,
+        watch_namespaces=[NAMESPACE],
+        log_dir=work / "operator",
+        values={"tickSeconds": 2},
+        release="specpilot-demo",  # not the tests' hand-applied specpilot-system/specpilot, on a reused cluster
+        namespace="specpilot-demo-system",
+    )
+    print(f"helm install specpilot: operator pod {operator.process.pod}, runs {' '.join(operator.process.argv[1:])}")
+    # --- end issue 11 ---
     print(f"operator: metrics http://127.0.0.1:{operator.metrics_port}/metrics, log {operator.log_path}")
     stop_load = threading.Event()
     loader = threading.Thread(target=load_forever, args=(runner, stop_load), daemon=True)

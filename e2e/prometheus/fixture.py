@@ -202,11 +202,25 @@ class PrometheusServer:
 StartPrometheus = Callable[..., PrometheusServer]
 
 
+def find_promtool() -> Path:
+    """promtool from the same Debian package as the Prometheus binary (get-prometheus.sh extracts both)."""
+    explicit = os.environ.get("SPECPILOT_PROMTOOL_BIN")
+    candidate = Path(explicit) if explicit else find_prometheus().with_name("promtool")
+    if not os.access(candidate, os.X_OK):
+        raise PrometheusUnavailable(f"no promtool next to the Prometheus binary ({candidate}); rerun get-prometheus.sh")
+    return candidate
+
+
 @pytest.fixture(scope="session")
 def prometheus_binary() -> Path:
     if os.environ.get("SPECPILOT_SKIP_PROMETHEUS") == "1":
         pytest.skip("SPECPILOT_SKIP_PROMETHEUS=1")
     return find_prometheus()
+
+
+@pytest.fixture(scope="session")
+def promtool_binary(prometheus_binary: Path) -> Path:
+    return find_promtool()
 
 
 @pytest.fixture(scope="session")

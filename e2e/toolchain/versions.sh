@@ -39,3 +39,13 @@ e2e_go_env() {
 
 # e2e_log MSG... : timestamped progress on stderr
 e2e_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule) for server-side dry runs of the chart,
+# taken from the Go module (the module proxy serves the repository's example/ folder with the generated CRDs).
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-0.85.0}
+MONITORING_CRDS_DIR=$SPECPILOT_CACHE/monitoring-crds-v$PROMETHEUS_OPERATOR_VERSION
+
+# Prometheus 3 with Kubernetes service discovery, built from the Go module proxy (v0.3MM.P is Prometheus 3.MM.P):
+# Debian's prometheus 2.42 is built without kubernetes_sd_configs. Only the pod-discovery test needs it.
+PROMETHEUS3_VERSION=${PROMETHEUS3_VERSION:-3.16.0}
+PROMETHEUS3_DIR=$SPECPILOT_CACHE/prometheus3-$PROMETHEUS3_VERSION-k8s-sd

@@ -200,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_run.set_defaults(func=_cmd_run)
     add_evaluate_command(sub)
+    # --- specpilot report (issue 11): logic in specpilot/report/, imported lazily (matplotlib is slow to load) ---
+    from specpilot.report.command import add_report_command
+
+    add_report_command(sub)
+    # --- end specpilot report ---
     return parser
 
 

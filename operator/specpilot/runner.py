@@ -30,7 +30,8 @@ def run_operator(
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         # httpx logs every Prometheus query at INFO (about 20 per evaluation); the decision line says what they gave.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    import specpilot.handlers  # noqa: F401  (registers the handlers)
+    # Importing registers the kopf handlers: the reconcile, and the per-object status gauges (alerts, dashboard).
+    from specpilot import handlers, status_metrics  # noqa: F401
 
     start_http_server(metrics_port, addr=bind_address)
     asyncio.run(

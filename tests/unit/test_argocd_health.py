@@ -14,7 +14,12 @@ import pytest
 import yaml
 
 CHECK = (
-    Path(__file__).resolve().parents[2] / "examples" / "argocd" / "health" / "specpilot.dev" / "SpeculativeDeployment"
+    Path(__file__).resolve().parents[2]
+    / "examples"
+    / "argocd"
+    / "resource_customizations"
+    / "specpilot.dev"
+    / "SpeculativeDeployment"
 )
 VALID = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
 CASES = yaml.safe_load((CHECK / "health_test.yaml").read_text())["tests"]

@@ -1,0 +1,143 @@
+"""`specpilot report (FILE | NAME -n NAMESPACE) --prometheus URL [--since 7d] [-o DIR]`: wiring only.
+
+FILE is a SpeculativeDeployment manifest (with its status, if saved with `kubectl get -o yaml`, for the actuations),
+so a report needs no cluster, like `evaluate`. NAME reads the live object through KUBECONFIG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specpilot.api import v1alpha1
+from specpilot.api.durations import parse_duration
+from specpilot.baseline import parse_time
+from specpilot.promql import Scope, Window
+from specpilot.report.analysis import Actuation, analyse, render_markdown
+from specpilot.report.queries import build_range_queries
+from specpilot.vllm.metrics import metric_names_for
+from specpilot.vllm.versions import VllmVersion
+
+MAX_POINTS = 240  # windows per report when --step is not given: enough for a distribution, small for Prometheus
+
+
+def add_report_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="is speculation helping at this load? acceptance distribution, P50/P95/P99 vs a baseline, PNGs + Markdown",
+    )
+    p.add_argument("target", metavar="FILE|NAME", help="a SpeculativeDeployment YAML file, or the name of a live one")
+    p.add_argument("-n", "--namespace", help="namespace of NAME (and of FILE's series if it has none)")
+    p.add_argument("--prometheus", help="Prometheus base URL (default: spec.autotune.prometheus.url)")
+    p.add_argument("--since", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--until", help="end of the period, RFC 3339 (default: now)")
+    p.add_argument("--step", help="window length (default: the period / 240, at least 4 scrape intervals)")
+    p.add_argument("-o", "--output-dir", type=Path, help="where to write report.md and the PNGs")
+    p.add_argument("--header", action="append", default=[], help="extra HTTP header NAME=VALUE (repeatable)")
+    p.add_argument("--bearer-token-file", type=Path, help="send Authorization: Bearer <file content>")
+    p.add_argument("--insecure-skip-verify", action="store_true", help="do not verify Prometheus' TLS certificate")
+    p.set_defaults(func=run_report)
+
+
+def _load(args: argparse.Namespace) -> dict[str, Any]:
+    path = Path(args.target)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        docs = [
+            d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == v1alpha1.KIND
+        ]
+        if not docs:
+            raise ValueError(f"{path}: no {v1alpha1.KIND} document")
+        return docs[0]
+    if not args.namespace:
+        raise ValueError(f"{args.target}: not a file; a live object needs -n NAMESPACE")
+    from kubernetes import client, config
+
+    config.load_kube_config()  # type: ignore[no-untyped-call]
+    obj: Any = client.CustomObjectsApi().get_namespaced_custom_object(
+        v1alpha1.GROUP, v1alpha1.VERSION, args.namespace, "speculativedeployments", args.target
+    )
+    return {str(k): v for k, v in dict(obj).items()}
+
+
+def _actuations(status: dict[str, Any]) -> list[Actuation]:
+    out = []
+    for item in status.get("actuations") or []:
+        try:
+            at = parse_time(str(item["at"])).timestamp()
+        except (KeyError, ValueError):
+            continue
+        reason = str(item.get("reason", ""))
+        out.append(Actuation(at, f"{item.get('action', 'actuation')}: {reason[:80]}"))
+    return out
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from specpilot.report.prometheus import RangeSource, ReportQueryError, run_range_queries
+
+    try:
+        doc = _load(args)
+        resource = v1alpha1.parse_resource(doc)
+        meta = resource.metadata
+        name = str(meta.get("name") or "")
+        namespace = args.namespace or str(meta.get("namespace") or "default")
+        spec = resource.spec
+        prom = spec.autotune.prometheus
+        url = args.prometheus or (prom.url if prom else None)
+        if not url:
+            raise ValueError("no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url")
+        end = parse_time(args.until) if args.until else datetime.now(UTC)
+        span = parse_duration(args.since)
+        scrape = parse_duration(spec.autotune.scrape_interval)
+        step_s = int(max(parse_duration(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
+        headers = dict(h.split("=", 1) for h in args.header if "=" in h)
+        if len(headers) != len(args.header):
+            raise ValueError("--header takes NAME=VALUE")
+        if args.bearer_token_file:
+            headers["Authorization"] = f"Bearer {args.bearer_token_file.read_text().strip()}"
+    except v1alpha1.InvalidSpec as err:
+        print("\n".join(f"{args.target}: {p}" for p in err.problems), file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    # Align windows to the step so reruns over the same period give the same windows.
+    end_s = int(end.timestamp()) // step_s * step_s
+    start_s = end_s - int(span) // step_s * step_s
+    names = metric_names_for(VllmVersion.parse(spec.engine.version))
+    scope = Scope(namespace=namespace, deployment=name, config_hash=None)
+    queries = build_range_queries(names, scope, Window(step_s, step_s, ""))
+    source = RangeSource(url.rstrip("/"), headers, disable_ssl=args.insecure_skip_verify)
+    started = time.monotonic()
+    try:
+        data = run_range_queries(
+            source, queries, datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), step_s
+        )
+    except ReportQueryError as err:
+        print(f"error: Prometheus {url}: {err}", file=sys.stderr)
+        return 1
+    report = analyse(
+        data,
+        namespace=namespace,
+        name=name,
+        start=start_s,
+        end=end_s,
+        step_s=step_s,
+        config_label=scope.config_hash_label,
+        actuations=_actuations(dict(doc.get("status") or {})),
+    )
+    from specpilot.report.plots import draw_all  # matplotlib loads slowly: only once there is something to draw
+
+    out_dir = args.output_dir or Path(f"specpilot-report-{namespace}-{name}")
+    plots = draw_all(report, out_dir)
+    markdown = render_markdown(report, [p.name for p in plots])
+    (out_dir / "report.md").write_text(markdown)
+    print(f"{report.verdict.headline}\n")
+    print(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range queries, "
+          f"{(end_s - start_s) // step_s} windows of {step_s} s, {time.monotonic() - started:.1f} s)")  # fmt: skip
+    return 0

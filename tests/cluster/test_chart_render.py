@@ -1,0 +1,99 @@
+"""The chart renders valid objects for every values combination the schema allows.
+
+`helm lint --strict` and a server-side dry run (`kubectl apply --dry-run=server`) of `helm template` against the real
+API server, with prometheus-operator's real CRDs installed so the ServiceMonitor and PrometheusRule are checked
+against their schemas too. A combination is one line in COMBINATIONS; "$NS" stands for a fresh test namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster.fixture import KubeCluster
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "specpilot"
+
+MONITORING: dict[str, Any] = {"metrics": {"serviceMonitor": {"enabled": True}}, "prometheusRule": {"enabled": True}}
+LISTED: dict[str, Any] = {"watchNamespaces": ["$NS"]}
+COMBINATIONS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "all-namespaces-with-monitoring": MONITORING,
+    "listed-namespaces": LISTED,
+    "listed-namespaces-monitoring-no-dashboard": {**LISTED, **MONITORING, "dashboard": {"enabled": False}},
+    "rule-labels": {"prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+    "own-rbac-and-service-account": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}},
+    "debug-fast-ticks": {"logLevel": "debug", "tickSeconds": 2, "image": {"tag": "0.1.0-rc1", "pullPolicy": "Always"}},
+}
+
+
+def _substitute(values: Any, namespace: str) -> Any:
+    if isinstance(values, dict):
+        return {k: _substitute(v, namespace) for k, v in values.items()}
+    if isinstance(values, list):
+        return [_substitute(v, namespace) for v in values]
+    return namespace if values == "$NS" else values
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(kube_cluster: KubeCluster) -> None:
+    """prometheus-operator's ServiceMonitor, PodMonitor, PrometheusRule CRDs (e2e/toolchain/get-monitoring-crds.sh)."""
+    script = ROOT / "e2e" / "toolchain" / "get-monitoring-crds.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    folder = done.stdout.strip().splitlines()[-1]
+    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", folder)
+    for kind in ("servicemonitors", "podmonitors", "prometheusrules"):
+        kube_cluster.kubectl(
+            "wait", "--for=condition=Established", f"crd/{kind}.monitoring.coreos.com", "--timeout=60s"
+        )
+
+
+def _helm(cluster: KubeCluster, *args: str, values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(cluster.bin_dir / "helm"), *args, "-f", "-"],
+        input=json.dumps(values),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(cluster.env),
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("name", COMBINATIONS)
+def test_chart_lints_strictly_and_passes_a_server_side_dry_run(
+    name: str, kube_cluster: KubeCluster, kube_namespace: str, monitoring_crds: None
+) -> None:
+    values = _substitute(COMBINATIONS[name], kube_namespace)
+    lint = _helm(kube_cluster, "lint", "--strict", str(CHART), values=values)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in lint.stdout
+    rendered = _helm(kube_cluster, "template", "specpilot", str(CHART), "-n", kube_namespace, values=values)
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    kinds = {d["kind"] for d in docs}
+    assert ("PrometheusRule" in kinds) == bool(values.get("prometheusRule", {}).get("enabled"))
+    assert ("ServiceMonitor" in kinds) == bool(values.get("metrics", {}).get("serviceMonitor", {}).get("enabled"))
+    for rule in (d for d in docs if d["kind"] == "PrometheusRule"):  # the promtool-tested file, unchanged
+        assert (
+            rule["spec"]["groups"] == yaml.safe_load((CHART / "rules" / "specpilot.rules.yaml").read_text())["groups"]
+        )
+    dry = kube_cluster.kubectl(
+        "apply", "--dry-run=server", "--server-side", "--field-manager=helm", "-f", "-", stdin=rendered.stdout
+    )
+    assert dry.stdout.count("(server dry run)") == len(docs), dry.stdout
+
+
+def test_schema_rejects_what_the_chart_cannot_render(kube_cluster: KubeCluster) -> None:
+    bad = _helm(kube_cluster, "template", "specpilot", str(CHART), values={"prometheusRule": {"enabled": "yes"}})
+    assert bad.returncode != 0
+    assert "prometheusRule.enabled" in bad.stderr or "prometheusRule" in bad.stderr, bad.stderr

@@ -1,0 +1,166 @@
+"""Install specpilot as users do: `helm install` of the chart, the operator running as the chart's pod.
+
+e2e.operator_pod runs the pod's own command with a service-account token bound to that pod (TokenRequest), so the
+operator has exactly the chart's RBAC. A SpeculativeDeployment applied afterwards becomes Ready; `helm upgrade` with
+changed values replaces the pod and the new process runs the new flags; `helm uninstall` removes everything but the
+CRD (as Helm does), and the pod's token stops working with the pod.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster.fixture import KubeCluster
+from e2e.install import install_operator, uninstall, upgrade_install
+from e2e.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def _tiny(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxModelLen": 8192},
+            "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+            "resources": {"gpusPerReplica": 1, "gpuMemoryGiB": 80},
+        },
+    }
+
+
+def _ready(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj: dict[str, Any] = cluster.kubectl_json("-n", namespace, "get", "specdeploy", name)
+    ready = [c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == "Ready"]
+    return obj if ready and ready[0]["status"] == "True" else None
+
+
+def _reconciles(metrics_text: str) -> float:
+    """Successful reconciles the operator process counted (its own /metrics)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_text.splitlines()
+        if line.startswith("specpilot_reconciles_total{") and 'result="ok"' in line
+    )
+
+
+def _token_works(cluster: KubeCluster, kubeconfig: Path, namespace: str) -> bool:
+    done = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "-n", namespace, "get", "specdeploy"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0 and "Unauthorized" not in done.stderr:
+        raise AssertionError(f"unexpected kubectl failure: {done.stderr}")
+    return done.returncode == 0
+
+
+def test_helm_install_runs_the_operator_pod_and_reconciles(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> None:
+    suffix = secrets.token_hex(3)
+    release, operator_ns = f"specpilot-{suffix}", f"t-chart-{suffix}"
+    installed = install_operator(
+        kube_cluster.bin_dir,
+        kube_cluster.kubeconfig,
+        watch_namespaces=[kube_namespace],
+        log_dir=tmp_path / "operator",
+        release=release,
+        namespace=operator_ns,
+        values={"tickSeconds": 2},
+    )
+    try:
+        first = installed.process
+        pod = kube_cluster.kubectl_json("-n", operator_ns, "get", "pod", first.pod)
+        container = pod["spec"]["containers"][0]
+        assert "command" not in container  # the image's entrypoint runs the container's args
+        own = ("--metrics-port", "--health-port", "--bind-address")
+        assert [a for a in first.argv[3:] if not a.startswith(own)] == [
+            a for a in container["args"] if not a.startswith(own)
+        ]
+        assert f"--namespace={kube_namespace}" in first.argv
+        assert "--tick-seconds=2" in first.argv
+        # The process authenticates as the chart's ServiceAccount, with a token bound to this pod.
+        whoami = subprocess.run(
+            [
+                str(kube_cluster.bin_dir / "kubectl"),
+                "--kubeconfig",
+                str(first.kubeconfig),
+                "auth",
+                "whoami",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        info = json.loads(whoami.stdout)["status"]["userInfo"]
+        assert info["username"] == f"system:serviceaccount:{operator_ns}:{release}"
+        assert info["extra"]["authentication.kubernetes.io/pod-name"] == [first.pod]
+
+        kube_cluster.kubectl("-n", kube_namespace, "apply", "-f", "-", stdin=json.dumps(_tiny("chat")))
+        cr = wait_for(
+            "the CR Ready, reconciled by the chart's pod", lambda: _ready(kube_cluster, kube_namespace, "chat"), 120
+        )
+        assert cr["status"]["observedGeneration"] == cr["metadata"]["generation"]
+        print(kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", "-o", "wide").stdout)
+
+        # helm upgrade with changed values: the pod is replaced (Recreate) and the new process runs the new flags.
+        second = installed.upgrade({"watchNamespaces": [kube_namespace], "tickSeconds": 3, "logLevel": "debug"})
+        assert second.uid != first.uid
+        assert first.process.poll() is not None, "the old pod's process must stop with its pod"
+        assert "--log-level=debug" in second.argv
+        assert "--tick-seconds=3" in second.argv
+        kube_cluster.kubectl("-n", kube_namespace, "annotate", "specdeploy", "chat", "specpilot.dev/reevaluate=1")
+        wait_for("the new process to reconcile the CR", lambda: _reconciles(second.metrics()) > 0, 60)
+    finally:
+        installed.stop()
+        kube_cluster.kubectl("delete", "namespace", operator_ns, "--wait=false", "--ignore-not-found", check=False)
+    # helm uninstall: the release's objects are gone, the process stopped, the CRD stays; the pod's token is dead.
+    assert first.process.poll() is not None
+    assert second.process.poll() is not None
+    leftovers = kube_cluster.kubectl(
+        "get",
+        "all,serviceaccount,role,rolebinding,configmap",
+        "-A",
+        "-l",
+        f"app.kubernetes.io/instance={release}",
+        "-o",
+        "name",
+    ).stdout
+    assert leftovers.strip() == ""
+    assert kube_cluster.kubectl("get", "crd", "speculativedeployments.specpilot.dev", check=False).returncode == 0
+    assert not _token_works(kube_cluster, first.kubeconfig, kube_namespace)
+
+
+def test_cluster_wide_install_leaves_no_cluster_scoped_objects(kube_cluster: KubeCluster) -> None:
+    """All-namespaces mode renders a ClusterRole and binding; uninstall removes them (no operator is run here: a
+    cluster-wide operator would reconcile other tests' resources on the shared cluster)."""
+    suffix = secrets.token_hex(3)
+    release, operator_ns = f"specpilot-{suffix}", f"t-chart-{suffix}"
+    selector = f"app.kubernetes.io/instance={release}"
+    upgrade_install(
+        kube_cluster.bin_dir, kube_cluster.kubeconfig, {}, release=release, namespace=operator_ns, wait=False
+    )
+    try:
+        created = kube_cluster.kubectl("get", "clusterrole,clusterrolebinding", "-l", selector, "-o", "name").stdout
+        assert sorted(created.split()) == [
+            f"clusterrole.rbac.authorization.k8s.io/{release}",
+            f"clusterrolebinding.rbac.authorization.k8s.io/{release}",
+        ]
+    finally:
+        uninstall(kube_cluster.bin_dir, kube_cluster.kubeconfig, release=release, namespace=operator_ns)
+        kube_cluster.kubectl("delete", "namespace", operator_ns, "--wait=false", "--ignore-not-found", check=False)
+    assert kube_cluster.kubectl("get", "clusterrole,clusterrolebinding", "-l", selector, "-o", "name").stdout == ""
