@@ -163,7 +163,7 @@ def test_ready_only_after_health_and_draft_switch_changes_acceptance(
     loading = obs.until("the server running, not yet Ready", lambda s: s["pod"] and s["pod"]["running"], 120)
     assert loading["pod"]["ready"] == "False", loading
     assert loading["available"] == 0, loading
-    ready = obs.until("the pod Ready and the Deployment available", lambda s: s["available"] == 1, 300)
+    ready = obs.until("the pod Ready and the Deployment available", lambda s: s["available"] == 1, 420)
     pod = ready["pod"]["name"]
     url = runner.endpoints("served")[pod]
     with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
@@ -178,7 +178,7 @@ def test_ready_only_after_health_and_draft_switch_changes_acceptance(
     restarted = obs.until("the restarted container not Ready", lambda s: s["pod"]["restarts"] == 1, 60)
     assert restarted["pod"]["ready"] == "False", restarted
     assert restarted["available"] == 0, restarted
-    obs.until("Ready again", lambda s: s["available"] == 1 and s["pod"]["ready"] == "True", 300)
+    obs.until("Ready again", lambda s: s["available"] == 1 and s["pod"]["ready"] == "True", 420)
     assert obs.seen[-1]["pod"]["name"] == pod
     t0 = time.monotonic()
     poor = measured_acceptance(runner.endpoints("served")[pod])
