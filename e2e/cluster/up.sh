@@ -185,6 +185,7 @@ start kube-apiserver --etcd-servers="http://127.0.0.1:$EP" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
   --authorization-mode=RBAC --allow-privileged=true \
+  --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
   --service-cluster-ip-range=10.96.0.0/16 --profiling=false --v=1
 
 cat >"$KC" <<EOK
