@@ -112,8 +112,9 @@ def _resources(spec: v1alpha1.SpeculativeDeploymentSpec) -> dict[str, Any]:
 
 def _env(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
     defaults = [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}]
-    user_names = {entry.get("name") for entry in spec.engine.env}
-    return [e for e in defaults if e["name"] not in user_names] + [dict(e) for e in spec.engine.env]
+    user = [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in spec.engine.env]
+    user_names = {entry["name"] for entry in user}
+    return [e for e in defaults if e["name"] not in user_names] + user
 
 
 def build_deployment(
@@ -162,7 +163,9 @@ def build_deployment(
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
     if spec.resources.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in spec.resources.tolerations]
+        pod_spec["tolerations"] = [
+            t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.resources.tolerations
+        ]
     metadata = _metadata(owner, "inference-server", canary_name(owner.name) if canary else None)
     metadata["labels"].update(selector)
     return {

@@ -345,7 +345,7 @@ def test_adapter_sends_basic_auth(loopback: Loopback) -> None:
 
 @pytest.mark.parametrize(
     ("prefix", "timeout_s", "detail"),
-    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: body is not JSON")],
+    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: not a Prometheus API answer")],
 )
 def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s: float, detail: str) -> None:
     with PrometheusClient(PrometheusConnection(api(loopback, prefix), timeout_s=timeout_s)) as prom:

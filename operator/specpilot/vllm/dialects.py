@@ -191,10 +191,10 @@ class _UseV1:
 
 def _use_v1(spec: SpeculativeDeploymentSpec) -> _UseV1:
     for index, entry in enumerate(spec.engine.env):
-        if entry.get("name") != USE_V1_ENV:
+        if entry.name != USE_V1_ENV:
             continue
         field = f"spec.engine.env[{index}].value"
-        raw = entry.get("value")
+        raw = entry.value
         if raw is None:
             return _UseV1(None, field)
         if str(raw).strip() not in ("0", "1"):
