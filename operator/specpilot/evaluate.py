@@ -187,7 +187,7 @@ def _load(source: str) -> _Loaded:
     """The first SpeculativeDeployment of `source`; a malformed status is reported in `notes` and ignored."""
     documents = [d for d in load_documents(source) if d.kind == "SpeculativeDeployment"]
     if not documents:
-        raise InvalidSpec([f"{source}: no SpeculativeDeployment document found"])
+        raise InvalidSpec(["no SpeculativeDeployment documents found (kind: SpeculativeDeployment)"])
     body = documents[0].body
     resource = parse_resource({k: v for k, v in body.items() if k != "status"})
     notes: list[str] = []

@@ -7,12 +7,14 @@ and the recommended labels; nothing copies Argo CD tracking labels from the CR (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
+from specpilot.api.quantity import format_bytes
 
 LABEL_DEPLOYMENT = f"{v1alpha1.GROUP}/deployment"
 LABEL_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
@@ -25,6 +27,20 @@ TERMINATION_GRACE_SECONDS = 120
 # Loading 70B+ weights can take many minutes; the startup probe allows 30 minutes before liveness takes over.
 STARTUP_PROBE_PERIOD_SECONDS = 10
 STARTUP_PROBE_FAILURES = 180
+
+
+def container_security_context() -> dict[str, Any]:
+    """What the vLLM container may do beyond running vLLM: nothing.
+
+    vLLM needs no extra privileges and no capabilities (NCCL over NVLink/PCIe and /dev/shm work without them).
+    Not set, because the official image needs them (README, "Security model"): runAsNonRoot (it runs as root and
+    caches under /root/.cache) and readOnlyRootFilesystem (vLLM, Triton and torch.compile write to the filesystem).
+    """
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,11 @@ def _resources(spec: v1alpha1.SpeculativeDeploymentSpec) -> dict[str, Any]:
     return {"limits": dict(limits), "requests": dict(limits)}
 
 
+def shm_size_limit(spec: v1alpha1.SpeculativeDeploymentSpec) -> str:
+    """spec.resources.shmSizeGiB as an exact Kubernetes quantity ("8Gi", "1536Mi"); "1e-05Gi" would not parse."""
+    return format_bytes(max(1, math.ceil(spec.resources.shm_size_gi_b * 2**30)))
+
+
 def _env(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
     defaults = [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}]
     user = [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in spec.engine.env]
@@ -151,12 +172,18 @@ def build_deployment(
         "startupProbe": _http_probe(STARTUP_PROBE_PERIOD_SECONDS, STARTUP_PROBE_FAILURES),
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 6),
+        "securityContext": container_security_context(),
     }
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # no API token in a pod that runs a user-chosen image; no Service env vars (a Service named "vllm" would set
+        # VLLM_PORT, which vLLM reads as its own setting)
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.resources.shm_size_gi_b:g}Gi"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(spec)}},
             {"name": "cache", "emptyDir": {}},
         ],
     }
