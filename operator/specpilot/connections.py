@@ -55,8 +55,9 @@ class ConnectionConfig(BaseModel):
 
     url: str = Field(min_length=1, max_length=2048, pattern=URL_PATTERN)
     credentials_dir: str | None = Field(None, description="Where the connection's Secret is mounted.")
-    namespaces: tuple[Annotated[str, Field(pattern=DNS_LABEL_PATTERN)], ...] = Field(
-        (), description="Namespaces whose SpeculativeDeployments may use it; empty: every watched namespace."
+    namespaces: list[Annotated[str, Field(pattern=DNS_LABEL_PATTERN)]] = Field(
+        default_factory=list,
+        description="Namespaces whose SpeculativeDeployments may use it; empty: every watched namespace.",
     )
     headers: dict[str, Annotated[str, Field(pattern=HEADER_VALUE_PATTERN)]] = Field(default_factory=dict)
     insecure_skip_verify: bool = False

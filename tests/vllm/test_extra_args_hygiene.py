@@ -1,0 +1,107 @@
+"""Why extraArgs may not touch rendered flags, shown with the real vLLM 0.33 parser and create_engine_config().
+
+For every spelling specpilot refuses, the same token appended to a rendered command line really does override what
+the plan checked (vLLM accepts underscores, `--flag=value`, dotted keys, unique prefixes and `--config FILE`), so
+the refusal is needed; specpilot's renderer refuses it with the field named. Ordinary extraArgs leave every rendered
+value as the spec says.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.vllm import sample_configs as sc
+from e2e.vllm.venvs import VllmVenv, validate_argv_cases
+from specpilot.api import v1alpha1
+from specpilot.vllm.dialects import UnsupportedCombination, render_command
+
+pytestmark = pytest.mark.vllm
+
+SPEC: dict[str, Any] = {
+    "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxModelLen": 8192, "maxNumSeqs": 64},
+    "target": {"model": sc.LLAMA_3_1_8B},
+    "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+}
+
+# (id, extra tokens, engine field that vLLM then reads from them, the value it reads)
+OVERRIDES: list[tuple[str, list[str], str, Any]] = [
+    ("underscore", ["--max_model_len", "2048"], "max_model_len", 2048),
+    ("equals", ["--max-num-seqs=8"], "max_num_seqs", 8),
+    ("underscore-equals", ["--max_num_seqs=16"], "max_num_seqs", 16),
+    ("prefix", ["--max-model", "1024"], "max_model_len", 1024),
+    ("served-name-underscore", ["--served_model_name", "other"], "served_model_name", "other"),
+    ("dotted", ["--speculative-config.num_speculative_tokens", "7"], "speculative.num_speculative_tokens", 7),
+    ("short-tp", ["-tp", "2"], "tensor_parallel_size", 2),
+    ("config-file", ["--config", "{config}"], "max_model_len", 512),
+]
+
+
+ACCEPTED: list[tuple[str, list[str]]] = [
+    ("accepted-eager", ["--enforce-eager"]),
+    ("accepted-batched", ["--max-num-batched-tokens", "8192"]),
+    ("accepted-seed", ["--seed", "-1"]),
+]
+
+
+def _field(engine: dict[str, Any], path: str) -> Any:
+    node: Any = engine
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+@pytest.fixture(scope="module")
+def outcome(vllm_validator_venv: VllmVenv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    config = tmp_path_factory.mktemp("vllm-config") / "serve.yaml"
+    config.write_text("max_model_len: 512\n")
+    base = list(render_command(v1alpha1.parse_spec(SPEC)).argv)
+    cases = [{"id": "rendered", "argv": base, "configs": sc.configs_for(sc.LLAMA_3_1_8B)}]
+    for case_id, extra, _, _ in OVERRIDES:
+        argv = base + [token.format(config=config) for token in extra]
+        cases.append({"id": case_id, "argv": argv, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
+    for case_id, extra in ACCEPTED:
+        cases.append({"id": case_id, "argv": base + extra, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
+    results = validate_argv_cases(cases, python=vllm_validator_venv.python)
+    return {r["id"]: r for r in results}
+
+
+def test_the_rendered_command_means_what_the_spec_says(outcome: dict[str, dict[str, Any]]) -> None:
+    result = outcome["rendered"]
+    assert result["ok"], result["error"]
+    engine = result["engine"]
+    assert (engine["max_model_len"], engine["max_num_seqs"], engine["tensor_parallel_size"]) == (8192, 64, 1)
+    assert engine["served_model_name"] == sc.LLAMA_3_1_8B
+    assert engine["speculative"]["num_speculative_tokens"] == 3
+
+
+@pytest.mark.parametrize(("case_id", "extra", "field", "value"), OVERRIDES, ids=[o[0] for o in OVERRIDES])
+def test_each_refused_spelling_would_override_the_plan(
+    outcome: dict[str, dict[str, Any]], case_id: str, extra: list[str], field: str, value: Any, tmp_path: Path
+) -> None:
+    result = outcome[case_id]
+    assert result["ok"], f"vLLM refused {extra}: {result['stage']}: {result['error']}"
+    assert _field(result["engine"], field) == value, "vLLM reads the token as the rendered flag"
+    spec = json.loads(json.dumps(SPEC))
+    spec["engine"]["extraArgs"] = [token.format(config=tmp_path / "serve.yaml") for token in extra]
+    with pytest.raises(UnsupportedCombination) as refused:
+        render_command(v1alpha1.parse_spec(spec))
+    assert refused.value.field == "spec.engine.extraArgs[0]"
+
+
+@pytest.mark.parametrize(("case_id", "extra"), ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_accepted_extra_args_leave_rendered_values_alone(
+    outcome: dict[str, dict[str, Any]], case_id: str, extra: list[str]
+) -> None:
+    spec = json.loads(json.dumps(SPEC))
+    spec["engine"]["extraArgs"] = extra
+    argv = render_command(v1alpha1.parse_spec(spec)).argv
+    assert list(argv[-len(extra) :]) == extra
+    result = outcome[case_id]
+    assert result["ok"], result["error"]
+    rendered = outcome["rendered"]["engine"]
+    for key in ("max_model_len", "max_num_seqs", "tensor_parallel_size", "served_model_name", "speculative"):
+        assert result["engine"][key] == rendered[key], key
