@@ -379,3 +379,37 @@ def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s:
 def test_connection_rejects_contradictions(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PrometheusConnection(**{"url": "https://prometheus:9090", **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("{loopback}/broken", "error: the URL does not answer like a Prometheus API (HTTP 502 bad_response"),
+        ("{loopback}/error", "error: every evidence gate is an Error (HTTP 422 execution: query processing would"),
+        ("{prometheus}/wrong-prefix", "error: the URL does not answer like a Prometheus API (HTTP 404"),
+    ],
+)
+def test_cli_evaluate_tells_a_failed_measurement_from_a_decision(
+    prometheus: PrometheusServer, loopback: Loopback, tmp_path: Path, url: str, message: str
+) -> None:
+    """Exit 3 when Prometheus could not answer (0 is a decision, 1 bad input); the body is never echoed."""
+    resource = {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+        "spec": make_spec().model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    target = url.format(loopback=api(loopback), prometheus=prometheus.url)
+    done = subprocess.run(
+        [sys.executable, "-m", "specpilot", "evaluate", str(path), "--prometheus", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert message in done.stderr
+    assert "bad gateway" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
