@@ -318,3 +318,12 @@ def test_rendered_chart_passes_a_server_side_dry_run(kube_cluster: KubeCluster, 
     )
     manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
     kube_cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=manifest)
+
+
+def test_vendored_openapi_schemas_are_the_pinned_kubernetes_ones(kube_cluster: KubeCluster) -> None:
+    """tests/unit/test_children_openapi.py checks children offline against this copy: it must be current."""
+    from e2e.toolchain import k8s_openapi
+
+    assert k8s_openapi.VENDORED.read_text() == k8s_openapi.render(k8s_openapi.spec_dir()), (
+        "run `uv run python -m e2e.toolchain.k8s_openapi`"
+    )
