@@ -65,6 +65,12 @@ def outcome(vllm_validator_venv: VllmVenv, tmp_path_factory: pytest.TempPathFact
         cases.append({"id": case_id, "argv": argv, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
     for case_id, extra in ACCEPTED:
         cases.append({"id": case_id, "argv": base + extra, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
+    for dtype in [*(d.value for d in v1alpha1.KvCacheDtype), "int3"]:
+        argv = [*base, "--kv-cache-dtype", dtype]
+        cases.append({"id": f"kv-{dtype}", "argv": argv, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
+    # what an unchecked served model name starting with "-" would do: become a flag
+    flagged = [*base[:3], "--served-model-name", "--enforce-eager", *base[5:]]
+    cases.append({"id": "name-as-flag", "argv": flagged, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
     results = validate_argv_cases(cases, python=vllm_validator_venv.python)
     return {r["id"]: r for r in results}
 
@@ -105,3 +111,26 @@ def test_accepted_extra_args_leave_rendered_values_alone(
     rendered = outcome["rendered"]["engine"]
     for key in ("max_model_len", "max_num_seqs", "tensor_parallel_size", "served_model_name", "speculative"):
         assert result["engine"][key] == rendered[key], key
+
+
+# Accepted by older vLLM versions only (specpilot renders for many versions; the enum is their union).
+OLDER_KV_CACHE_DTYPES = {"float16"}
+
+
+def test_kv_cache_dtype_is_a_closed_set_vllm_parses(outcome: dict[str, dict[str, Any]]) -> None:
+    refused_by_parser = {d.value for d in v1alpha1.KvCacheDtype if outcome[f"kv-{d.value}"]["stage"] == "parse"}
+    assert refused_by_parser <= OLDER_KV_CACHE_DTYPES, {d: outcome[f"kv-{d}"]["error"] for d in refused_by_parser}
+    assert outcome["kv-int3"]["stage"] == "parse", "the parser's choices are closed too"
+    assert "invalid choice" in str(outcome["kv-int3"]["error"])
+
+
+def test_a_name_starting_with_a_dash_becomes_a_flag_so_the_api_refuses_it(
+    outcome: dict[str, dict[str, Any]],
+) -> None:
+    result = outcome["name-as-flag"]
+    served = (result["engine"] or {}).get("served_model_name")
+    assert served != "--enforce-eager", "vLLM never reads it as the name"
+    spec = json.loads(json.dumps(SPEC))
+    spec["engine"]["servedModelName"] = "--enforce-eager"
+    with pytest.raises(v1alpha1.InvalidSpec, match=r"spec\.engine\.servedModelName: must be printable ASCII"):
+        v1alpha1.parse_spec(spec)
