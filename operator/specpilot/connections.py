@@ -147,7 +147,8 @@ def resolve(registry: Registry, spec: PrometheusSpec, namespace: str) -> Resolut
                 "spec.autotune.prometheus.url: the administrator allows only named connections "
                 f"(choose one of: {', '.join(sorted(registry.connections)) or 'none configured'})",
             )
-        assert spec.url is not None  # the API guarantees exactly one of url and connection
+        if spec.url is None:  # the API refuses this (exactly one of url and connection); said here for safety
+            return Resolution(None, "spec.autotune.prometheus needs exactly one of url or connection")
         warnings: tuple[tuple[str, str], ...] = ()
         if spec.insecure_skip_verify:
             warnings = (
@@ -213,8 +214,6 @@ def configure(path: str | None) -> Registry:
     """Load the administrator's file (or none) once at start-up; ConnectionsError stops the operator with a reason."""
     global _registry
     _registry = Registry.load(path) if path else Registry()
-    if path:
-        os.environ[CONNECTIONS_ENV] = path
     return _registry
 
 
