@@ -938,7 +938,8 @@ def describe_validation_error(err: ValidationError, *, prefix: str) -> list[str]
             lines.append(f"{path}: must be {PATTERN_HELP[ctx['pattern']]} (got {_shown(item.get('input'))})")
         else:
             allowed = _allowed_values(ctx)
-            lines.append(f"{path or '<root>'}: {message}{allowed}")
+            got = f" (got {_shown(item.get('input'))})" if str(item["type"]).endswith("_type") else ""
+            lines.append(f"{path or '<root>'}: {message}{allowed}{got}")
     return lines
 
 
