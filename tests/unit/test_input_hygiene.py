@@ -7,6 +7,7 @@ checked against the real API server in tests/cluster/test_hostile_input.py.
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,14 @@ def with_(path: str, value: Any) -> dict[str, Any]:
     return spec
 
 
-def crd_errors(spec: dict[str, Any]) -> list[str]:
+@functools.cache
+def _crd_spec_validator() -> jsonschema.Draft4Validator:
     crd = yaml.safe_load((ROOT / "crds" / "specpilot.dev_speculativedeployments.yaml").read_text())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    return [e.message for e in jsonschema.Draft4Validator(schema).iter_errors(spec)]
+    return jsonschema.Draft4Validator(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"])
+
+
+def crd_errors(spec: dict[str, Any]) -> list[str]:
+    return [e.message for e in _crd_spec_validator().iter_errors(spec)]
 
 
 def problems(spec: dict[str, Any]) -> list[str]:
