@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from e2e.cluster.fixture import KubeCluster
+from e2e.cluster.fixture import NAMESPACE_LABEL, KubeCluster
 from specpilot import manifests
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, is_positive_quantity, parse_quantity
@@ -46,14 +47,77 @@ RANDOM_SPECS = 50
 COUNTS: dict[str, int] = {}
 
 
+CRD_FILE = ROOT / "crds" / "specpilot.dev_speculativedeployments.yaml"
+MY_SCHEMA = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]
+
+
+class SharedCrd:
+    """The CRD is cluster-wide and concurrent sessions (other branches) apply their own versions of it: before each
+    CR dry run, make sure the live CRD is this tree's, re-applying it when another session replaced it."""
+
+    def __init__(self, cluster: KubeCluster, dynamic: DynamicClient) -> None:
+        self.cluster = cluster
+        self.dynamic = dynamic
+        self.reapplied = 0
+
+    def live_is_mine(self) -> bool:
+        crds = self.dynamic.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+        live = self.dynamic.get(crds, name=f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}").to_dict()  # type: ignore[no-untyped-call]
+        return bool(live["spec"]["versions"][0]["schema"] == MY_SCHEMA)
+
+    def ensure(self) -> None:
+        for _ in range(10):
+            if self.live_is_mine():
+                return
+            self.reapplied += 1
+            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+            self.cluster.kubectl("wait", "--for=condition=Established", f"crd/{v1alpha1.PLURAL}.{v1alpha1.GROUP}")
+            time.sleep(1)  # the API server reloads the schema asynchronously after Established
+        raise AssertionError("another session keeps replacing the CRD")
+
+
+_CRD: list[SharedCrd] = []
+
+
 @pytest.fixture(scope="module")
 def dynamic(kube_cluster: KubeCluster, crd_installed: None) -> DynamicClient:
     api = config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))  # type: ignore[no-untyped-call]
-    return DynamicClient(api)  # type: ignore[no-untyped-call]
+    client = DynamicClient(api)  # type: ignore[no-untyped-call]
+    _CRD[:] = [SharedCrd(kube_cluster, client)]
+    return client
+
+
+@pytest.fixture(scope="module")
+def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """One namespace for the whole module: dry runs persist nothing, and a namespace per case costs seconds."""
+    name = f"t-api-agreement-{secrets.token_hex(3)}"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}},
+    }
+    kube_cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    deadline = time.monotonic() + 30
+    while kube_cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode:
+        assert time.monotonic() < deadline, f"namespace {name}: no default ServiceAccount after 30 s"
+        time.sleep(0.2)
+    yield name
+    kube_cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 def dry_run(dynamic: DynamicClient, obj: dict[str, Any], namespace: str) -> str | None:
     """Create `obj` with dryRun=All and strict field validation; None if accepted, else the server's message."""
+    if obj["kind"] != v1alpha1.KIND:
+        return _dry_run(dynamic, obj, namespace)
+    for _ in range(3):
+        _CRD[0].ensure()
+        message = _dry_run(dynamic, obj, namespace)
+        if _CRD[0].live_is_mine():  # the answer came from this tree's CRD
+            return message
+    raise AssertionError("the CRD changed under every attempt")
+
+
+def _dry_run(dynamic: DynamicClient, obj: dict[str, Any], namespace: str) -> str | None:
     resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     try:
         dynamic.create(  # type: ignore[no-untyped-call]
@@ -101,7 +165,7 @@ def check_document(dynamic: DynamicClient, doc: dict[str, Any], namespace: str) 
         assert message is None, f"{child['kind']} refused: {message}\n{yaml.safe_dump(child)}"
 
 
-def test_every_example_and_its_children_pass_a_server_side_dry_run(dynamic: DynamicClient, kube_namespace: str) -> None:
+def test_every_example_and_its_children_pass_a_server_side_dry_run(dynamic: DynamicClient, namespace: str) -> None:
     documents = [
         d
         for path in sorted((ROOT / "examples").glob("*.yaml"))
@@ -115,12 +179,12 @@ def test_every_example_and_its_children_pass_a_server_side_dry_run(dynamic: Dyna
         }
         problems, _ = validate_document(annotated)
         assert problems == [], (doc["metadata"]["name"], problems)
-        check_document(dynamic, annotated, kube_namespace)
+        check_document(dynamic, annotated, namespace)
     print(f"\nexamples: {len(documents)} CRs; objects accepted by dry run so far: {COUNTS}")
 
 
 def test_random_valid_specs_and_their_children_pass_a_server_side_dry_run(
-    dynamic: DynamicClient, kube_namespace: str
+    dynamic: DynamicClient, namespace: str
 ) -> None:
     seen: list[int] = []
 
@@ -130,7 +194,7 @@ def test_random_valid_specs_and_their_children_pass_a_server_side_dry_run(
     @given(valid_resources())
     def one(doc: dict[str, Any]) -> None:
         seen.append(1)
-        check_document(dynamic, doc, kube_namespace)
+        check_document(dynamic, doc, namespace)
 
     one()
     print(f"\nrandom specs: {len(seen)}; objects accepted by dry run so far: {COUNTS}")
@@ -146,41 +210,42 @@ def cr(spec: dict[str, Any], name: str = "agree") -> dict[str, Any]:
     ids=[f"{p}={v!r}" for p, v, _ in [*hygiene.SCHEMA_REFUSALS, *hygiene.CEL_REFUSALS]],
 )
 def test_the_api_server_refuses_what_validate_refuses(
-    dynamic: DynamicClient, kube_namespace: str, path: str, value: Any, problem: str
+    dynamic: DynamicClient, namespace: str, path: str, value: Any, problem: str
 ) -> None:
     spec = hygiene.with_(path, value)
     assert hygiene.problems(spec), "validate refuses it"
-    message = dry_run(dynamic, cr(spec), kube_namespace)
+    message = dry_run(dynamic, cr(spec), namespace)
     assert message is not None, "the API server refuses it too"
 
 
 @pytest.mark.parametrize(("path", "value"), hygiene.ACCEPTED, ids=[f"{p}={v!r}" for p, v in hygiene.ACCEPTED])
 def test_the_api_server_accepts_what_validate_accepts(
-    dynamic: DynamicClient, kube_namespace: str, path: str, value: Any
+    dynamic: DynamicClient, namespace: str, path: str, value: Any
 ) -> None:
     spec = hygiene.with_(path, value)
     assert hygiene.problems(spec) == []
-    assert dry_run(dynamic, cr(spec), kube_namespace) is None
+    assert dry_run(dynamic, cr(spec), namespace) is None
 
 
 @pytest.mark.parametrize(("text", "_value"), hygiene.QUANTITIES, ids=[repr(t) for t, _ in hygiene.QUANTITIES])
 def test_quantities_parse_like_the_api_server(
-    dynamic: DynamicClient, kube_namespace: str, text: str, _value: object
+    dynamic: DynamicClient, namespace: str, text: str, _value: object
 ) -> None:
     """ParseQuantity (a Pod's cpu limit: parses and >= 0) and CEL's isQuantity (the CRD's cpu: parses and > 0)."""
-    try:
-        ours: Any = parse_quantity(text)
-    except InvalidQuantity:
-        ours = None
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "quantity"},
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": text}}}]},
     }
-    pod_refusal = dry_run(dynamic, pod, kube_namespace)
-    assert (pod_refusal is None) == (ours is not None and ours >= 0), pod_refusal
-    crd_refusal = dry_run(dynamic, cr(hygiene.with_("resources.cpu", text)), kube_namespace)
+    pod_refusal = dry_run(dynamic, pod, namespace)
+    # Quantity.UnmarshalJSON trims spaces before ParseQuantity: " 1" is a valid cpu in a Pod (not in CEL, below)
+    try:
+        trimmed: Any = parse_quantity(text.strip())
+    except InvalidQuantity:
+        trimmed = None
+    assert (pod_refusal is None) == (trimmed is not None and trimmed >= 0), pod_refusal
+    crd_refusal = dry_run(dynamic, cr(hygiene.with_("resources.cpu", text)), namespace)
     assert (crd_refusal is None) == is_positive_quantity(text), crd_refusal
 
 
@@ -250,7 +315,7 @@ def test_chart_refuses_credentials_over_plain_http_at_start_up(kube_cluster: Kub
         "specpilot-system",
         'prometheusConnections={"m": {"url": "http://p:9090", "secretName": "s"}}',
     )
-    configmap = next(o for o in objects if o["kind"] == "ConfigMap")
+    configmap = next(o for o in objects if o["metadata"]["name"] == "sp-specpilot-prometheus")
     path = tmp_path / "connections.json"
     path.write_text(configmap["data"]["connections.json"])
     from specpilot.cli import main
@@ -259,14 +324,14 @@ def test_chart_refuses_credentials_over_plain_http_at_start_up(kube_cluster: Kub
 
 
 @pytest.fixture
-def image_policy(kube_cluster: KubeCluster, kube_namespace: str) -> Iterator[str]:
-    release = f"vap-{kube_namespace[-6:]}"
+def image_policy(kube_cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    release = f"vap-{namespace[-6:]}"
     objects = helm_template(
         kube_cluster,
         release,
         "specpilot-system",
         "imagePolicy.enabled=true",
-        f"watchNamespaces={json.dumps([kube_namespace])}",
+        f"watchNamespaces={json.dumps([namespace])}",
         'imagePolicy.allowedPrefixes=["registry.example.com/vllm/"]',
     )
     policy = [o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")]
@@ -280,14 +345,14 @@ def image_policy(kube_cluster: KubeCluster, kube_namespace: str) -> Iterator[str
 
 
 def test_image_policy_admits_only_allowed_prefixes(
-    kube_cluster: KubeCluster, kube_namespace: str, image_policy: str
+    kube_cluster: KubeCluster, namespace: str, image_policy: str
 ) -> None:
     spec = hygiene.with_("engine.image", "docker.io/attacker/miner:latest")
     denied = None
     deadline = time.monotonic() + 30
     while denied is None and time.monotonic() < deadline:  # policies take a moment to be loaded
         proc = kube_cluster.kubectl(
-            "-n", kube_namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(spec)), check=False
+            "-n", namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(spec)), check=False
         )
         denied = proc.stderr if proc.returncode else None
         if denied is None:
@@ -297,23 +362,23 @@ def test_image_policy_admits_only_allowed_prefixes(
     assert "registry.example.com/vllm/" in denied
     lookalike = hygiene.with_("engine.image", "registry.example.com/vllm-evil/x:1")
     proc = kube_cluster.kubectl(
-        "-n", kube_namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(lookalike)), check=False
+        "-n", namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(lookalike)), check=False
     )
     assert proc.returncode != 0
     allowed = hygiene.with_("engine.image", "registry.example.com/vllm/vllm-openai:v0.33.0")
-    kube_cluster.kubectl("-n", kube_namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(allowed)))
+    kube_cluster.kubectl("-n", namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(allowed)))
     # the binding selects this namespace only: other tests sharing the cluster are not affected
     binding = kube_cluster.kubectl_json("get", "validatingadmissionpolicybinding", f"{image_policy}-specpilot-images")
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [kube_namespace]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [namespace]
 
 
-def test_rendered_chart_passes_a_server_side_dry_run(kube_cluster: KubeCluster, kube_namespace: str) -> None:
+def test_rendered_chart_passes_a_server_side_dry_run(kube_cluster: KubeCluster, namespace: str) -> None:
     objects = helm_template(
         kube_cluster,
         "dry",
-        kube_namespace,
+        namespace,
         "imagePolicy.enabled=true",
-        f"watchNamespaces={json.dumps([kube_namespace])}",
+        f"watchNamespaces={json.dumps([namespace])}",
         'prometheusConnections={"m": {"url": "https://p:9090", "secretName": "s"}}',
     )
     manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})

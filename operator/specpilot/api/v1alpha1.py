@@ -255,9 +255,7 @@ class Toleration(_Spec):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to tolerate; empty matches all."
     )
-    toleration_seconds: int | None = Field(
-        None, ge=-(2**63), le=2**63 - 1, description="NoExecute only: how long the pod stays bound."
-    )
+    toleration_seconds: int | None = Field(None, description="NoExecute only: how long the pod stays bound.")
 
 
 class EngineSpec(_Spec):
@@ -361,7 +359,7 @@ class ResourcesSpec(_Spec):
         description="Extended resource the GPUs are requested as.",
     )
     node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = Field(
-        default_factory=dict, description="Pod nodeSelector (label keys and values)."
+        default_factory=dict, max_length=32, description="Pod nodeSelector (label keys and values)."
     )
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Pod tolerations.")
     cpu: str | None = Field(
@@ -691,13 +689,13 @@ _CREDENTIAL_HEADERS_CEL = ", ".join(f"'{h}'" for h in CREDENTIAL_HEADERS)
 FIELD_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         at=("resources",),
-        cel="!has(self.cpu) || (isQuantity(self.cpu) && quantity(self.cpu).sign() == 1)",
+        cel="!has(self.cpu) || (isQuantity(self.cpu) && quantity(self.cpu).isGreaterThan(quantity('0')))",
         message="spec.resources.cpu must be a Kubernetes quantity greater than 0, e.g. 8 or 7500m",
         holds=lambda s: s.resources.cpu is None or is_positive_quantity(s.resources.cpu),
     ),
     CrossFieldRule(
         at=("resources",),
-        cel="!has(self.memory) || (isQuantity(self.memory) && quantity(self.memory).sign() == 1)",
+        cel="!has(self.memory) || (isQuantity(self.memory) && quantity(self.memory).isGreaterThan(quantity('0')))",
         message="spec.resources.memory must be a Kubernetes quantity greater than 0, e.g. 64Gi",
         holds=lambda s: s.resources.memory is None or is_positive_quantity(s.resources.memory),
     ),
