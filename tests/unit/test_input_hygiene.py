@@ -18,7 +18,7 @@ import yaml
 
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, format_bytes, parse_quantity
-from specpilot.plan import kv_dtype_bytes
+from specpilot.plan import kv_dtype_bytes, plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,9 +191,12 @@ def test_valid_values_stay_valid(path: str, value: Any) -> None:
     assert crd_errors(spec) == []
 
 
-def test_every_kv_cache_dtype_is_sized_by_the_planner() -> None:
+def test_every_kv_cache_dtype_is_sized_or_flagged_by_the_planner() -> None:
     for dtype in v1alpha1.KvCacheDtype:
-        assert kv_dtype_bytes(dtype, v1alpha1.Dtype.AUTO) is not None, dtype
+        if kv_dtype_bytes(dtype, v1alpha1.Dtype.AUTO) is not None:
+            continue
+        plan = plan_memory(v1alpha1.parse_spec(with_("engine.kvCacheDtype", dtype.value)))
+        assert "KvCacheDtypeUnknown" in {f.code for f in plan.findings}, dtype
 
 
 # The API server's answers for these strings (ParseQuantity of apimachinery v0.37): tests/cluster checks the same

@@ -145,7 +145,8 @@ QUANTIZATIONS_NEEDING_WEIGHT_BITS = (Quantization.COMPRESSED_TENSORS, Quantizati
 
 
 class KvCacheDtype(StrEnum):
-    """vLLM's `--kv-cache-dtype` choices (CacheDType in vllm/config/cache.py of 0.33.0, and float16 of older ones)."""
+    """vLLM's `--kv-cache-dtype` values (CacheConfig of 0.33.0, checked by tests/vllm); the planner sizes most of them
+    and says so (KvCacheDtypeUnknown) for the rest."""
 
     AUTO = "auto"
     FLOAT16 = "float16"
@@ -159,7 +160,16 @@ class KvCacheDtype(StrEnum):
     INT8_PER_TOKEN_HEAD = "int8_per_token_head"
     INT4_PER_TOKEN_HEAD = "int4_per_token_head"
     TURBOQUANT_K8V4 = "turboquant_k8v4"
+    TURBOQUANT_K3V4_NC = "turboquant_k3v4_nc"
+    TURBOQUANT_3BIT_NC = "turboquant_3bit_nc"
+    TURBOQUANT_4BIT_NC = "turboquant_4bit_nc"
+    ULTRAQUANT_4BIT = "ultraquant_4bit"
+    OCTAVE_K3V3 = "octave_k3v3"
+    OCTAVE_K3V3_COMPACT = "octave_k3v3_compact"
+    OCTAVE_K3V4 = "octave_k3v4"
     NVFP4 = "nvfp4"
+    NVFP4_4OVER6 = "nvfp4_4over6"
+    NVFP4_DS_MLA = "nvfp4_ds_mla"
 
 
 class Dtype(StrEnum):
