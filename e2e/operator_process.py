@@ -64,6 +64,7 @@ def launch_operator(
     tick_seconds: float = 2.0,
     ready_timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> RunningOperator:
     """Start the operator on loopback ports and wait (bounded) for its liveness endpoint."""
     metrics_port, health_port = free_port(), free_port()
@@ -78,6 +79,7 @@ def launch_operator(
     ]
     for namespace in namespaces:
         args += ["--namespace", namespace]
+    args += list(extra_args)
     environment = {**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environment)

@@ -14,121 +14,157 @@ from specpilot import manifests
 from specpilot.api import crd, v1alpha1
 from specpilot.catalog import UnknownArchitecture
 from specpilot.evaluate import add_evaluate_command
+from specpilot.loading import Document, LoadError, load_documents
 from specpilot.plan import MemoryPlan, format_table, plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
-
-def _documents(path: str) -> list[dict[str, object]]:
-    """SpeculativeDeployment documents of a YAML file ("-" reads stdin)."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and d.get("kind") == v1alpha1.KIND]
+# The plan finding the operator lets an annotation override (reconcile.MEMORY_FINDING): render follows the same rule.
+MEMORY_DOES_NOT_FIT = "DoesNotFit"
 
 
-def _name(doc: dict[str, object]) -> str:
-    meta = doc.get("metadata")
-    return str(meta.get("name", "<unnamed>")) if isinstance(meta, dict) else "<unnamed>"
+def _inputs(sources: Sequence[str]) -> tuple[list[Document], bool]:
+    """SpeculativeDeployment documents of every source, and whether any source failed (each failure printed once).
+
+    One bad file never hides the others: each is read, and reported, on its own.
+    """
+    found: list[Document] = []
+    failed = False
+    for source in sources:
+        try:
+            documents = load_documents(source)
+        except LoadError as err:
+            print(str(err), file=sys.stderr)
+            failed = True
+            continue
+        mine = [d for d in documents if d.kind == v1alpha1.KIND]
+        if not mine:
+            print(f"{source}: no {v1alpha1.KIND} documents found (kind: {v1alpha1.KIND})", file=sys.stderr)
+            failed = True
+        found.extend(mine)
+    return found, failed
 
 
 def _with_version(spec: v1alpha1.SpeculativeDeploymentSpec, version: str | None) -> v1alpha1.SpeculativeDeploymentSpec:
+    """The spec with --vllm-version in place of spec.engine.version, checked by the same rules as the field."""
     if version is None:
         return spec
-    return spec.model_copy(update={"engine": spec.engine.model_copy(update={"version": version})})
+    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["engine"]["version"] = version
+    try:
+        return v1alpha1.parse_spec(raw)
+    except v1alpha1.InvalidSpec as err:
+        problems = [p.replace("spec.engine.version", "--vllm-version") for p in err.problems]
+        raise v1alpha1.InvalidSpec(problems) from None
 
 
-def validate_document(doc: dict[str, object]) -> tuple[list[str], list[str]]:
-    """Return (problems, warnings) for one document: schema, cross-field rules, memory plan, vLLM dialect."""
+def _allows_overcommit(resource: v1alpha1.SpeculativeDeployment) -> bool:
+    annotations = resource.metadata.get("annotations")
+    value = annotations.get(v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT) if isinstance(annotations, dict) else None
+    return isinstance(value, str) and value.lower() == "true"
+
+
+def validate_document(
+    doc: dict[str, object], *, vllm_version: str | None = None, allow_overcommit: bool = False
+) -> tuple[list[str], list[str]]:
+    """Return (problems, warnings) for one document: schema, cross-field rules, memory plan, vLLM dialect.
+
+    `allow_overcommit` downgrades "does not fit" to a warning, as the operator does for the annotation.
+    """
     try:
         resource = v1alpha1.parse_resource(doc)
+        spec = _with_version(resource.spec, vllm_version)
     except v1alpha1.InvalidSpec as err:
         return err.problems, []
     problems: list[str] = []
     warnings: list[str] = []
-    name = _name(doc)
-    if not crd.name_is_valid(name):
-        problems.append(f"metadata.name: {crd.NAME_RULE['message']}")
-    spec = resource.spec
-    if not v1alpha1.window_covers_scrapes(spec.autotune):
-        problems.append(
-            f"spec.autotune.window: {spec.autotune.window} is shorter than 4 x spec.autotune.scrapeInterval "
-            f"({spec.autotune.scrape_interval}); rate() over fewer than 4 scrapes is noise"
-        )
+    name = resource.metadata.get("name")
+    if not isinstance(name, str) or not crd.name_is_valid(name):
+        problems.append(f"metadata.name: {crd.NAME_RULE['message']} (got {name!r})")
+    problems.extend(v1alpha1.duration_problems(spec))
+    overcommit = allow_overcommit or _allows_overcommit(resource)
     try:
         plan = plan_memory(spec)
     except UnknownArchitecture as err:
         warnings.append(f"{err}: the memory plan cannot be checked")
     else:
         for finding in plan.findings:
-            (problems if finding in plan.errors else warnings).append(finding.line())
+            is_error = finding in plan.errors and not (overcommit and finding.code == MEMORY_DOES_NOT_FIT)
+            (problems if is_error else warnings).append(finding.line())
     try:
         rendered = render_command(spec)
         warnings.extend(f"spec.speculation: {note}" for note in rendered.notes)
     except UnsupportedCombination as err:
-        problems.append(f"{err.field}: {err}")
+        problems.append(str(err))
     return problems, warnings
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    failed = False
-    for path in args.files:
-        docs = _documents(path)
-        if not docs:
-            print(f"{path}: no {v1alpha1.KIND} documents found")
-            failed = True
-        for doc in docs:
-            problems, warnings = validate_document(doc)
-            for line in warnings:
-                print(f"{path}: {_name(doc)}: warning: {line}")
-            for line in problems:
-                print(f"{path}: {_name(doc)}: {line}")
-            failed = failed or bool(problems)
-            if not problems:
-                print(f"{path}: {_name(doc)}: valid")
+    documents, failed = _inputs(args.files)
+    for doc in documents:
+        problems, warnings = validate_document(doc.body)
+        for line in warnings:
+            print(f"{doc.source}: {doc.name}: warning: {line}")
+        for line in problems:
+            print(f"{doc.source}: {doc.name}: {line}")
+        failed = failed or bool(problems)
+        if not problems:
+            print(f"{doc.source}: {doc.name}: valid")
     return 1 if failed else 0
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    documents, failed = _inputs([args.file])
+    if failed:
+        return 1
     out: list[dict[str, object]] = []
-    for doc in _documents(args.file):
-        try:
-            resource = v1alpha1.parse_resource(doc)
-            spec = _with_version(resource.spec, args.vllm_version)
-            rendered = render_command(spec)
-        except v1alpha1.InvalidSpec as err:
-            print("\n".join(f"{args.file}: {_name(doc)}: {p}" for p in err.problems), file=sys.stderr)
-            return 1
-        except UnsupportedCombination as err:
-            print(f"{args.file}: {_name(doc)}: {err.field}: {err}", file=sys.stderr)
-            return 1
-        meta = resource.metadata
-        owner = manifests.Owner(
-            name=str(meta.get("name", "example")),
-            namespace=str(meta.get("namespace", "default")),
-            uid=str(meta.get("uid", "00000000-0000-0000-0000-000000000000")),
+    for doc in documents:
+        problems, _ = validate_document(
+            doc.body, vllm_version=args.vllm_version, allow_overcommit=args.allow_memory_overcommit
         )
-        speculating = spec.speculation.enabled
+        if problems:
+            print("\n".join(f"{doc.source}: {doc.name}: {p}" for p in problems), file=sys.stderr)
+            return 1
+        resource = v1alpha1.parse_resource(doc.body)
+        spec = _with_version(resource.spec, args.vllm_version)
+        rendered = render_command(spec)
+        meta = resource.metadata
+        namespace = meta.get("namespace")
+        uid = meta.get("uid")
+        owner = manifests.Owner(
+            name=doc.name,
+            namespace=namespace if isinstance(namespace, str) and namespace else "default",
+            uid=uid if isinstance(uid, str) and uid else "00000000-0000-0000-0000-000000000000",
+        )
         out.extend(
             manifests.build_children(
-                spec, owner, command=rendered.argv, config_hash=rendered.config_hash, speculation=speculating
+                spec,
+                owner,
+                command=rendered.argv,
+                config_hash=rendered.config_hash,
+                speculation=spec.speculation.enabled,
             )
         )
         for note in rendered.notes:
-            print(f"# {_name(doc)}: {note}", file=sys.stderr)
+            print(f"# {doc.name}: {note}", file=sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=120))
     return 0
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    documents, failed = _inputs([args.file])
+    if failed:
+        return 1
     plans: list[tuple[str, MemoryPlan]] = []
-    for doc in _documents(args.file):
+    for doc in documents:
         try:
-            resource = v1alpha1.parse_resource(doc)
+            resource = v1alpha1.parse_resource(doc.body)
         except v1alpha1.InvalidSpec as err:
-            print("\n".join(f"{args.file}: {_name(doc)}: {p}" for p in err.problems), file=sys.stderr)
+            print("\n".join(f"{doc.source}: {doc.name}: {p}" for p in err.problems), file=sys.stderr)
             return 1
         try:
-            plans.append((_name(doc), plan_memory(resource.spec)))
+            plans.append((doc.name, plan_memory(resource.spec)))
         except UnknownArchitecture as err:
-            print(f"{args.file}: {_name(doc)}: {err}", file=sys.stderr)
+            print(f"{doc.source}: {doc.name}: {err}", file=sys.stderr)
             return 1
     if args.output == "json":
         print(json.dumps({name: plan.to_json() for name, plan in plans}, indent=2))
@@ -149,7 +185,14 @@ def _cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from specpilot import connections
     from specpilot.runner import run_operator
+
+    try:
+        connections.configure(args.prometheus_connections)
+    except connections.ConnectionsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
     run_operator(
         namespaces=args.namespace,
@@ -174,16 +217,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_validate = sub.add_parser(
         "validate", help="validate SpeculativeDeployment files (schema, rules, memory, dialect)"
     )
-    p_validate.add_argument("files", nargs="+", metavar="FILE")
+    p_validate.add_argument("files", nargs="+", metavar="FILE", help='YAML files, or "-" for stdin')
     p_validate.set_defaults(func=_cmd_validate)
 
     p_render = sub.add_parser("render", help="print the child manifests (Deployment, Service, ...) as YAML")
-    p_render.add_argument("file", metavar="FILE")
+    p_render.add_argument("file", metavar="FILE", help='YAML file, or "-" for stdin')
     p_render.add_argument("--vllm-version", help="render for this vLLM version instead of spec.engine.version")
+    p_render.add_argument(
+        "--allow-memory-overcommit",
+        action="store_true",
+        help="render although the memory plan does not fit (like the specpilot.dev/allow-memory-overcommit annotation)",
+    )
     p_render.set_defaults(func=_cmd_render)
 
     p_plan = sub.add_parser("plan", help="print the per-replica memory budget and its verdicts")
-    p_plan.add_argument("file", metavar="FILE")
+    p_plan.add_argument("file", metavar="FILE", help='YAML file, or "-" for stdin')
     p_plan.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p_plan.set_defaults(func=_cmd_plan)
 
@@ -197,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     p_run.add_argument(
         "--tick-seconds", type=float, default=10.0, help="how often each object is re-checked for drift and autotune"
+    )
+    p_run.add_argument(
+        "--prometheus-connections",
+        metavar="FILE",
+        help="JSON file of the Prometheus connections (with credentials) SpeculativeDeployments may name; written "
+        "by the chart from its prometheusConnections value",
     )
     p_run.set_defaults(func=_cmd_run)
     add_evaluate_command(sub)

@@ -4,6 +4,11 @@
 this evaluation alone supports (agreement, stabilization and budget aside). Both back the operator's timer and the
 `specpilot evaluate FILE --prometheus URL` dry run, which answers "what would the autotuner do now?" without a
 cluster.
+
+The dry run's exit status tells a decision from a failure to measure: 0 when it decided (Keep included), 1 for
+input it cannot use (file, spec, flags), 2 for a command-line usage error (argparse), and 3 when Prometheus could not
+answer: unreachable, not a Prometheus API, or every evidence gate an Error, so scripts never read "Keep" into an
+evaluation that saw nothing.
 """
 
 from __future__ import annotations
@@ -12,36 +17,35 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
+from pydantic import ValidationError
 
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import (
     AutotuneSpec,
     InvalidSpec,
-    SpeculativeDeployment,
     SpeculativeDeploymentSpec,
+    SpeculativeDeploymentStatus,
     parse_resource,
 )
 from specpilot.baseline import format_time
-from specpilot.measurements import Measurement, RawResult, classify, collect_warnings, unavailable
-from specpilot.policy import (
-    PolicyInputs,
-    PolicyState,
-    desired_intent,
-    evaluate_alone,
-    running_intent,
-)
-from specpilot.promql import Scope, Signal, Window, build_queries, resolve_window
+from specpilot.loading import LoadError, load_documents
+from specpilot.measurements import Measurement, MeasurementClass, RawResult, classify, collect_warnings, unavailable
+from specpilot.policy import PolicyInputs, PolicyState, desired_intent, evaluate_alone, running_intent
+from specpilot.promql import EVIDENCE_GATES, Scope, Signal, Window, build_queries, resolve_window
 from specpilot.schedule import FitSettings
 from specpilot.vllm.intent import SpeculationIntent, intent_to_dict
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
+
+EXIT_DECIDED = 0
+EXIT_INVALID_INPUT = 1
+EXIT_PROMETHEUS_FAILED = 3
 
 
 class QueryClient(Protocol):
@@ -142,7 +146,10 @@ def add_evaluate_command(sub: Any) -> None:
         description="One dry-run evaluation: every measurement with its class and resolved query, and the decision "
         "this evaluation alone supports (stabilization and budget aside). Needs no cluster.",
     )
-    p.add_argument("file", help="SpeculativeDeployment YAML (status, when present, supplies config hash and history)")
+    p.add_argument(
+        "file",
+        help='SpeculativeDeployment YAML, or "-" for stdin (status, when present, supplies config hash and history)',
+    )
     p.add_argument("--prometheus", help="Prometheus base URL (default: spec.autotune.prometheus.url)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.add_argument("-n", "--namespace", help="namespace of the deployment (default: metadata.namespace or default)")
@@ -152,6 +159,9 @@ def add_evaluate_command(sub: Any) -> None:
     p.add_argument("--password-file", type=Path, help="file holding the basic-auth password")
     p.add_argument("--ca-file", type=Path, help="PEM CA bundle for https")
     p.add_argument("--insecure-skip-verify", action="store_true", help="skip TLS verification (testing only)")
+    p.add_argument(
+        "--allow-plain-http", action="store_true", help="send the credentials even though the URL is plain http://"
+    )
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE", help="extra header (repeatable)")
     p.add_argument("--timeout", help="query timeout, e.g. 10s (default: spec.autotune.prometheus.timeout or 10s)")
     for label, default in (
@@ -165,35 +175,87 @@ def add_evaluate_command(sub: Any) -> None:
     p.set_defaults(func=_cmd_evaluate)
 
 
-def _load_resource(path: Path) -> SpeculativeDeployment:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, Mapping)]
-    chosen = next((d for d in docs if d.get("kind") == "SpeculativeDeployment"), None)
-    if chosen is None:
-        raise InvalidSpec([f"{path}: no SpeculativeDeployment document found"])
-    return parse_resource(dict(chosen))
+@dataclass(frozen=True)
+class _Loaded:
+    spec: SpeculativeDeploymentSpec
+    metadata: dict[str, Any]
+    status: SpeculativeDeploymentStatus | None
+    notes: tuple[str, ...]
+
+
+def _load(source: str) -> _Loaded:
+    """The first SpeculativeDeployment of `source`; a malformed status is reported in `notes` and ignored."""
+    documents = [d for d in load_documents(source) if d.kind == "SpeculativeDeployment"]
+    if not documents:
+        raise InvalidSpec(["no SpeculativeDeployment documents found (kind: SpeculativeDeployment)"])
+    body = documents[0].body
+    resource = parse_resource({k: v for k, v in body.items() if k != "status"})
+    notes: list[str] = []
+    status: SpeculativeDeploymentStatus | None = None
+    raw_status = body.get("status")
+    if raw_status is not None:
+        try:
+            status = SpeculativeDeploymentStatus.model_validate(raw_status)
+        except ValidationError as err:
+            notes.append(f"status is malformed ({err.error_count()} problems, first at {_first_loc(err)}); ignored")
+    return _Loaded(resource.spec, resource.metadata, status, tuple(notes))
+
+
+def _first_loc(err: ValidationError) -> str:
+    loc = err.errors(include_url=False)[0]["loc"]
+    return "status." + ".".join(str(part) for part in loc) if loc else "status"
+
+
+def _policy_state(status: SpeculativeDeploymentStatus | None, notes: list[str]) -> PolicyState:
+    """status.autotune as the policy reads it; a malformed one is reported and replaced by a fresh state."""
+    raw = status.autotune if status else None
+    try:
+        return PolicyState.from_dict(raw)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        notes.append(f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored")
+        return PolicyState()
+
+
+def _read_secret_file(path: Path | None, what: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{what} {path}: cannot read it ({type(err).__name__})") from None
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     try:
-        resource = _load_resource(Path(args.file))
+        loaded = _load(args.file)
         headers = dict(_header(h) for h in args.header)
-    except (OSError, yaml.YAMLError, InvalidSpec, ValueError) as err:
+    except LoadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    except (InvalidSpec, ValueError) as err:
         problems = err.problems if isinstance(err, InvalidSpec) else [str(err)]
         for line in problems:
-            print(f"error: {line}", file=sys.stderr)
-        return 1
-    spec = resource.spec
+            print(f"error: {args.file}: {line}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    spec = loaded.spec
+    notes = list(loaded.notes)
     prom = spec.autotune.prometheus
     url = args.prometheus or (prom.url if prom else None)
     if not url:
-        print("error: no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url", file=sys.stderr)
-        return 1
-    status = resource.status
+        hint = (
+            f" (spec.autotune.prometheus.connection {prom.connection!r} is defined by the operator's administrator)"
+            if prom and prom.connection
+            else ""
+        )
+        print(f"error: no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url{hint}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    status = loaded.status
     config_hash = args.config_hash or (status.effective.config_hash if status and status.effective else None)
+    spec_headers = prom.headers if prom and not args.prometheus else {}
     try:
         scope = Scope(
-            namespace=args.namespace or str(resource.metadata.get("namespace") or "default"),
-            deployment=str(resource.metadata.get("name") or ""),
+            namespace=args.namespace or str(loaded.metadata.get("namespace") or "default"),
+            deployment=str(loaded.metadata.get("name") or ""),
             config_hash=config_hash,
             namespace_label=args.namespace_label,
             deployment_label=args.deployment_label,
@@ -202,19 +264,22 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         connection = PrometheusConnection(
             url=url,
             timeout_s=parse_duration(args.timeout or (prom.timeout if prom else "10s")),
-            bearer_token=args.bearer_token_file.read_text().strip() if args.bearer_token_file else None,
+            bearer_token=_read_secret_file(args.bearer_token_file, "--bearer-token-file"),
             username=args.username,
-            password=args.password_file.read_text().strip() if args.password_file else None,
-            ca_pem=args.ca_file.read_text() if args.ca_file else None,
+            password=_read_secret_file(args.password_file, "--password-file"),
+            ca_pem=_read_secret_file(args.ca_file, "--ca-file"),
             insecure_skip_verify=args.insecure_skip_verify or bool(prom and prom.insecure_skip_verify),
-            headers={**(prom.headers if prom else {}), **headers},
+            headers={**spec_headers, **headers},
+            allow_plain_http=args.allow_plain_http,
         )
-    except (OSError, ValueError) as err:
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return EXIT_INVALID_INPUT
     if connection.insecure_skip_verify:
         print("warning: TLS verification is off for Prometheus", file=sys.stderr)
-    state = PolicyState.from_dict(status.autotune if status else None)
+    state = _policy_state(status, notes)
+    for note in notes:
+        print(f"warning: {args.file}: {note}", file=sys.stderr)
     # What the pods run (the lossless record in status.effective) beats what autotune last chose.
     running = running_intent(status.model_dump(by_alias=True, exclude_none=True), spec) if status else None
     current = running or desired_intent(spec, state).intent
@@ -222,12 +287,32 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         result = evaluate_once(spec, scope, client, datetime.now(UTC), current=current, state=state)
     if config_hash is None:
         result["scope"]["note"] = "no config hash known: measured every configuration of this deployment"
+    failure = prometheus_failure(result["measurements"])
+    if failure is not None:
+        result["failure"] = failure
     if args.output == "json":
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(result))
-    return 0
+    if failure is not None:
+        print(f"error: {failure}", file=sys.stderr)
+        return EXIT_PROMETHEUS_FAILED
+    return EXIT_DECIDED
+
+
+def prometheus_failure(measurements: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why this evaluation saw nothing (every evidence gate an Error), or None when something was measured."""
+    gates = {str(gate) for gate in EVIDENCE_GATES.values()}
+    details = [m for name, m in measurements.items() if name in gates]
+    if not details or any(m["class"] != MeasurementClass.ERROR for m in details):
+        return None
+    detail = str(details[0].get("detail", ""))
+    if detail.startswith(("transport:", "timeout:")):
+        return f"Prometheus is unreachable ({detail})"
+    if "bad_response" in detail or "not a Prometheus API answer" in detail:
+        return f"the URL does not answer like a Prometheus API ({detail})"
+    return f"every evidence gate is an Error ({detail})"
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -19,10 +19,10 @@ from typing import Any
 
 import kopf
 
-from specpilot import manifests, telemetry
+from specpilot import connections, manifests, telemetry
 from specpilot import reconcile as rec
 from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
-from specpilot.adapters.prom import PrometheusClient, PrometheusConnection, connection_from_spec
+from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
 from specpilot.autotune import AutotuneOutcome, format_time, idle_conditions, is_due, run_autotune
 from specpilot.events import EventLimiter
@@ -554,8 +554,8 @@ def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexe
     deployment = _first(indexes["deployments"], (namespace, name))
     ours = deployment is not None and deployment.get("owner") == str(body.metadata.uid)
     observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None and ours else None
-    connection, warnings = _prometheus_connection(spec.autotune.prometheus, namespace)
-    with PrometheusClient(connection) as client:
+    prometheus_client, warnings = _prometheus_client(spec.autotune.prometheus, namespace)
+    with prometheus_client as client:
         outcome = run_autotune(
             spec,
             name=name,
@@ -593,38 +593,15 @@ def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexe
     )
 
 
-def _prometheus_connection(
+def _prometheus_client(
     prometheus: v1alpha1.PrometheusSpec, namespace: str
-) -> tuple[PrometheusConnection, list[rec.Event]]:
-    """Credentials come from the referenced Secret in the CR's namespace; values are never logged."""
-    warnings: list[rec.Event] = []
-    secret: dict[str, str] = {}
-    ref = prometheus.auth_secret_ref
-    if ref is not None:
-        try:
-            secret = kube().read_secret(namespace, ref.name)
-        except Exception as err:
-            warnings.append(
-                rec.Event(
-                    "Warning", "PrometheusAuthUnavailable", f"cannot read Secret {ref.name}: {type(err).__name__}"
-                )
-            )
-    if prometheus.insecure_skip_verify:
-        warnings.append(
-            rec.Event(
-                "Warning",
-                "InsecurePrometheusTLS",
-                f"TLS verification is off for {prometheus.url} (spec.autotune.prometheus.insecureSkipVerify)",
-            )
-        )
-    connection = connection_from_spec(
-        prometheus,
-        bearer_token=secret.get(ref.token_key) if ref else None,
-        username=secret.get(ref.username_key) if ref else None,
-        password=secret.get(ref.password_key) if ref else None,
-        ca_pem=secret.get(ref.ca_key) if ref else None,
-    )
-    return connection, warnings
+) -> tuple[PrometheusClient | connections.UnavailablePrometheus, list[rec.Event]]:
+    """Credentials only from connections an administrator configured (connections.py); a CR never names a Secret."""
+    client, resolution = connections.open_client(prometheus, namespace)
+    events = [rec.Event("Warning", reason, message) for reason, message in resolution.warnings]
+    if resolution.problem is not None:
+        events.append(rec.Event("Warning", "PrometheusConnectionRefused", resolution.problem))
+    return client, events
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

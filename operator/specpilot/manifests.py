@@ -7,12 +7,14 @@ and the recommended labels; nothing copies Argo CD tracking labels from the CR (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
+from specpilot.api.quantity import format_bytes
 
 LABEL_DEPLOYMENT = f"{v1alpha1.GROUP}/deployment"
 LABEL_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
@@ -37,6 +39,20 @@ def rollout_deadline_seconds(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
 def startup_probe_failures(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
     """Failures the startup probe allows: its budget (period x failures) covers the whole rollout deadline."""
     return -(-rollout_deadline_seconds(spec) // STARTUP_PROBE_PERIOD_SECONDS)
+
+
+def container_security_context() -> dict[str, Any]:
+    """What the vLLM container may do beyond running vLLM: nothing.
+
+    vLLM needs no extra privileges and no capabilities (NCCL over NVLink/PCIe and /dev/shm work without them).
+    Not set, because the official image needs them (README, "Security model"): runAsNonRoot (it runs as root and
+    caches under /root/.cache) and readOnlyRootFilesystem (vLLM, Triton and torch.compile write to the filesystem).
+    """
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 @dataclass(frozen=True)
@@ -122,10 +138,16 @@ def _resources(spec: v1alpha1.SpeculativeDeploymentSpec) -> dict[str, Any]:
     return {"limits": dict(limits), "requests": dict(limits)}
 
 
+def shm_size_limit(spec: v1alpha1.SpeculativeDeploymentSpec) -> str:
+    """spec.resources.shmSizeGiB as an exact Kubernetes quantity ("8Gi", "1536Mi"); "1e-05Gi" would not parse."""
+    return format_bytes(max(1, math.ceil(spec.resources.shm_size_gi_b * 2**30)))
+
+
 def _env(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
     defaults = [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}]
-    user_names = {entry.get("name") for entry in spec.engine.env}
-    return [e for e in defaults if e["name"] not in user_names] + [dict(e) for e in spec.engine.env]
+    user = [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in spec.engine.env]
+    user_names = {entry["name"] for entry in user}
+    return [e for e in defaults if e["name"] not in user_names] + user
 
 
 def build_deployment(
@@ -162,19 +184,27 @@ def build_deployment(
         "startupProbe": _http_probe(STARTUP_PROBE_PERIOD_SECONDS, startup_probe_failures(spec)),
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 6),
+        "securityContext": container_security_context(),
     }
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # no API token in a pod that runs a user-chosen image; no Service env vars (a Service named "vllm" would set
+        # VLLM_PORT, which vLLM reads as its own setting)
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.resources.shm_size_gi_b:g}Gi"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(spec)}},
             {"name": "cache", "emptyDir": {}},
         ],
     }
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
     if spec.resources.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in spec.resources.tolerations]
+        pod_spec["tolerations"] = [
+            t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.resources.tolerations
+        ]
     metadata = _metadata(owner, "inference-server", canary_name(owner.name) if canary else None)
     metadata["labels"].update(selector)
     return {

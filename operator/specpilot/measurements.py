@@ -242,6 +242,12 @@ def _sample_value(sample: Any) -> float | _Problem:
         return _Problem(MeasurementClass.NO_DATA, "NaN: no observations in the window (0/0)")
     if math.isinf(number):
         return _Problem(MeasurementClass.NO_DATA, f"{'+' if number > 0 else '-'}Inf: division by zero in the window")
+    if number < 0:
+        # Every signal is a count, rate, ratio, gauge or latency of vLLM's: none can be negative. A negative
+        # increase means a counter went backwards in a way rate() did not absorb (or a wrong series); never evidence.
+        return _Problem(
+            MeasurementClass.ERROR, f"negative value {number:.6g}: a counter went backwards or the series is wrong"
+        )
     return number
 
 

@@ -284,6 +284,14 @@ def _handler(loopback: Loopback) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/broken/"):
                 self._send(502, b"<html>bad gateway</html>", "text/html")
                 return
+            if self.path.startswith("/error/"):  # Prometheus' own answer when a query exceeds its sample limit
+                error = {
+                    "status": "error",
+                    "errorType": "execution",
+                    "error": "query processing would load too many samples into memory in query execution",
+                }
+                self._send(422, json.dumps(error).encode(), "application/json")
+                return
             body = {
                 "status": "success",
                 "data": {"resultType": "vector", "result": [{"metric": {}, "value": [time.time(), "0.7"]}]},

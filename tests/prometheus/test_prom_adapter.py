@@ -320,7 +320,11 @@ def last_request(loopback: Loopback) -> dict[str, Any]:
 def test_adapter_sends_bearer_token_headers_and_the_evaluation_time(loopback: Loopback) -> None:
     at = datetime(2026, 11, 26, 12, 0, 30, tzinfo=UTC)
     conn = PrometheusConnection(
-        api(loopback, "/tenant"), timeout_s=3, bearer_token="s3cret", headers={"X-Scope-OrgID": "team-a"}
+        api(loopback, "/tenant"),
+        timeout_s=3,
+        bearer_token="s3cret",
+        headers={"X-Scope-OrgID": "team-a"},
+        allow_plain_http=True,  # the loopback API speaks plain HTTP
     )
     assert "s3cret" not in repr(conn), "secrets never reach a log line"
     with PrometheusClient(conn) as prom:
@@ -337,7 +341,8 @@ def test_adapter_sends_bearer_token_headers_and_the_evaluation_time(loopback: Lo
 
 
 def test_adapter_sends_basic_auth(loopback: Loopback) -> None:
-    with PrometheusClient(PrometheusConnection(api(loopback), username="ops", password="pw")) as prom:
+    connection = PrometheusConnection(api(loopback), username="ops", password="pw", allow_plain_http=True)
+    with PrometheusClient(connection) as prom:
         prom.query("up")
     expected = "Basic " + base64.b64encode(b"ops:pw").decode()
     assert last_request(loopback)["headers"]["Authorization"] == expected
@@ -345,7 +350,7 @@ def test_adapter_sends_basic_auth(loopback: Loopback) -> None:
 
 @pytest.mark.parametrize(
     ("prefix", "timeout_s", "detail"),
-    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: body is not JSON")],
+    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: not a Prometheus API answer")],
 )
 def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s: float, detail: str) -> None:
     with PrometheusClient(PrometheusConnection(api(loopback, prefix), timeout_s=timeout_s)) as prom:
@@ -357,7 +362,14 @@ def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"url": "prometheus:9090"}, "must start with http"),
+        ({"url": "prometheus:9090"}, "is not http"),
+        ({"url": "http://prometheus:99999"}, "port 1-65535"),
+        ({"url": "http://prometheus:9090/\r\nX: y"}, "is not http"),
+        ({"bearer_token": "t", "url": "http://prometheus:9090"}, "plain http://"),
+        ({"headers": {"X-Scope-OrgID": "a\r\nInjected: 1"}}, "no CR/LF"),
+        ({"headers": {"X-Scope-OrgID": "équipe"}}, "no non-ASCII"),
+        ({"headers": {"Bad Name": "x"}}, "not an HTTP token"),
+        ({"ca_pem": "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"}, "not a PEM CA bundle"),
         ({"bearer_token": "t", "username": "u", "password": "p"}, "not both"),
         ({"username": "u"}, "needs both"),
         ({"bearer_token": "t", "headers": {"authorization": "x"}}, "must not set Authorization"),
@@ -366,4 +378,38 @@ def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s:
 )
 def test_connection_rejects_contradictions(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        PrometheusConnection(**{"url": "http://prometheus:9090", **kwargs})
+        PrometheusConnection(**{"url": "https://prometheus:9090", **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("{loopback}/broken", "error: the URL does not answer like a Prometheus API (HTTP 502 bad_response"),
+        ("{loopback}/error", "error: every evidence gate is an Error (HTTP 422 execution: query processing would"),
+        ("{prometheus}/wrong-prefix", "error: the URL does not answer like a Prometheus API (HTTP 404"),
+    ],
+)
+def test_cli_evaluate_tells_a_failed_measurement_from_a_decision(
+    prometheus: PrometheusServer, loopback: Loopback, tmp_path: Path, url: str, message: str
+) -> None:
+    """Exit 3 when Prometheus could not answer (0 is a decision, 1 bad input); the body is never echoed."""
+    resource = {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+        "spec": make_spec().model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    target = url.format(loopback=api(loopback), prometheus=prometheus.url)
+    done = subprocess.run(
+        [sys.executable, "-m", "specpilot", "evaluate", str(path), "--prometheus", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert message in done.stderr
+    assert "bad gateway" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr

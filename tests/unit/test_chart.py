@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,3 +33,44 @@ def test_chart_values_schema_rejects_unknown_keys() -> None:
 def test_dashboard_is_valid_json_with_panels() -> None:
     dashboard = json.loads((CHART / "dashboards" / "specpilot.json").read_text())
     assert len(dashboard["panels"]) >= 4
+
+
+def _schema_errors(values: dict[str, object]) -> list[str]:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    return [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(values)]
+
+
+def test_values_schema_takes_prometheus_connections_and_the_image_policy() -> None:
+    values = {
+        "prometheusConnections": {
+            "monitoring": {
+                "url": "https://prometheus.monitoring.svc:9090",
+                "secretName": "prometheus-reader",
+                "namespaces": ["ml"],
+                "headers": {"X-Scope-OrgID": "ml"},
+                "allowPlainHTTP": False,
+            }
+        },
+        "prometheusAllowSpecURLs": False,
+        "imagePolicy": {
+            "enabled": True,
+            "allowedPrefixes": ["registry.example.com/vllm/"],
+            "validationActions": ["Warn"],
+        },
+    }
+    assert _schema_errors(values) == []
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"prometheusConnections": {"Main": {"url": "https://p:9090"}}},
+        {"prometheusConnections": {"main": {"url": "https://p:9090", "secretKey": "token"}}},
+        {"prometheusConnections": {"main": {"secretName": "s"}}},
+        {"prometheusConnections": {"main": {"url": "https://p:9090", "headers": {"X": "a\r\nb: c"}}}},
+        {"imagePolicy": {"validationActions": ["Allow"]}},
+        {"imagePolicy": {"allowedPrefixes": ["has space/"]}},
+    ],
+)
+def test_values_schema_refuses_broken_security_settings(values: dict[str, object]) -> None:
+    assert _schema_errors(values)

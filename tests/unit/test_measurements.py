@@ -245,6 +245,8 @@ def test_any_sample_value_classifies_without_raising(value: float | str) -> None
         number = None
     if number is None:
         assert m.klass is ERROR
+    elif math.isfinite(number) and number < 0:
+        assert m.klass is ERROR  # no signal specpilot reads can be negative
     elif math.isfinite(number):
         assert m.klass is VALID
         assert m.value == number

@@ -448,10 +448,6 @@ INLINE_DRAFT = {**NOMINAL_8B, "parametersBillions": 0.5, "numLayers": 8, "hidden
             [("DraftIsNotEagleHead", Severity.ERROR, "spec.speculation.draft.model")],
         ),
         (
-            {"engine": {"kvCacheDtype": "int3_magic"}},
-            [("KvCacheDtypeUnknown", Severity.WARNING, "spec.engine.kvCacheDtype")],
-        ),
-        (
             {"target": {"quantization": "gguf"}},
             [("WeightBitsAssumed", Severity.INFO, "spec.target.weightBits")],
         ),
@@ -593,7 +589,7 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
             "gpuMemoryUtilization": draw(st.floats(min_value=0.01, max_value=1.0)),
             "maxNumSeqs": max_num_seqs,
             "dtype": draw(st.sampled_from([d.value for d in Dtype])),
-            "kvCacheDtype": draw(st.sampled_from(["auto", "fp8", "bfloat16", "fp8_e5m2", "nvfp4", "novel_dtype"])),
+            "kvCacheDtype": draw(st.sampled_from(["auto", "fp8", "bfloat16", "fp8_e5m2", "nvfp4"])),
         },
         "target": quantized(model(CATALOG_TARGETS, "acme/target")),
         "speculation": speculation,

@@ -595,7 +595,10 @@ VERSION_TEXT = st.one_of(
     st.sampled_from(["0.6.3", "0.7.0", "0.7.3", "0.8.0", "0.8.3", "0.9.0", "0.9.1", "0.9.2"]),  # V0 still there
     st.builds("{}.{}.{}".format, st.integers(0, 1), st.integers(0, 40), st.integers(0, 3)),
 )
-NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_./", min_size=1, max_size=40)
+# model ids, paths and revisions: never starting with "-" (the API refuses what vLLM would read as a flag)
+NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_./", min_size=1, max_size=40).filter(
+    lambda n: not n.startswith("-")
+)
 QUANTIZATIONS = st.sampled_from(list(Quantization))
 SAFE_EXTRA_ARGS = ["--seed", "7", "--enforce-eager", "--trust-remote-code", "-dp", "2", "--data-parallel-size=1"]
 OWNED_EXTRA_ARGS = ["--port", "--disable-log-stats", "-q", "--speculative-config.method", "--enable-prefix-caching"]

@@ -1,4 +1,4 @@
-"""Kubernetes I/O: server-side apply of owned children, our own status patches and reading Secrets.
+"""Kubernetes I/O: server-side apply of owned children, reading them back, and our own status patches.
 
 Nothing else imports the client.
 
@@ -9,7 +9,6 @@ annotations, an HPA's replicas) stay theirs.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -191,8 +190,3 @@ class KubeAdapter:
             return
         except (DynamicApiError, ApiException) as err:
             raise _refused(err) from err
-
-    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        """Decoded Secret data (values are never logged)."""
-        secret = client.CoreV1Api(self.api_client).read_namespaced_secret(name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}

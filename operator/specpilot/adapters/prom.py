@@ -6,12 +6,15 @@ Built on httpx rather than prometheus-api-client because `PrometheusConnect.cust
 connection failures with backoff by default, which turns "Prometheus is down" into seconds of blocking per query.
 
 Synchronous on purpose: one evaluation is a handful of small queries. kopf handlers call it from a thread
-(`def` handler or `asyncio.to_thread`, style.md §2.3). Credentials arrive as values; reading the Secret is the
-Kubernetes adapter's job.
+(`def` handler or `asyncio.to_thread`, style.md §2.3). Credentials arrive as values (from the administrator's
+connections, specpilot.connections, or the CLI's files). A PrometheusConnection that could not work is refused when
+it is built: a malformed URL or port, header names or values with CR/LF or non-ASCII characters, a CA bundle that
+does not parse, and credentials over plain http:// unless `allow_plain_http`.
 """
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,8 +23,7 @@ from types import TracebackType
 
 import httpx
 
-from specpilot.api.durations import parse_duration
-from specpilot.api.v1alpha1 import PrometheusSpec
+from specpilot.api.v1alpha1 import HEADER_NAME_PATTERN, HEADER_VALUE_PATTERN, URL_PATTERN
 from specpilot.measurements import RawResult
 
 QUERY_PATH = "api/v1/query"
@@ -40,12 +42,39 @@ class PrometheusConnection:
     insecure_skip_verify: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
     trust_env: bool = True  # honour HTTP(S)_PROXY / NO_PROXY like other in-cluster clients
+    allow_plain_http: bool = False  # send credentials over http:// (an administrator's explicit choice)
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"prometheus url {self.url!r} must start with http:// or https://")
-        if self.timeout_s <= 0:
+        if not re.fullmatch(URL_PATTERN, self.url):
+            raise ValueError(
+                f"prometheus url {self.url!r:.100} is not http(s)://host[:port][/path] (port 1-65535, no spaces, "
+                "query or fragment)"
+            )
+        if not self.timeout_s > 0:
             raise ValueError("prometheus timeout must be positive")
+        for name, value in self.headers.items():
+            if not re.fullmatch(HEADER_NAME_PATTERN, name):
+                raise ValueError(f"prometheus header name {name!r:.60} is not an HTTP token")
+            if not re.fullmatch(HEADER_VALUE_PATTERN, value):
+                raise ValueError(
+                    f"prometheus header {name}: the value may hold only visible ASCII, space and tab "
+                    "(no CR/LF, no non-ASCII characters)"
+                )
+        credentials = bool(self.bearer_token or self.username or self.password)
+        if credentials and self.url.startswith("http://") and not self.allow_plain_http:
+            raise ValueError(
+                f"prometheus url {self.url} is plain http://: credentials are sent only over https:// "
+                "(unless explicitly allowed)"
+            )
+        for label, secret in (
+            ("bearer token", self.bearer_token),
+            ("username", self.username),
+            ("password", self.password),
+        ):
+            if secret is not None and not re.fullmatch(HEADER_VALUE_PATTERN, secret):
+                raise ValueError(f"prometheus {label}: only characters an HTTP header can carry (no CR/LF, ASCII)")
+        if self.ca_pem is not None:
+            check_ca_bundle(self.ca_pem, "the prometheus CA bundle")
         if self.bearer_token and (self.username or self.password):
             raise ValueError("prometheus auth: give a bearer token or basic auth (username/password), not both")
         if (self.username is None) != (self.password is None):
@@ -54,25 +83,12 @@ class PrometheusConnection:
             raise ValueError("prometheus headers must not set Authorization when a token or basic auth is given")
 
 
-def connection_from_spec(
-    spec: PrometheusSpec,
-    *,
-    bearer_token: str | None = None,
-    username: str | None = None,
-    password: str | None = None,
-    ca_pem: str | None = None,
-) -> PrometheusConnection:
-    """Combine spec.autotune.prometheus with credentials the caller read from the referenced Secret."""
-    return PrometheusConnection(
-        url=spec.url,
-        timeout_s=parse_duration(spec.timeout),
-        bearer_token=bearer_token,
-        username=username,
-        password=password,
-        ca_pem=ca_pem,
-        insecure_skip_verify=spec.insecure_skip_verify,
-        headers=dict(spec.headers),
-    )
+def check_ca_bundle(pem: str, what: str) -> None:
+    """Refuse a CA bundle that does not parse now, rather than failing every TLS handshake later."""
+    try:
+        ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError) as err:
+        raise ValueError(f"{what} is not a PEM CA bundle: {err}") from None
 
 
 def _verify(connection: PrometheusConnection) -> ssl.SSLContext | bool:
@@ -121,9 +137,13 @@ class PrometheusClient:
         try:
             body = response.json()
         except ValueError:
-            snippet = response.text[:200].strip()
+            # Only the shape, never the body: the URL may come from a CR, and echoing what an arbitrary endpoint
+            # answered into status would let its author read services only the operator can reach.
+            kind = response.headers.get("content-type", "no content type")
             return RawResult(
-                http_status=response.status_code, error_type="bad_response", error=f"body is not JSON: {snippet!r}"
+                http_status=response.status_code,
+                error_type="bad_response",
+                error=f"not a Prometheus API answer: body is not JSON ({kind!r:.60}, {len(response.content)} bytes)",
             )
         return RawResult.from_response(response.status_code, body)
 

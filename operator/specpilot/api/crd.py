@@ -70,7 +70,19 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return _structural({**_inline(options[0], defs), **rest}, defs)
 
     out: dict[str, Any] = {}
-    for key in ("description", "type", "enum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "format"):
+    for key in (
+        "description",
+        "type",
+        "enum",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "format",
+    ):
         if key in schema:
             out[key] = schema[key]
     if "const" in schema:

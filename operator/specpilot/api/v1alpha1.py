@@ -7,15 +7,17 @@ Python check `specpilot validate` runs offline, so the two can never disagree ab
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from specpilot.api.durations import DURATION_PATTERN, parse_duration
+from specpilot.api.quantity import is_positive_quantity
 
 GROUP = "specpilot.dev"
 VERSION = "v1alpha1"
@@ -32,6 +34,59 @@ ANNOTATION_ALLOW_OVERCOMMIT = f"{GROUP}/allow-memory-overcommit"
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+([.+-][0-9A-Za-z.+-]*)?$"
 Duration = str  # validated against DURATION_PATTERN by Field(pattern=...)
 
+# Patterns are written with ASCII ranges only, so Python, pydantic's Rust engine, the API server's Go regexp (CRD
+# `pattern`) and CEL's matches() read them the same way.
+# A value vLLM receives as one argv element that must never read as a flag: printable ASCII, no spaces, no leading "-".
+ARGUMENT_PATTERN = r"^[!-,.-~][!-~]*$"
+# A container image reference: printable ASCII without spaces.
+IMAGE_PATTERN = r"^[!-~]+$"
+# One extraArgs element: anything but control characters (a NUL cannot even be passed to exec).
+EXTRA_ARG_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+# Kubernetes qualified name (label keys, resource names): optional DNS-subdomain prefix and "/", then a name <= 63.
+QUALIFIED_NAME_PATTERN = f"^({_SUBDOMAIN}/)?{_NAME}$"
+# An extended resource (e.g. nvidia.com/gpu): a qualified name that must have a domain prefix.
+EXTENDED_RESOURCE_PATTERN = f"^{_SUBDOMAIN}/{_NAME}$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+# Environment variable names: printable ASCII except "=" (the API server's relaxed rule, GA since Kubernetes 1.34).
+ENV_NAME_PATTERN = r"^[ -<>-~]+$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+CONFIG_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+TOLERATION_KEY_PATTERN = "^$|" + QUALIFIED_NAME_PATTERN
+# RFC 9110 header field name (token) and value (visible ASCII, space and tab; no CR/LF, no non-ASCII).
+HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+HEADER_VALUE_PATTERN = r"^[\t -~]*$"
+# http(s)://host[:port][/path]: a DNS name, IPv4 or bracketed IPv6 host, a port in 1-65535, no query or fragment.
+URL_PATTERN = (
+    r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?)"
+    r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+    r"(/[-A-Za-z0-9._~!$&'()*+,;=:@/%]*)?$"
+)
+# Headers that carry credentials: those belong in an administrator's Prometheus connection, never in a CR.
+CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
+
+# What each pattern means, for error messages (pydantic would otherwise print the regex).
+PATTERN_HELP: dict[str, str] = {
+    ARGUMENT_PATTERN: "printable ASCII without spaces or control characters, not starting with '-' "
+    "(vLLM would read it as a flag)",
+    IMAGE_PATTERN: "printable ASCII without spaces or control characters",
+    EXTRA_ARG_PATTERN: "no control characters (newline, tab, NUL, ...)",
+    QUALIFIED_NAME_PATTERN: "a Kubernetes qualified name, e.g. example.com/name or name (<= 63 characters)",
+    EXTENDED_RESOURCE_PATTERN: "an extended resource name with a domain, e.g. nvidia.com/gpu",
+    LABEL_VALUE_PATTERN: "a label value: <= 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric",
+    ENV_NAME_PATTERN: "printable ASCII without '='",
+    DNS_LABEL_PATTERN: "a DNS label: lowercase letters, digits and '-'",
+    DNS_SUBDOMAIN_PATTERN: "a DNS subdomain: lowercase letters, digits, '-' and '.'",
+    CONFIG_KEY_PATTERN: "letters, digits, '-', '_' or '.'",
+    TOLERATION_KEY_PATTERN: "empty or a Kubernetes qualified name, e.g. nvidia.com/gpu",
+    HEADER_VALUE_PATTERN: "visible ASCII, space or tab (no CR/LF, no non-ASCII characters)",
+    URL_PATTERN: "http(s)://host[:port][/path] with a port in 1-65535, no spaces, query or fragment",
+    DURATION_PATTERN: "a duration: numbers with units ms, s, m or h, e.g. 250ms, 90s, 5m, 1h30m",
+    VERSION_PATTERN: "a vLLM version such as 0.33.0",
+}
+
 
 class _Model(BaseModel):
     """Base: camelCase on the wire, snake_case in Python, unknown fields rejected like a structural schema prunes."""
@@ -39,6 +94,16 @@ class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True, frozen=True
     )
+
+
+class _Spec(_Model):
+    """Base of the spec: types as strict as the API server's (a string "2" is not an integer, "false" not a boolean).
+
+    Enums keep lax mode (per field) because YAML hands them over as plain strings; floats still accept integers, as
+    JSON numbers do; NaN and infinity are refused (JSON cannot carry them).
+    """
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
 
 
 def _duration(default: str, description: str) -> Any:
@@ -79,6 +144,34 @@ class Quantization(StrEnum):
 QUANTIZATIONS_NEEDING_WEIGHT_BITS = (Quantization.COMPRESSED_TENSORS, Quantization.MODELOPT)
 
 
+class KvCacheDtype(StrEnum):
+    """vLLM's `--kv-cache-dtype` values (CacheConfig of 0.33.0, checked by tests/vllm); the planner sizes most of them
+    and says so (KvCacheDtypeUnknown) for the rest."""
+
+    AUTO = "auto"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FP8 = "fp8"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+    FP8_INC = "fp8_inc"
+    FP8_DS_MLA = "fp8_ds_mla"
+    FP8_PER_TOKEN_HEAD = "fp8_per_token_head"
+    INT8_PER_TOKEN_HEAD = "int8_per_token_head"
+    INT4_PER_TOKEN_HEAD = "int4_per_token_head"
+    TURBOQUANT_K8V4 = "turboquant_k8v4"
+    TURBOQUANT_K3V4_NC = "turboquant_k3v4_nc"
+    TURBOQUANT_3BIT_NC = "turboquant_3bit_nc"
+    TURBOQUANT_4BIT_NC = "turboquant_4bit_nc"
+    ULTRAQUANT_4BIT = "ultraquant_4bit"
+    OCTAVE_K3V3 = "octave_k3v3"
+    OCTAVE_K3V3_COMPACT = "octave_k3v3_compact"
+    OCTAVE_K3V4 = "octave_k3v4"
+    NVFP4 = "nvfp4"
+    NVFP4_4OVER6 = "nvfp4_4over6"
+    NVFP4_DS_MLA = "nvfp4_ds_mla"
+
+
 class Dtype(StrEnum):
     AUTO = "auto"
     BFLOAT16 = "bfloat16"
@@ -108,7 +201,7 @@ class SpeculationOverride(StrEnum):
     FORCE_OFF = "ForceOff"
 
 
-class ModelArchitecture(_Model):
+class ModelArchitecture(_Spec):
     """Published config numbers of a model, for models not in specpilot's catalog."""
 
     family: str = Field(
@@ -126,8 +219,63 @@ class ModelArchitecture(_Model):
     max_position_embeddings: int = Field(131072, ge=1, le=10_000_000, description="Longest supported context.")
 
 
-class EngineSpec(_Model):
-    image: str = Field(min_length=1, max_length=512, description="vLLM container image.")
+class KeySelector(_Spec):
+    """A key of a Secret or ConfigMap in the CR's namespace (what the vLLM pod, not the operator, reads)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN, description="Object name.")
+    key: str = Field(min_length=1, max_length=253, pattern=CONFIG_KEY_PATTERN, description="Key.")
+    optional: bool | None = Field(None, description="Start the pod even if the key is missing.")
+
+
+class ObjectFieldSelector(_Spec):
+    field_path: str = Field(min_length=1, max_length=256, description="Pod field, e.g. status.podIP.")
+    api_version: str | None = Field(None, max_length=64, description="Schema version of fieldPath (default v1).")
+
+
+class ResourceFieldSelector(_Spec):
+    resource: str = Field(min_length=1, max_length=64, description="limits.cpu, requests.memory, ...")
+    container_name: str | None = Field(None, max_length=63, description="Container (default: this one).")
+    divisor: str | None = Field(None, max_length=32, description="Output format quantity, e.g. 1Mi.")
+
+
+class EnvVarSource(_Spec):
+    secret_key_ref: KeySelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+
+
+class EnvVar(_Spec):
+    """A Kubernetes EnvVar: a literal value or one valueFrom source.
+
+    valueFrom.secretKeyRef hands a Secret of the CR's namespace to the vLLM pod (see README, "Security model").
+    """
+
+    name: str = Field(min_length=1, max_length=4096, pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str | None = Field(None, description="Literal value.")
+    value_from: EnvVarSource | None = Field(None, description="Source of the value (exactly one reference).")
+
+
+class Toleration(_Spec):
+    """A Kubernetes pod Toleration."""
+
+    key: str | None = Field(None, max_length=317, pattern=TOLERATION_KEY_PATTERN, description="Taint key.")
+    operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (default Equal).")
+    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE_PATTERN, description="Taint value (Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to tolerate; empty matches all."
+    )
+    toleration_seconds: int | None = Field(None, description="NoExecute only: how long the pod stays bound.")
+
+
+class EngineSpec(_Spec):
+    image: str = Field(
+        min_length=1,
+        max_length=512,
+        pattern=IMAGE_PATTERN,
+        description="vLLM container image. Creating pods with it is what a SpeculativeDeployment does: restrict "
+        "images with the chart's admission policy (imagePolicy.allowedPrefixes).",
+    )
     version: str = Field(
         pattern=VERSION_PATTERN,
         max_length=64,
@@ -136,43 +284,60 @@ class EngineSpec(_Model):
     max_model_len: int = Field(8192, ge=16, le=10_000_000, description="--max-model-len.")
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1, description="--gpu-memory-utilization.")
     max_num_seqs: int = Field(256, ge=1, le=65536, description="--max-num-seqs (rendered explicitly).")
-    dtype: Dtype = Field(Dtype.AUTO, description="--dtype.")
-    kv_cache_dtype: str = Field("auto", max_length=32, description="--kv-cache-dtype (auto, fp8, bfloat16, ...).")
+    dtype: Dtype = Field(Dtype.AUTO, description="--dtype.", strict=False)
+    kv_cache_dtype: KvCacheDtype = Field(KvCacheDtype.AUTO, strict=False, description="--kv-cache-dtype.")
     served_model_name: str | None = Field(
-        None, max_length=253, description="--served-model-name; defaults to the target model id."
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=ARGUMENT_PATTERN,
+        description="--served-model-name; defaults to the target model id.",
     )
     enable_prefix_caching: bool | None = Field(None, description="Render --no-enable-prefix-caching when false.")
-    extra_args: list[str] = Field(
-        default_factory=list, max_length=64, description="Extra vLLM arguments appended verbatim (not validated)."
+    extra_args: list[Annotated[str, Field(max_length=4096, pattern=EXTRA_ARG_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra vLLM arguments appended after the rendered ones. Flags specpilot renders from other "
+        "fields (in any spelling vLLM accepts), --config and --disable-log-stats are refused.",
     )
-    env: list[dict[str, Any]] = Field(
+    env: list[EnvVar] = Field(
         default_factory=list, max_length=64, description="Extra container env entries (Kubernetes EnvVar objects)."
     )
 
 
-class TargetSpec(_Model):
-    model: str = Field(min_length=1, max_length=512, description="Target model: Hugging Face id or path.")
-    quantization: Quantization = Field(Quantization.NONE, description="Target weight quantization (--quantization).")
+class TargetSpec(_Spec):
+    model: str = Field(
+        min_length=1, max_length=512, pattern=ARGUMENT_PATTERN, description="Target model: Hugging Face id or path."
+    )
+    quantization: Quantization = Field(
+        Quantization.NONE, description="Target weight quantization (--quantization).", strict=False
+    )
     weight_bits: Literal[4, 8, 16] | None = Field(
         None, description="Bits per weight, required for quantizations that allow several widths."
     )
-    revision: str | None = Field(None, max_length=128, description="Model revision (--revision).")
+    revision: str | None = Field(
+        None, min_length=1, max_length=128, pattern=ARGUMENT_PATTERN, description="Model revision (--revision)."
+    )
     architecture: ModelArchitecture | None = Field(None, description="Config numbers when the model is not cataloged.")
 
 
-class DraftSpec(_Model):
-    model: str = Field(min_length=1, max_length=512, description="Draft model, EAGLE head or weights.")
-    quantization: Quantization = Field(Quantization.NONE, description="Draft weight quantization.")
+class DraftSpec(_Spec):
+    model: str = Field(
+        min_length=1, max_length=512, pattern=ARGUMENT_PATTERN, description="Draft model, EAGLE head or weights."
+    )
+    quantization: Quantization = Field(Quantization.NONE, description="Draft weight quantization.", strict=False)
     weight_bits: Literal[4, 8, 16] | None = Field(None, description="Bits per draft weight when ambiguous.")
     tensor_parallel_size: int | None = Field(
         None, ge=1, le=64, description="Draft TP: 1 or the target's TP (vLLM's rule); defaults to the target's."
     )
-    revision: str | None = Field(None, max_length=128, description="Draft revision.")
+    revision: str | None = Field(
+        None, min_length=1, max_length=128, pattern=ARGUMENT_PATTERN, description="Draft revision."
+    )
     architecture: ModelArchitecture | None = Field(None, description="Config numbers when the draft is not cataloged.")
 
 
-class SpeculationSpec(_Model):
-    method: SpeculationMethod = Field(description="Speculation method.")
+class SpeculationSpec(_Spec):
+    method: SpeculationMethod = Field(description="Speculation method.", strict=False)
     enabled: bool = Field(True, description="Desired baseline; autotune may switch it within its policy.")
     draft: DraftSpec | None = Field(None, description="Required for draft_model, eagle, eagle3; forbidden otherwise.")
     num_speculative_tokens: int | None = Field(
@@ -188,47 +353,75 @@ class SpeculationSpec(_Model):
     prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram: longest match.")
 
 
-class ParallelismSpec(_Model):
+class ParallelismSpec(_Spec):
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="--tensor-parallel-size.")
     pipeline_parallel_size: int = Field(1, ge=1, le=64, description="--pipeline-parallel-size.")
 
 
-class ResourcesSpec(_Model):
+class ResourcesSpec(_Spec):
     gpus_per_replica: int = Field(1, ge=1, le=64, description="GPUs requested by each vLLM pod.")
     gpu_memory_gi_b: float = Field(80, gt=0, le=4096, alias="gpuMemoryGiB", description="Memory of one GPU, GiB.")
-    gpu_resource_name: str = Field("nvidia.com/gpu", min_length=1, max_length=253, description="Extended resource.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations.")
-    cpu: str | None = Field(None, max_length=32, description="CPU request and limit of the vLLM container.")
-    memory: str | None = Field(None, max_length=32, description="Memory request and limit of the vLLM container.")
+    gpu_resource_name: str = Field(
+        "nvidia.com/gpu",
+        min_length=1,
+        max_length=317,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        description="Extended resource the GPUs are requested as.",
+    )
+    node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = Field(
+        default_factory=dict, max_length=32, description="Pod nodeSelector (label keys and values)."
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Pod tolerations.")
+    cpu: str | None = Field(
+        None, max_length=32, description="CPU request and limit of the vLLM container (a quantity, e.g. 8 or 7500m)."
+    )
+    memory: str | None = Field(
+        None, max_length=32, description="Memory request and limit of the vLLM container (a quantity, e.g. 64Gi)."
+    )
     shm_size_gi_b: float = Field(8, gt=0, le=1024, alias="shmSizeGiB", description="Size of /dev/shm (NCCL), GiB.")
 
 
-class SecretKeyRef(_Model):
-    name: str = Field(min_length=1, max_length=253, description="Secret in the CR's namespace.")
-    token_key: str = Field("token", max_length=253, description="Key holding a bearer token.")
-    username_key: str = Field("username", max_length=253, description="Key holding the basic-auth user.")
-    password_key: str = Field("password", max_length=253, description="Key holding the basic-auth password.")
-    ca_key: str = Field("ca.crt", max_length=253, description="Key holding a PEM CA bundle.")
+class PrometheusSpec(_Spec):
+    """Where the autotuner reads metrics: an administrator's named connection, or a URL queried without credentials.
 
+    A CR never names a Secret: credentials exist only in connections an administrator configured for the operator
+    (chart value prometheusConnections), which may be limited to some namespaces (README, "Security model").
+    """
 
-class PrometheusSpec(_Model):
-    url: str = Field(
-        min_length=1, max_length=2048, pattern=r"^https?://", description="Prometheus base URL (http or https)."
+    connection: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL_PATTERN,
+        description="Name of a Prometheus connection an administrator defined for the operator (chart value "
+        "prometheusConnections): its URL, credentials, CA bundle, TLS settings and headers apply. Exclusive with url.",
     )
-    auth_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token or basic auth, and CA bundle.")
-    insecure_skip_verify: bool = Field(False, description="Skip TLS verification (a Warning event is posted).")
-    timeout: Duration = _duration("10s", "Query timeout.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra headers, e.g. X-Scope-OrgID.")
+    url: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2048,
+        pattern=URL_PATTERN,
+        description="Prometheus base URL, queried without credentials. Exclusive with connection.",
+    )
+    insecure_skip_verify: bool = Field(
+        False, description="Skip TLS verification of url (a Warning event is posted); not allowed with connection."
+    )
+    timeout: Duration = _duration("10s", "Query timeout (more than 0s).")
+    headers: dict[str, Annotated[str, Field(max_length=1024, pattern=HEADER_VALUE_PATTERN)]] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Extra headers sent to url, e.g. X-Scope-OrgID (not with connection: its administrator sets "
+        "them; never credentials: Authorization, Proxy-Authorization and Cookie are refused).",
+    )
 
 
-class AcceptanceSpec(_Model):
+class AcceptanceSpec(_Spec):
     disable_below: float = Field(0.5, ge=0, le=1, description="Turn speculation off below this acceptance rate.")
     enable_above: float = Field(0.65, ge=0, le=1, description="Turn it back on above this (must exceed disableBelow).")
 
 
-class LatencySpec(_Model):
-    metric: LatencyMetric = Field(LatencyMetric.TPOT, description="Latency the policy guards.")
+class LatencySpec(_Spec):
+    metric: LatencyMetric = Field(LatencyMetric.TPOT, description="Latency the policy guards.", strict=False)
     p99_target: Duration | None = Field(
         None, pattern=DURATION_PATTERN, max_length=32, description="Optional P99 objective, e.g. 120ms."
     )
@@ -237,18 +430,18 @@ class LatencySpec(_Model):
     )
 
 
-class BatchThresholdSpec(_Model):
+class BatchThresholdSpec(_Spec):
     tune: bool = Field(True, description="Let autotune move the batch-size threshold.")
     min: int = Field(4, ge=2, le=65536, description="Lowest threshold autotune may set.")
     max: int = Field(512, ge=2, le=65536, description="Highest threshold autotune may set.")
 
 
-class MinSamplesSpec(_Model):
+class MinSamplesSpec(_Spec):
     draft_tokens: int = Field(2000, ge=0, le=1_000_000_000, description="Draft tokens needed in the window.")
     requests: int = Field(50, ge=0, le=1_000_000_000, description="Finished requests needed in the window.")
 
 
-class BudgetSpec(_Model):
+class BudgetSpec(_Spec):
     min_interval: Duration = _duration("15m", "Minimum time between two actuations.")
     max_per_hour: int = Field(2, ge=0, le=60, description="Actuations allowed per rolling hour.")
     max_per_day: int = Field(8, ge=0, le=1440, description="Actuations allowed per rolling day.")
@@ -257,12 +450,14 @@ class BudgetSpec(_Model):
     )
 
 
-class OverridesSpec(_Model):
-    speculation: SpeculationOverride = Field(SpeculationOverride.AUTO, description="Pin speculation on or off.")
+class OverridesSpec(_Spec):
+    speculation: SpeculationOverride = Field(
+        SpeculationOverride.AUTO, description="Pin speculation on or off.", strict=False
+    )
     pin_batch_threshold: bool = Field(False, description="Keep disableAboveBatchSize as written in spec.")
 
 
-class CanarySpec(_Model):
+class CanarySpec(_Spec):
     enabled: bool = Field(
         False,
         description="Run one of the replicas as a canary in the other mode (plain when the others speculate, "
@@ -271,8 +466,10 @@ class CanarySpec(_Model):
     )
 
 
-class AutotuneSpec(_Model):
-    mode: AutotuneMode = Field(AutotuneMode.RECOMMEND, description="Off, Recommend (publish only) or Auto (act).")
+class AutotuneSpec(_Spec):
+    mode: AutotuneMode = Field(
+        AutotuneMode.RECOMMEND, description="Off, Recommend (publish only) or Auto (act).", strict=False
+    )
     prometheus: PrometheusSpec | None = Field(None, description="Where vLLM metrics are read.")
     interval: Duration = _duration("60s", "Evaluation period.")
     window: Duration = _duration("5m", "Query window; at least 4 scrape intervals.")
@@ -298,15 +495,15 @@ class AutotuneSpec(_Model):
     )
 
 
-class ServiceSpec(_Model):
+class ServiceSpec(_Spec):
     port: int = Field(8000, ge=1, le=65535, description="Port of the Service and vLLM's --port.")
 
 
-class MonitoringSpec(_Model):
+class MonitoringSpec(_Spec):
     pod_monitor: bool = Field(False, description="Create a Prometheus-operator PodMonitor for the vLLM pods.")
 
 
-class SpeculativeDeploymentSpec(_Model):
+class SpeculativeDeploymentSpec(_Spec):
     replicas: int = Field(1, ge=0, le=1000, description="vLLM pods.")
     engine: EngineSpec
     target: TargetSpec
@@ -349,7 +546,7 @@ def _weight_bits_ok(quantization: Quantization, bits: int | None) -> bool:
     return quantization not in QUANTIZATIONS_NEEDING_WEIGHT_BITS or bits is not None
 
 
-CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
+_RELATIONS: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         at=("speculation",),
         cel="!(self.method in ['draft_model', 'eagle', 'eagle3']) || has(self.draft)",
@@ -474,6 +671,143 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         holds=lambda s: s.autotune.mode != AutotuneMode.AUTO or s.autotune.prometheus is not None,
     ),
 )
+
+
+def _positive(duration: str | None) -> bool:
+    return duration is None or parse_duration(duration) > 0
+
+
+def _header_name_ok(name: str) -> bool:
+    return bool(re.fullmatch(HEADER_NAME_PATTERN, name)) and name.lower() not in CREDENTIAL_HEADERS
+
+
+def _toleration_ok(t: Toleration) -> bool:
+    exists = t.operator == "Exists"
+    return (
+        (t.toleration_seconds is None or t.effect == "NoExecute")
+        and (bool(t.key) or exists)
+        and (not exists or not t.value)
+    )
+
+
+def _env_ok(e: EnvVar) -> bool:
+    if e.value_from is None:
+        return True
+    source = e.value_from
+    refs = [source.secret_key_ref, source.config_map_key_ref, source.field_ref, source.resource_field_ref]
+    return not e.value and sum(ref is not None for ref in refs) == 1
+
+
+_CREDENTIAL_HEADERS_CEL = ", ".join(f"'{h}'" for h in CREDENTIAL_HEADERS)
+
+FIELD_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        at=("resources",),
+        cel="!has(self.cpu) || (isQuantity(self.cpu) && quantity(self.cpu).isGreaterThan(quantity('0')))",
+        message="spec.resources.cpu must be a Kubernetes quantity greater than 0, e.g. 8 or 7500m",
+        holds=lambda s: s.resources.cpu is None or is_positive_quantity(s.resources.cpu),
+    ),
+    CrossFieldRule(
+        at=("resources",),
+        cel="!has(self.memory) || (isQuantity(self.memory) && quantity(self.memory).isGreaterThan(quantity('0')))",
+        message="spec.resources.memory must be a Kubernetes quantity greater than 0, e.g. 64Gi",
+        holds=lambda s: s.resources.memory is None or is_positive_quantity(s.resources.memory),
+    ),
+    CrossFieldRule(
+        at=("resources",),
+        cel=f"!has(self.nodeSelector) || self.nodeSelector.all(k, k.matches(r'{QUALIFIED_NAME_PATTERN}'))",
+        message="spec.resources.nodeSelector keys must be Kubernetes label keys (qualified names, e.g. "
+        "nvidia.com/gpu.product)",
+        holds=lambda s: all(re.fullmatch(QUALIFIED_NAME_PATTERN, k) for k in s.resources.node_selector),
+    ),
+    CrossFieldRule(
+        at=("resources",),
+        cel="!has(self.tolerations) || self.tolerations.all(t, "
+        "(!has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute')) && "
+        "((has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists')) && "
+        "(!(has(t.operator) && t.operator == 'Exists') || !has(t.value) || t.value == ''))",
+        message="spec.resources.tolerations: tolerationSeconds needs effect NoExecute, an empty key needs operator "
+        "Exists, and operator Exists takes no value",
+        holds=lambda s: all(_toleration_ok(t) for t in s.resources.tolerations),
+    ),
+    CrossFieldRule(
+        at=("engine",),
+        cel="!has(self.env) || self.env.all(e, !has(e.valueFrom) || ((!has(e.value) || e.value == '') && "
+        "[has(e.valueFrom.secretKeyRef), has(e.valueFrom.configMapKeyRef), has(e.valueFrom.fieldRef), "
+        "has(e.valueFrom.resourceFieldRef)].filter(x, x).size() == 1))",
+        message="spec.engine.env: an entry with valueFrom has no value and exactly one of secretKeyRef, "
+        "configMapKeyRef, fieldRef or resourceFieldRef",
+        holds=lambda s: all(_env_ok(e) for e in s.engine.env),
+    ),
+    CrossFieldRule(
+        at=("autotune", "prometheus"),
+        cel="has(self.url) != has(self.connection)",
+        message="spec.autotune.prometheus needs exactly one of url (queried without credentials) or connection "
+        "(a connection an administrator configured, with its credentials)",
+        holds=lambda s: (
+            s.autotune.prometheus is None
+            or ((s.autotune.prometheus.url is None) != (s.autotune.prometheus.connection is None))
+        ),
+    ),
+    CrossFieldRule(
+        at=("autotune", "prometheus"),
+        cel="!has(self.connection) || ((!has(self.insecureSkipVerify) || !self.insecureSkipVerify) && "
+        "(!has(self.headers) || size(self.headers) == 0))",
+        message="spec.autotune.prometheus.insecureSkipVerify and headers are set by the administrator of a "
+        "connection; omit them when spec.autotune.prometheus.connection is set",
+        holds=lambda s: (
+            s.autotune.prometheus is None
+            or s.autotune.prometheus.connection is None
+            or (not s.autotune.prometheus.insecure_skip_verify and not s.autotune.prometheus.headers)
+        ),
+    ),
+    CrossFieldRule(
+        at=("autotune", "prometheus"),
+        cel=f'!has(self.headers) || self.headers.all(k, k.matches(r"{HEADER_NAME_PATTERN}") && '
+        f"!(k.lowerAscii() in [{_CREDENTIAL_HEADERS_CEL}]))",
+        message="spec.autotune.prometheus.headers names must be HTTP header names (letters, digits and "
+        "!#$%&'*+.^_`|~-) other than Authorization, Proxy-Authorization and Cookie (credentials belong in an "
+        "administrator's connection)",
+        holds=lambda s: s.autotune.prometheus is None or all(_header_name_ok(k) for k in s.autotune.prometheus.headers),
+    ),
+    CrossFieldRule(
+        at=("autotune", "prometheus"),
+        cel="duration(self.timeout) > duration('0s')",
+        message="spec.autotune.prometheus.timeout must be greater than 0s",
+        holds=lambda s: s.autotune.prometheus is None or _positive(s.autotune.prometheus.timeout),
+    ),
+    CrossFieldRule(
+        at=("autotune",),
+        cel="duration(self.interval) > duration('0s') && duration(self.window) > duration('0s') && "
+        "duration(self.scrapeInterval) > duration('0s') && duration(self.rolloutDeadline) > duration('0s')",
+        message="spec.autotune.interval, window, scrapeInterval and rolloutDeadline must be greater than 0s",
+        holds=lambda s: all(
+            _positive(d)
+            for d in (s.autotune.interval, s.autotune.window, s.autotune.scrape_interval, s.autotune.rollout_deadline)
+        ),
+    ),
+    CrossFieldRule(
+        at=("autotune", "latency"),
+        cel="!has(self.p99Target) || duration(self.p99Target) > duration('0s')",
+        message="spec.autotune.latency.p99Target must be greater than 0s",
+        holds=lambda s: _positive(s.autotune.latency.p99_target),
+    ),
+)
+
+
+# Relations between fields, then rules on single fields that a structural schema cannot state (quantities, map keys,
+# durations above zero). CEL raw strings (r'...', r"...") hand patterns to the API server's Go regexp verbatim.
+CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = _RELATIONS + FIELD_RULES
+
+
+def duration_problems(spec: SpeculativeDeploymentSpec) -> list[str]:
+    """Offline-only checks that need durations compared (CEL cannot multiply a duration)."""
+    if window_covers_scrapes(spec.autotune):
+        return []
+    return [
+        f"spec.autotune.window: {spec.autotune.window} is shorter than 4 x spec.autotune.scrapeInterval "
+        f"({spec.autotune.scrape_interval}); rate() over fewer than 4 scrapes is noise"
+    ]
 
 
 def window_covers_scrapes(spec: AutotuneSpec) -> bool:
@@ -621,15 +955,34 @@ def describe_validation_error(err: ValidationError, *, prefix: str) -> list[str]
         for part in item["loc"]:
             path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else str(part))
         message = str(item["msg"]).removeprefix("Value error, ")
+        ctx = item.get("ctx") or {}
         if item["type"] == "value_error" and message.startswith("spec."):
             lines.extend(message.split("; "))  # cross-field messages already name their fields
+        elif item["type"] == "extra_forbidden" and item["loc"] and item["loc"][-1] in REMOVED_FIELDS:
+            lines.append(f"{path}: {REMOVED_FIELDS[str(item['loc'][-1])]}")
+        elif item["type"] == "string_pattern_mismatch" and ctx.get("pattern") in PATTERN_HELP:
+            lines.append(f"{path}: must be {PATTERN_HELP[ctx['pattern']]} (got {_shown(item.get('input'))})")
         else:
-            allowed = _allowed_values(item.get("ctx"))
-            lines.append(f"{path or '<root>'}: {message}{allowed}")
+            allowed = _allowed_values(ctx)
+            got = f" (got {_shown(item.get('input'))})" if str(item["type"]).endswith("_type") else ""
+            lines.append(f"{path or '<root>'}: {message}{allowed}{got}")
     return lines
 
 
+# Fields that existed once: a clear refusal beats "Extra inputs are not permitted" (or the API server's pruning).
+REMOVED_FIELDS = {
+    "authSecretRef": "was removed: a SpeculativeDeployment can no longer name a Secret for the operator to read. "
+    "Ask an administrator for a Prometheus connection and set spec.autotune.prometheus.connection "
+    "(README, Security model)",
+}
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _allowed_values(ctx: dict[str, Any] | None) -> str:
-    if not ctx or "expected" not in ctx:
+    if not ctx or "expected" not in ctx or str(ctx["expected"]).startswith("'"):  # enum messages list them already
         return ""
     return f" (allowed: {ctx['expected']})"

@@ -191,10 +191,10 @@ class _UseV1:
 
 def _use_v1(spec: SpeculativeDeploymentSpec) -> _UseV1:
     for index, entry in enumerate(spec.engine.env):
-        if entry.get("name") != USE_V1_ENV:
+        if entry.name != USE_V1_ENV:
             continue
         field = f"spec.engine.env[{index}].value"
-        raw = entry.get("value")
+        raw = entry.value
         if raw is None:
             return _UseV1(None, field)
         if str(raw).strip() not in ("0", "1"):
@@ -284,6 +284,7 @@ _OWNED_FLAGS: dict[str, str] = {
     "--quantization": "spec.target.quantization",
     "-q": "spec.target.quantization",
     "--revision": "spec.target.revision",
+    "--use-v2-block-manager": "spec.engine.version (rendered where speculation needs it)",
     "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
     "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
     "--disable-prefix-caching": "spec.engine.enablePrefixCaching",
@@ -292,21 +293,53 @@ _OWNED_FLAGS: dict[str, str] = {
 _DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 
 
-def _flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
+# Flags refused whatever they would say: --config loads any flag from a YAML file, and --disable-log-stats turns off
+# the metrics specpilot reads.
+_REFUSED_FLAGS: dict[str, str] = {
+    "--config": "--config loads arbitrary flags from a file (including the ones specpilot renders); put each flag "
+    "in extraArgs instead",
+    "--disable-log-stats": "--disable-log-stats is not allowed: it also turns off the Prometheus metrics specpilot "
+    "reads",
+}
+_LONG_OWNED = {flag: owner for flag, owner in _OWNED_FLAGS.items() if flag.startswith("--")}
+_SHORT_OWNED = {flag: owner for flag, owner in _OWNED_FLAGS.items() if not flag.startswith("--")}
+
+
+def _long_flag(arg: str) -> str:
+    """The flag vLLM's parser reads from a `--...` token: before "=", before the first "." (dotted keys set one key
+    of a JSON flag), with "_" as "-" (FlexibleArgumentParser accepts both)."""
+    return "--" + arg[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+
+
+def _extra_arg_problem(arg: str) -> str | None:
+    """Why one extraArgs token could set something the renderer owns, in any spelling vLLM's parser accepts."""
+    if arg == "--":
+        return "a bare -- would make every later token a positional argument (the model)"
+    if arg.startswith("--"):
+        flag = _long_flag(arg)
+        for refused, why in _REFUSED_FLAGS.items():
+            if refused.startswith(flag):  # exact, or a prefix argparse would expand to it
+                return why if refused == flag else f"{arg.split('=', 1)[0]} abbreviates {refused}: {why}"
+        for owned, owner in _LONG_OWNED.items():
+            if owned.startswith(flag):
+                spelled = "" if owned == flag else f" (as {arg.split('=', 1)[0]}, which vLLM reads as {owned})"
+                return f"{owned} is rendered by specpilot from {owner}{spelled}; set it there instead"
+        return None
+    if arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit() and arg[1] != ".":
+        name = arg.split("=", 1)[0]
+        for owned, owner in _SHORT_OWNED.items():
+            if name == owned:
+                return f"{owned} is rendered by specpilot from {owner}; set it there instead"
+            if name.startswith(owned) or owned.startswith(name):
+                return f"{arg} would be read as {owned}, which specpilot renders from {owner}; set it there instead"
+    return None
 
 
 def _check_extra_args(extra_args: list[str]) -> None:
     for index, arg in enumerate(extra_args):
-        field = f"spec.engine.extraArgs[{index}]"
-        flag = _flag_name(arg)
-        if flag == "--disable-log-stats":
-            raise UnsupportedCombination(
-                field, "--disable-log-stats is not allowed: it also turns off the Prometheus metrics specpilot reads"
-            )
-        owner = _OWNED_FLAGS.get(flag) or ("spec.speculation" if flag.startswith("--speculative-config.") else None)
-        if owner is not None:
-            raise UnsupportedCombination(field, f"{flag} is rendered by specpilot from {owner}; set it there instead")
+        problem = _extra_arg_problem(arg)
+        if problem is not None:
+            raise UnsupportedCombination(f"spec.engine.extraArgs[{index}]", problem)
 
 
 def _data_parallel_size(extra_args: list[str]) -> int:

@@ -1,0 +1,394 @@
+"""`specpilot validate` agrees with the real API server, and the chart's security pieces work there.
+
+- every example and 50 random valid specs (tests/k8s_specs.py): the CR and every rendered child (Service, Deployment,
+  canary Deployment, PDB, PodMonitor) pass a server-side dry run;
+- the refusals of tests/unit/test_input_hygiene.py: the CRD (schema and CEL) refuses each one too, and accepts the
+  accepted ones;
+- quantities: the API server's ParseQuantity (a Pod's cpu limit, and CEL's isQuantity in the CRD) against
+  specpilot.api.quantity;
+- the chart: RBAC grants no Secret access, the connections file it writes is the one the operator loads, and the
+  image ValidatingAdmissionPolicy refuses an image outside the allow-list (bound to this test's namespace only).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from kubernetes import config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from e2e.cluster.fixture import NAMESPACE_LABEL, KubeCluster
+from specpilot import manifests
+from specpilot.api import v1alpha1
+from specpilot.api.quantity import InvalidQuantity, is_positive_quantity, parse_quantity
+from specpilot.cli import validate_document
+from specpilot.connections import Registry
+from specpilot.reconcile import canary_command
+from specpilot.vllm.dialects import render_command
+from specpilot.vllm.intent import intent_from_spec
+from tests.k8s_specs import valid_resources
+from tests.unit import test_input_hygiene as hygiene
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+RANDOM_SPECS = 50
+COUNTS: dict[str, int] = {}
+
+
+CRD_FILE = ROOT / "crds" / "specpilot.dev_speculativedeployments.yaml"
+MY_SCHEMA = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]
+
+
+class SharedCrd:
+    """The CRD is cluster-wide and concurrent sessions (other branches) apply their own versions of it: before each
+    CR dry run, make sure the live CRD is this tree's, re-applying it when another session replaced it."""
+
+    def __init__(self, cluster: KubeCluster, dynamic: DynamicClient) -> None:
+        self.cluster = cluster
+        self.dynamic = dynamic
+        self.reapplied = 0
+
+    def live_is_mine(self) -> bool:
+        crds = self.dynamic.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+        live = self.dynamic.get(crds, name=f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}").to_dict()  # type: ignore[no-untyped-call]
+        return bool(live["spec"]["versions"][0]["schema"] == MY_SCHEMA)
+
+    def ensure(self) -> None:
+        for _ in range(10):
+            if self.live_is_mine():
+                return
+            self.reapplied += 1
+            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+            self.cluster.kubectl("wait", "--for=condition=Established", f"crd/{v1alpha1.PLURAL}.{v1alpha1.GROUP}")
+            time.sleep(1)  # the API server reloads the schema asynchronously after Established
+        raise AssertionError("another session keeps replacing the CRD")
+
+
+_CRD: list[SharedCrd] = []
+
+
+@pytest.fixture(scope="module")
+def dynamic(kube_cluster: KubeCluster, crd_installed: None) -> DynamicClient:
+    api = config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    client = DynamicClient(api)  # type: ignore[no-untyped-call]
+    _CRD[:] = [SharedCrd(kube_cluster, client)]
+    return client
+
+
+@pytest.fixture(scope="module")
+def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """One namespace for the whole module: dry runs persist nothing, and a namespace per case costs seconds."""
+    name = f"t-api-agreement-{secrets.token_hex(3)}"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}},
+    }
+    kube_cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    deadline = time.monotonic() + 30
+    while kube_cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode:
+        assert time.monotonic() < deadline, f"namespace {name}: no default ServiceAccount after 30 s"
+        time.sleep(0.2)
+    yield name
+    kube_cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def dry_run(dynamic: DynamicClient, obj: dict[str, Any], namespace: str) -> str | None:
+    """Create `obj` with dryRun=All and strict field validation; None if accepted, else the server's message."""
+    if obj["kind"] != v1alpha1.KIND:
+        return _dry_run(dynamic, obj, namespace)
+    for _ in range(3):
+        _CRD[0].ensure()
+        message = _dry_run(dynamic, obj, namespace)
+        if _CRD[0].live_is_mine():  # the answer came from this tree's CRD
+            return message
+    raise AssertionError("the CRD changed under every attempt")
+
+
+def _dry_run(dynamic: DynamicClient, obj: dict[str, Any], namespace: str) -> str | None:
+    resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    try:
+        dynamic.create(  # type: ignore[no-untyped-call]
+            resource, body=obj, namespace=namespace, query_params=[("dryRun", "All"), ("fieldValidation", "Strict")]
+        )
+    except ApiException as err:
+        body = json.loads(err.body) if err.body else {}
+        return str(body.get("message", err.reason))
+    COUNTS[obj["kind"]] = COUNTS.get(obj["kind"], 0) + 1
+    return None
+
+
+def served(dynamic: DynamicClient, api_version: str, kind: str) -> bool:
+    try:
+        dynamic.resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError:
+        return False
+    return True
+
+
+def children(doc: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    spec = v1alpha1.parse_spec(doc["spec"])
+    owner = manifests.Owner(doc["metadata"]["name"], namespace, "0b5a9c34-7d1e-4f4e-9d0c-3c2f7a1e5b60")
+    intent = intent_from_spec(spec)
+    rendered = render_command(spec, intent)
+    return manifests.build_children(
+        spec,
+        owner,
+        command=rendered.argv,
+        config_hash=rendered.config_hash,
+        speculation=intent.enabled,
+        canary=canary_command(spec, intent),
+    )
+
+
+def check_document(dynamic: DynamicClient, doc: dict[str, Any], namespace: str) -> None:
+    problems, _ = validate_document(doc)
+    assert problems == [], problems
+    assert dry_run(dynamic, {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}, namespace) is None
+    for child in children(doc, namespace):
+        if child["kind"] == "PodMonitor" and not served(dynamic, child["apiVersion"], "PodMonitor"):
+            COUNTS["PodMonitor (API not served, skipped)"] = COUNTS.get("PodMonitor (API not served, skipped)", 0) + 1
+            continue
+        message = dry_run(dynamic, child, namespace)
+        assert message is None, f"{child['kind']} refused: {message}\n{yaml.safe_dump(child)}"
+
+
+def test_every_example_and_its_children_pass_a_server_side_dry_run(dynamic: DynamicClient, namespace: str) -> None:
+    documents = [
+        d
+        for path in sorted((ROOT / "examples").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if isinstance(d, dict) and d.get("kind") == v1alpha1.KIND
+    ]
+    for doc in documents:
+        annotated = {
+            **doc,
+            "metadata": {**doc["metadata"], "annotations": {v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT: "true"}},
+        }
+        problems, _ = validate_document(annotated)
+        assert problems == [], (doc["metadata"]["name"], problems)
+        check_document(dynamic, annotated, namespace)
+    print(f"\nexamples: {len(documents)} CRs; objects accepted by dry run so far: {COUNTS}")
+
+
+def test_random_valid_specs_and_their_children_pass_a_server_side_dry_run(
+    dynamic: DynamicClient, namespace: str
+) -> None:
+    seen: list[int] = []
+
+    @settings(
+        max_examples=RANDOM_SPECS, deadline=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+    )
+    @given(valid_resources())
+    def one(doc: dict[str, Any]) -> None:
+        seen.append(1)
+        check_document(dynamic, doc, namespace)
+
+    one()
+    print(f"\nrandom specs: {len(seen)}; objects accepted by dry run so far: {COUNTS}")
+
+
+def cr(spec: dict[str, Any], name: str = "agree") -> dict[str, Any]:
+    return {"apiVersion": v1alpha1.API_VERSION, "kind": v1alpha1.KIND, "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "problem"),
+    [*hygiene.SCHEMA_REFUSALS, *hygiene.CEL_REFUSALS],
+    ids=[f"{p}={v!r}" for p, v, _ in [*hygiene.SCHEMA_REFUSALS, *hygiene.CEL_REFUSALS]],
+)
+def test_the_api_server_refuses_what_validate_refuses(
+    dynamic: DynamicClient, namespace: str, path: str, value: Any, problem: str
+) -> None:
+    spec = hygiene.with_(path, value)
+    assert hygiene.problems(spec), "validate refuses it"
+    message = dry_run(dynamic, cr(spec), namespace)
+    assert message is not None, "the API server refuses it too"
+
+
+@pytest.mark.parametrize(("path", "value"), hygiene.ACCEPTED, ids=[f"{p}={v!r}" for p, v in hygiene.ACCEPTED])
+def test_the_api_server_accepts_what_validate_accepts(
+    dynamic: DynamicClient, namespace: str, path: str, value: Any
+) -> None:
+    spec = hygiene.with_(path, value)
+    assert hygiene.problems(spec) == []
+    assert dry_run(dynamic, cr(spec), namespace) is None
+
+
+@pytest.mark.parametrize(("text", "_value"), hygiene.QUANTITIES, ids=[repr(t) for t, _ in hygiene.QUANTITIES])
+def test_quantities_parse_like_the_api_server(
+    dynamic: DynamicClient, namespace: str, text: str, _value: object
+) -> None:
+    """ParseQuantity (a Pod's cpu limit: parses and >= 0) and CEL's isQuantity (the CRD's cpu: parses and > 0)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "quantity"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": text}}}]},
+    }
+    pod_refusal = dry_run(dynamic, pod, namespace)
+    # Quantity.UnmarshalJSON trims spaces before ParseQuantity: " 1" is a valid cpu in a Pod (not in CEL, below)
+    try:
+        trimmed: Any = parse_quantity(text.strip())
+    except InvalidQuantity:
+        trimmed = None
+    assert (pod_refusal is None) == (trimmed is not None and trimmed >= 0), pod_refusal
+    crd_refusal = dry_run(dynamic, cr(hygiene.with_("resources.cpu", text)), namespace)
+    assert (crd_refusal is None) == is_positive_quantity(text), crd_refusal
+
+
+# ------------------------------------------------------------------------------------------------------- chart
+
+
+def helm_template(kube_cluster: KubeCluster, release: str, namespace: str, *sets: str) -> list[dict[str, Any]]:
+    args = [
+        str(kube_cluster.bin_dir / "helm"),
+        "template",
+        release,
+        str(ROOT / "charts" / "specpilot"),
+        "--namespace",
+        namespace,
+    ]
+    for item in sets:
+        args += ["--set-json", item]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=dict(kube_cluster.env)).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_chart_rbac_reads_no_secrets_and_writes_the_connections_the_operator_loads(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    connections = {
+        "monitoring": {
+            "url": "https://prometheus.monitoring.svc:9090",
+            "secretName": "prom-reader",
+            "namespaces": ["ml"],
+            "headers": {"X-Scope-OrgID": "ml"},
+        },
+        "public": {"url": "http://prometheus.public:9090"},
+    }
+    for watch in ("[]", '["ml", "chat"]'):
+        objects = helm_template(
+            kube_cluster,
+            "sp",
+            "specpilot-system",
+            f"watchNamespaces={watch}",
+            f"prometheusConnections={json.dumps(connections)}",
+        )
+        rules = [r for o in objects if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+        assert rules
+        assert not [r for r in rules if "secrets" in r["resources"]], "no Secret access at all"
+    configmap = next(
+        o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sp-specpilot-prometheus"
+    )
+    path = tmp_path / "connections.json"
+    path.write_text(configmap["data"]["connections.json"])
+    registry = Registry.load(path)
+    assert set(registry.connections) == {"monitoring", "public"}
+    assert registry.connections["monitoring"].namespaces == ["ml"]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["prometheus-monitoring"] == registry.connections["monitoring"].credentials_dir
+    assert registry.connections["public"].credentials_dir is None
+    secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"prom-reader"}
+    assert "--prometheus-connections=/etc/specpilot/config/connections.json" in pod["containers"][0]["args"]
+
+
+def test_chart_refuses_credentials_over_plain_http_at_start_up(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+    objects = helm_template(
+        kube_cluster,
+        "sp",
+        "specpilot-system",
+        'prometheusConnections={"m": {"url": "http://p:9090", "secretName": "s"}}',
+    )
+    configmap = next(o for o in objects if o["metadata"]["name"] == "sp-specpilot-prometheus")
+    path = tmp_path / "connections.json"
+    path.write_text(configmap["data"]["connections.json"])
+    from specpilot.cli import main
+
+    assert main(["run", "--prometheus-connections", str(path)]) == 1
+
+
+@pytest.fixture
+def image_policy(kube_cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    release = f"vap-{namespace[-6:]}"
+    objects = helm_template(
+        kube_cluster,
+        release,
+        "specpilot-system",
+        "imagePolicy.enabled=true",
+        f"watchNamespaces={json.dumps([namespace])}",
+        'imagePolicy.allowedPrefixes=["registry.example.com/vllm/"]',
+    )
+    policy = [o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert [o["kind"] for o in policy] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": policy})
+    kube_cluster.kubectl("apply", "-f", "-", stdin=manifest)
+    try:
+        yield release
+    finally:
+        kube_cluster.kubectl("delete", "--ignore-not-found", "-f", "-", stdin=manifest)
+
+
+def test_image_policy_admits_only_allowed_prefixes(
+    kube_cluster: KubeCluster, namespace: str, image_policy: str
+) -> None:
+    spec = hygiene.with_("engine.image", "docker.io/attacker/miner:latest")
+    denied = None
+    deadline = time.monotonic() + 30
+    while denied is None and time.monotonic() < deadline:  # policies take a moment to be loaded
+        proc = kube_cluster.kubectl(
+            "-n", namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(spec)), check=False
+        )
+        denied = proc.stderr if proc.returncode else None
+        if denied is None:
+            time.sleep(0.5)
+    assert denied is not None, "the policy never refused the image"
+    assert "spec.engine.image docker.io/attacker/miner:latest is not allowed" in denied
+    assert "registry.example.com/vllm/" in denied
+    lookalike = hygiene.with_("engine.image", "registry.example.com/vllm-evil/x:1")
+    proc = kube_cluster.kubectl(
+        "-n", namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(lookalike)), check=False
+    )
+    assert proc.returncode != 0
+    allowed = hygiene.with_("engine.image", "registry.example.com/vllm/vllm-openai:v0.33.0")
+    kube_cluster.kubectl("-n", namespace, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cr(allowed)))
+    # the binding selects this namespace only: other tests sharing the cluster are not affected
+    binding = kube_cluster.kubectl_json("get", "validatingadmissionpolicybinding", f"{image_policy}-specpilot-images")
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [namespace]
+
+
+def test_rendered_chart_passes_a_server_side_dry_run(kube_cluster: KubeCluster, namespace: str) -> None:
+    objects = helm_template(
+        kube_cluster,
+        "dry",
+        namespace,
+        "imagePolicy.enabled=true",
+        f"watchNamespaces={json.dumps([namespace])}",
+        'prometheusConnections={"m": {"url": "https://p:9090", "secretName": "s"}}',
+    )
+    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    kube_cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=manifest)
+
+
+def test_vendored_openapi_schemas_are_the_pinned_kubernetes_ones(kube_cluster: KubeCluster) -> None:
+    """tests/unit/test_children_openapi.py checks children offline against this copy: it must be current."""
+    from e2e.toolchain import k8s_openapi
+
+    assert k8s_openapi.VENDORED.read_text() == k8s_openapi.render(k8s_openapi.spec_dir()), (
+        "run `uv run python -m e2e.toolchain.k8s_openapi`"
+    )
