@@ -85,7 +85,9 @@ def test_an_autotune_rollout_vllm_refuses_is_reverted_and_automation_halts(
     runner.remap_draft(DRAFT, graded_drafts["poor"])
     doc = tiny_speculative_deployment("revert", draft=DRAFT, mode="Auto", prometheus_url=prometheus.url)
     doc["spec"]["autotune"]["probeInterval"] = "30s"
-    doc["spec"]["autotune"]["rolloutDeadline"] = "1m"
+    # long enough for a good config to start on 2 busy cores (else the disable itself is reverted), short enough
+    # for the refused probe to fail within the test
+    doc["spec"]["autotune"]["rolloutDeadline"] = "150s"
     doc["spec"]["autotune"]["budget"] = {"minInterval": "20s", "maxPerHour": 10, "maxPerDay": 20}
     apply(kube_cluster, kube_namespace, doc)
     wait_for("vLLM server ready", lambda: len(runner.endpoints("revert")) == 1 or runner.failures(), 300, 2)
@@ -120,7 +122,7 @@ def test_an_autotune_rollout_vllm_refuses_is_reverted_and_automation_halts(
             2,
         )
         actions = [a["action"] for a in halted["status"]["actuations"]]
-        assert actions == ["DisableSpeculation", "EnableSpeculation"], actions
+        assert actions == ["DisableSpeculation", "EnableSpeculation"], (actions, halted["status"]["autotuneHalt"])
         assert condition(halted, "Paused")["reason"] == "AutomationPaused"
         assert "missed its deadline" in halted["status"]["autotuneHalt"]["reason"]
         served = wait_for_or_explain(
