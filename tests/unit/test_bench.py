@@ -102,9 +102,19 @@ def test_goodput_counts_only_requests_within_both_slos() -> None:
     assert oracles.attainment(outcomes, 0.02, 2.0) == 0.25
 
 
-def test_switching_oracle_switches_only_when_it_pays_within_the_window() -> None:
-    assert oracles.choose_window((100.0, -0.01), {"off": (90.0, -0.008)}, "K3") == "K3"
-    assert oracles.choose_window((100.0, -0.01), {"off": (120.0, -0.02)}, "K3") == "off"
+@pytest.mark.parametrize(
+    ("scores", "restart_s", "plan"),
+    [
+        # a two-window dip is not worth two restarts of a full window each
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 300.0, ["K3"] * 4),
+        # with 30 s restarts it is
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, ["K3", "off", "off", "K3"]),
+        # a lasting regime change is worth one restart
+        ({"K3": [100.0, 50.0, 50.0, 50.0, 50.0], "off": [0.0, 80.0, 80.0, 80.0, 80.0]}, 300.0, ["K3"] + ["off"] * 4),
+    ],
+)
+def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float, plan: list[str]) -> None:
+    assert oracles.switching_plan(scores, restart_s, 300.0) == plan
 
 
 def test_tiny_benchmark_runs_every_policy() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", action="store_true", help="print the simulator against published measurements")
     p.add_argument("--quick", action="store_true", help="time-compressed scenarios (x0.1): a smoke run in seconds")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -44,7 +46,9 @@ def main(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     for scenario in chosen:
-        runs, meta = run_scenario(scenario, args.seed, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        runs, meta = run_scenario(
+            scenario, args.seed, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.jobs
+        )
         scenario_rows = [summarize(r, scenario) for r in runs]
         meta["verdicts"] = report.verdicts(scenario_rows, meta)
         rows += scenario_rows

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import copy
 import math
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,43 +193,15 @@ def run_specpilot(scenario: Scenario, seed: int, items: Sequence[Arrival]) -> tu
     return replica, controller
 
 
-def run_oracle(
-    scenario: Scenario,
-    theta: Sequence[SpeculationIntent],
-    start: SpeculationIntent,
-    seed: int,
-    items: Sequence[Arrival],
-) -> Replica:
-    """The switching-aware per-window oracle (common random numbers: every branch replays the same requests)."""
-    preset = preset_named(scenario.preset)
-    replica = Replica(scenario, preset, start, seed)
-    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
-    w = scenario.window_s
-    t = 0.0
-    while t < scenario.duration_s:
-        end = min(t + w, scenario.duration_s)
-        branches: dict[str, Replica] = {}
-        stay = replica.fork()
-        stay.run_until(end, items)
-        current = oracles.label(replica.intent)
-        branches[current] = stay
-        switches: dict[str, oracles.Score] = {}
-        for intent in theta:
-            name = oracles.label(intent)
-            if name == current:
-                continue
-            branch = replica.fork()
-            branch.restart(intent, t)
-            branch.run_until(end, items)
-            branches[name] = branch
-            switches[name] = oracles.score(branch.outcomes, end - t, tpot_slo, ttft_slo)
-        chosen = oracles.choose_window(oracles.score(stay.outcomes, end - t, tpot_slo, ttft_slo), switches, current)
-        nxt = branches[chosen]
-        nxt.outcomes = replica.outcomes + nxt.outcomes
-        nxt.series = replica.series + nxt.series
-        nxt.timeline = replica.timeline + nxt.timeline
-        replica = nxt
-        t = end
+def run_plan(scenario: Scenario, plan: Sequence[SpeculationIntent], seed: int, items: Sequence[Arrival]) -> Replica:
+    """Replay a per-window plan through the simulator: a restart at each window boundary where the plan changes."""
+    replica = Replica(scenario, preset_named(scenario.preset), plan[0], seed)
+    for w, intent in enumerate(plan):
+        start = w * scenario.window_s
+        if w and intent != replica.intent:
+            replica.run_until(start, items)
+            replica.restart(intent, start)
+    replica.run_until(scenario.duration_s, items)
     return replica
 
 
@@ -263,8 +237,37 @@ def window_p99(outcomes: Sequence[Outcome], window_s: float, duration_s: float) 
     return out
 
 
+def _static_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    scenario, intent, seed = job
+    started = time.monotonic()
+    r = run_static(scenario, intent, seed, arrivals(scenario, seed))
+    name = oracles.label(intent)
+    return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
+                     time.monotonic() - started)  # fmt: skip
+
+
+def _specpilot_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    scenario, _, seed = job
+    started = time.monotonic()
+    replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed))
+    run = PolicyRun(scenario.name, "specpilot", oracles.label(replica.intent), replica.outcomes, replica.actuations,
+                    replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
+    run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
+    return run
+
+
+def _run_jobs(jobs: list[tuple[Any, ...]], workers: int) -> list[PolicyRun]:
+    """Independent simulations, in worker processes when more than one core is available."""
+    if workers <= 1:
+        return [job[0](job[1]) for job in jobs]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(fn, arg) for fn, arg in jobs]
+        return [f.result() for f in futures]
+
+
 def run_scenario(
-    scenario: Scenario, seed: int = 1, progress: Callable[[str], None] | None = None
+    scenario: Scenario, seed: int = 1, progress: Callable[[str], None] | None = None, workers: int = 1
 ) -> tuple[list[PolicyRun], dict[str, Any]]:
     """Every policy on one scenario; returns the runs and the scenario-level verdicts."""
     say = progress or (lambda _: None)
@@ -272,17 +275,25 @@ def run_scenario(
     k = scenario.num_speculative_tokens
     theta = oracles.candidates(k, scenario.max_num_seqs)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
-    statics: dict[str, PolicyRun] = {}
-    for intent in theta:
-        started = time.monotonic()
-        r = run_static(scenario, intent, seed, items)
-        name = oracles.label(intent)
-        statics[name] = PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series,
-                                  scenario.duration_s, time.monotonic() - started)  # fmt: skip
-        say(f"{scenario.name}: static {name} done in {statics[name].wall_s:.1f}s")
+    jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in theta]
+    jobs.append((_specpilot_job, (scenario, theta[0], seed)))
+    done = _run_jobs(jobs, workers)
+    statics = {r.policy: r for r in done[:-1]}
+    mine = done[-1]
+    for r in done:
+        say(f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s")
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     best = oracles.best_static(scores)
+    per_window = {
+        n: oracles.window_scores(r.outcomes, scenario.window_s, scenario.duration_s, tpot_slo, ttft_slo)
+        for n, r in statics.items()
+    }
+    plan_names = oracles.switching_plan(per_window, preset_named(scenario.preset).restart_s, scenario.window_s)
+    by_name = {oracles.label(i): i for i in theta}
+    started = time.monotonic()
+    oracle = run_plan(scenario, [by_name[n] for n in plan_names], seed, items)
+    say(f"{scenario.name}: oracle done in {time.monotonic() - started:.1f}s")
     runs: list[PolicyRun] = []
 
     def named(policy: str, source: PolicyRun) -> PolicyRun:
@@ -293,25 +304,18 @@ def run_scenario(
     runs.append(named("always-on", statics[oracles.label(oracles.static(k))]))
     runs.append(named("static-threshold", statics[oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))]))
     runs.append(named("best-static", statics[best]))
-    started = time.monotonic()
-    oracle = run_oracle(scenario, theta, next(i for i in theta if oracles.label(i) == best), seed, items)
-    runs.append(PolicyRun(scenario.name, "oracle", "per-window", oracle.outcomes, oracle.actuations, oracle.timeline,
-                          oracle.series, scenario.duration_s, time.monotonic() - started))  # fmt: skip
-    say(f"{scenario.name}: oracle done in {runs[-1].wall_s:.1f}s")
-    started = time.monotonic()
-    replica, controller = run_specpilot(scenario, seed, items)
-    run = PolicyRun(scenario.name, "specpilot", oracles.label(replica.intent), replica.outcomes, replica.actuations,
-                    replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
-    run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
-    runs.append(run)
-    say(f"{scenario.name}: specpilot done in {run.wall_s:.1f}s")
+    runs.append(PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(plan_names)), oracle.outcomes,
+                          oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
+                          time.monotonic() - started))  # fmt: skip
+    runs.append(mine)
     meta = {
         "scenario": scenario.name,
         "description": scenario.description,
         "static_goodput": {n: round(g, 2) for n, g in totals.items()},
         "best_static": best,
+        "oracle_plan": plan_names,
         "dynamic": scenario.dynamic,
-        "actuation_reasons": run.notes,
+        "actuation_reasons": mine.notes,
         "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
         "window_s": scenario.window_s,
     }

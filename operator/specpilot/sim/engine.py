@@ -92,7 +92,7 @@ class EngineConfig:
         return min(self.max_num_seqs * (1 + k) * 2, self.preset.capture_limit, self.max_num_batched_tokens)
 
 
-@dataclass
+@dataclass(eq=False)
 class SimRequest:
     """One request: what the client asked for, and its progress through the engine."""
 
@@ -345,22 +345,39 @@ class Engine:
         decodes: list[tuple[SimRequest, int]] = []
         prefills: list[tuple[SimRequest, int]] = []
         preempted = 0
+        bursty = drafter is not None and drafter.kind is DrafterKind.LOOKUP
+        block = c.block_size
+        tokens = kv_read = k_used = 0
         # 1. running requests, oldest first; preempt the newest when the cache is full
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
-            if r.prefilled < r.prefill_goal:
-                chunk = min(r.prefill_goal - r.prefilled, budget)
-                proposal = 0
-            else:
-                proposal = (
-                    acc.propose(drafter, r.accept_state, k_step, r.rng)
-                    if drafter is not None and r.accept_state is not None
-                    else 0
-                )
+            if r.prefilled >= r.prefill_goal:  # decode: the common case, kept lean
+                proposal = k_step
+                if bursty and k_step:
+                    proposal = acc.propose(drafter, r.accept_state, k_step, r.rng)  # type: ignore[arg-type]
                 chunk = 1 + proposal
                 if chunk > budget:
                     proposal, chunk = 0, 1
+                context = r.prompt_tokens + r.generated
+                need = -(-(context + chunk) // block) - r.blocks
+                if need <= 0 or self.used_blocks + need <= self.total_blocks:
+                    if need > 0:
+                        r.blocks += need
+                        self.used_blocks += need
+                    budget -= chunk
+                    tokens += chunk
+                    kv_read += context
+                    if proposal > k_used:
+                        k_used = proposal
+                    decodes.append((r, proposal))
+                    i += 1
+                    continue
+                chunk_is = chunk
+            else:
+                proposal = 0
+                chunk_is = min(r.prefill_goal - r.prefilled, budget)
+            chunk = chunk_is
             evicted_self = False
             while not self._grow(r, chunk):
                 victim = self.running[-1]
@@ -372,9 +389,13 @@ class Engine:
             if evicted_self:
                 break
             budget -= chunk
+            tokens += chunk
             if r.prefilled < r.prefill_goal:
+                kv_read += r.prefilled + chunk
                 prefills.append((r, chunk))
             else:
+                kv_read += r.context
+                k_used = max(k_used, proposal)
                 decodes.append((r, proposal))
             i += 1
         # 2. admissions, FCFS, none in a step that preempted
@@ -390,13 +411,12 @@ class Engine:
             self.running.append(r)
             prefills.append((r, chunk))
             budget -= chunk
+            tokens += chunk
+            kv_read += r.prefilled + chunk
         scheduled = len(decodes) + len(prefills)
         if scheduled == 0:
             self._gauges()
             return StepReport(start, 0.0, 0, 0, k_step, 0, (), (), preempted)
-        tokens = sum(1 + p for _, p in decodes) + sum(ch for _, ch in prefills)
-        kv_read = sum(r.context for r, _ in decodes) + sum(r.prefilled + ch for r, ch in prefills)
-        k_used = max((p for _, p in decodes), default=0)
         dt = self.step_ms(tokens, kv_read, len(decodes), k_used) / 1000.0
         end = start + dt
         self.now = end
@@ -457,8 +477,8 @@ class Engine:
                 emitted_total += 1
                 m.inc(gen_name, 1.0)
         m.observe("vllm:iteration_tokens_total", float(prefill_tokens + emitted_total))
-        for r in list(self.running):
-            if r.generated >= r.target_len and r.prefilled >= r.prefill_goal:
+        for r, _n in emitted:
+            if r.generated >= r.target_len and r.prefilled >= r.prefill_goal and r.finished_at is None:
                 self._finish(r, end)
                 finished.append(r)
         self._gauges()
