@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client, config
 
 from e2e.vllm.serve import VllmServer, VllmServerError, adapt_serve_argv
+from e2e.vllm.simulated import SimulatedVllmServer, SimulatorOptions, served_name, simulator_argv
 from e2e.waiting import free_port
 
 log = logging.getLogger("podrunner")
@@ -55,6 +56,7 @@ class PodRunner:
         log_dir: Path,
         period: float = 1.0,
         startup_timeout: float = 300.0,
+        simulator: SimulatorOptions | None = None,
     ) -> None:
         self.namespace = namespace
         self.python = python
@@ -65,6 +67,7 @@ class PodRunner:
         self.log_dir = log_dir
         self.period = period
         self.startup_timeout = startup_timeout
+        self.simulator = simulator  # set: pods run `specpilot simulate` with their command line instead of vLLM
         self.pods: dict[str, RunningPod] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -126,6 +129,11 @@ class PodRunner:
     def _launch(self, pod: Any) -> RunningPod:
         command = list(pod.spec.containers[0].command or [])
         port = free_port()
+        if self.simulator is not None:
+            return self._start(pod, SimulatedVllmServer(
+                simulator_argv(command, port=port, options=self.simulator), port=port,
+                served_model_name=served_name(command), log_path=self.log_dir / f"{pod.metadata.name}.log",
+            ), [f"simulated ({self.simulator.preset})"])  # fmt: skip
         adapted = adapt_serve_argv(
             command, self.model_map, port=port, default_model=self.default_model, default_draft=self.default_draft
         )
@@ -136,11 +144,15 @@ class PodRunner:
             served_model_name=adapted.served_model_name,
             log_path=self.log_dir / f"{pod.metadata.name}.log",
         )
+        return self._start(pod, server, list(adapted.notes))
+
+    def _start(self, pod: Any, server: VllmServer, notes: list[str]) -> RunningPod:
         running = RunningPod(pod.metadata.name, pod.metadata.uid, dict(pod.metadata.labels or {}), server)
-        running.notes = list(adapted.notes)
+        running.notes = notes
         server.start()
         threading.Thread(target=self._await_ready, args=(running,), daemon=True).start()
-        log.info("pod %s: started vLLM on 127.0.0.1:%d", running.name, port)
+        kind = "the simulator" if isinstance(server, SimulatedVllmServer) else "vLLM"
+        log.info("pod %s: started %s on 127.0.0.1:%d", running.name, kind, server.port)
         return running
 
     def _await_ready(self, pod: RunningPod) -> None:
