@@ -124,7 +124,15 @@ def test_tiny_benchmark_runs_every_policy() -> None:
                        "alpha_multiplier": ((0.0, 1.0), (239.0, 1.0), (240.0, 0.45)), "window_s": 240.0})  # fmt: skip
     runs, meta = run_scenario(tiny, seed=1)
     rows = {r["policy"]: r for r in (summarize(run, tiny) for run in runs)}
-    assert set(rows) == {"off", "always-on", "static-threshold", "best-static", "oracle", "specpilot"}
+    assert set(rows) == {
+        "off",
+        "always-on",
+        "static-threshold",
+        "best-static",
+        "oracle",
+        "specpilot",
+        "specpilot-lenient",
+    }
     for row in rows.values():
         assert {"scenario", "policy", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p99_e2e_ms",
                 "actuations"} <= set(row)  # fmt: skip

@@ -62,6 +62,8 @@ def main(args: argparse.Namespace) -> int:
                 print(f"   {line}")
             for line in meta["actuation_reasons"]:
                 print(f"   specpilot actuation: {line[:200]}")
+            for line in meta["lenient_actuation_reasons"]:
+                print(f"   specpilot-lenient actuation: {line[:200]}")
             sys.stdout.flush()
     args.report.mkdir(parents=True, exist_ok=True)
     report.write_json(rows, metas, args.report / "bench.json")

@@ -171,10 +171,17 @@ def run_static(scenario: Scenario, intent: SpeculationIntent, seed: int, items: 
     return replica
 
 
-def run_specpilot(scenario: Scenario, seed: int, items: Sequence[Arrival]) -> tuple[Replica, SpecpilotController]:
+# The sensitivity variant: acceptance gates low enough that a healthy drafter at K = 3 (aggregate acceptance ~0.4)
+# is not switched off, so the rest of the policy (latency baseline, schedule fit) gets to act.
+LENIENT = {"disableBelow": 0.25, "enableAbove": 0.35}
+
+
+def run_specpilot(
+    scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None = None
+) -> tuple[Replica, SpecpilotController]:
     preset = preset_named(scenario.preset)
     spec = bench_spec(preset, scenario.method, scenario.num_speculative_tokens, scenario.max_num_seqs,
-                      scenario.max_model_len)  # fmt: skip
+                      scenario.max_model_len, acceptance)  # fmt: skip
     controller = SpecpilotController(spec, preset)
     replica = Replica(scenario, preset, controller.initial_intent(), seed)
     t = 0.0
@@ -247,10 +254,20 @@ def _static_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
 
 
 def _specpilot_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    return _closed_loop(job, None, "specpilot")
+
+
+def _lenient_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    return _closed_loop(job, LENIENT, "specpilot-lenient")
+
+
+def _closed_loop(
+    job: tuple[Scenario, SpeculationIntent, int], acceptance: dict[str, float] | None, name: str
+) -> PolicyRun:
     scenario, _, seed = job
     started = time.monotonic()
-    replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed))
-    run = PolicyRun(scenario.name, "specpilot", oracles.label(replica.intent), replica.outcomes, replica.actuations,
+    replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance)
+    run = PolicyRun(scenario.name, name, oracles.label(replica.intent), replica.outcomes, replica.actuations,
                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
     run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
     return run
@@ -277,9 +294,10 @@ def run_scenario(
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in theta]
     jobs.append((_specpilot_job, (scenario, theta[0], seed)))
+    jobs.append((_lenient_job, (scenario, theta[0], seed)))
     done = _run_jobs(jobs, workers)
-    statics = {r.policy: r for r in done[:-1]}
-    mine = done[-1]
+    statics = {r.policy: r for r in done[:-2]}
+    mine, lenient = done[-2], done[-1]
     for r in done:
         say(f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s")
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
@@ -308,6 +326,7 @@ def run_scenario(
                           oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
                           time.monotonic() - started))  # fmt: skip
     runs.append(mine)
+    runs.append(lenient)
     meta = {
         "scenario": scenario.name,
         "description": scenario.description,
@@ -316,6 +335,7 @@ def run_scenario(
         "oracle_plan": plan_names,
         "dynamic": scenario.dynamic,
         "actuation_reasons": mine.notes,
+        "lenient_actuation_reasons": lenient.notes,
         "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
         "window_s": scenario.window_s,
     }

@@ -42,8 +42,18 @@ def to_seconds(at: datetime) -> float:
     return (at - EPOCH).total_seconds()
 
 
-def bench_spec(preset: Preset, method: str, k: int, max_num_seqs: int, max_model_len: int) -> Any:
-    """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on."""
+def bench_spec(
+    preset: Preset,
+    method: str,
+    k: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    acceptance: dict[str, float] | None = None,
+) -> Any:
+    """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
+
+    `acceptance` overrides spec.autotune.acceptance (disableBelow / enableAbove) for the sensitivity variant.
+    """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k}
     if method in DRAFT_MODELS:
         speculation["draft"] = {"model": DRAFT_MODELS[method]}
@@ -61,7 +71,8 @@ def bench_spec(preset: Preset, method: str, k: int, max_num_seqs: int, max_model
             "target": {"model": TARGETS.get(preset.name, "meta-llama/Llama-3.1-8B-Instruct")},
             "speculation": speculation,
             "autotune": {"mode": "Auto", "prometheus": {"url": "http://simulated-prometheus:9090"},
-                         "batchThreshold": {"tune": True, "min": 8, "max": max_num_seqs}},
+                         "batchThreshold": {"tune": True, "min": 8, "max": max_num_seqs},
+                         **({"acceptance": acceptance} if acceptance else {})},
         },
     }  # fmt: skip
     return v1alpha1.parse_resource(doc).spec
