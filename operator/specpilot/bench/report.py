@@ -72,7 +72,7 @@ def plot(runs: Sequence[PolicyRun], meta: dict[str, Any], folder: Path) -> Path:
         w = meta["window_s"] / 60
         axes[2].plot([(i + 0.5) * w for i in range(len(p99))], p99, marker=".", label=run.policy, linewidth=0.8)
     axes[0].set_ylabel("running requests")
-    axes[1].set_ylabel("K configured (0 = off)")
+    axes[1].set_ylabel("K at the running batch (0 = none)")
     axes[2].set_ylabel("P99 TPOT per window (ms)")
     axes[2].set_xlabel("minutes")
     axes[0].set_title(f"{meta['scenario']}: {meta['description']}", fontsize=9)

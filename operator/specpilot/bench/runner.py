@@ -58,7 +58,7 @@ class Replica:
     outcomes: list[Outcome] = field(default_factory=list)
     actuations: int = 0
     timeline: list[tuple[float, str]] = field(default_factory=list)
-    series: list[tuple[float, float, float, float]] = field(default_factory=list)  # t, running, waiting, k-state
+    series: list[tuple[float, float, float, float]] = field(default_factory=list)  # t, running, waiting, K now
     generation: int = 0
 
     def __post_init__(self) -> None:
@@ -108,7 +108,9 @@ class Replica:
             if self.next_scrape >= self.down_until:
                 self.engine.advance_idle(self.next_scrape)
                 self.history.add(snapshot(self.engine.metrics, self.next_scrape))
-                k_state = 0.0 if not self.intent.enabled else float(self.intent.num_speculative_tokens or 0)
+                spec = self.engine.config.speculation
+                running = len(self.engine.running)
+                k_state = 0.0 if spec is None else float(spec.k_for(self.version, running, running))
                 self.series.append(
                     (self.next_scrape, float(len(self.engine.running)), float(len(self.engine.waiting)), k_state)
                 )
