@@ -42,6 +42,8 @@ test: lint typecheck toolchain vllm-install ## everything CI runs: unit, real AP
 demo: deps toolchain vllm-install ## the main job: local cluster, Prometheus, real vLLM, operator, example resources
 	$(RUN) python -m e2e.demo
 
-bench: deps toolchain ## operator scale benchmark (200 SpeculativeDeployments): latency, writes, RSS
+bench: deps toolchain ## operator scale benchmark; simulator calibration; decision benchmark (report in bench-report/)
 	$(RUN) python -m e2e.bench.operator_scale --count 200
 	$(RUN) python -m e2e.bench.operator_scale --count 200 --rate 10
+	$(RUN) specpilot bench --calibration
+	$(RUN) specpilot bench --report bench-report

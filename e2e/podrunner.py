@@ -40,6 +40,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from e2e.vllm.serve import VllmServer, adapt_serve_argv
+from e2e.vllm.simulated import SimulatedVllmServer, SimulatorOptions, served_name, simulator_argv
 from e2e.waiting import free_port
 
 log = logging.getLogger("podrunner")
@@ -99,8 +100,10 @@ class PodRunner:
         own_status: bool = True,
         restart_backoff_s: float = 10.0,
         max_restart_backoff_s: float = 300.0,
+        simulator: SimulatorOptions | None = None,
     ) -> None:
         self.namespace = namespace
+        self.simulator = simulator  # set: pods run `specpilot simulate` with their command line instead of vLLM
         self.python = python
         self.model_map = dict(model_map)
         self.default_model = default_model
@@ -209,14 +212,22 @@ class PodRunner:
 
     def _new_server(self, pod_name: str, command: list[str], port: int) -> tuple[VllmServer, list[str]]:
         """A (not yet started) server for a pod's command with the model map as it is now, and the adapter's notes."""
+        log_path = self.log_dir / f"{pod_name}.log"
+        if log_path.exists():  # like `kubectl logs --previous`: the last container's log is kept
+            log_path.replace(self.log_dir / f"{pod_name}.previous.log")
+        if self.simulator is not None:
+            simulated = SimulatedVllmServer(
+                simulator_argv(command, port=port, options=self.simulator),
+                port=port,
+                served_model_name=served_name(command),
+                log_path=log_path,
+            )
+            return simulated, [f"simulated ({self.simulator.preset})"]
         with self._lock:
             mapping = dict(self.model_map)
         adapted = adapt_serve_argv(
             command, mapping, port=port, default_model=self.default_model, default_draft=self.default_draft
         )
-        log_path = self.log_dir / f"{pod_name}.log"
-        if log_path.exists():  # like `kubectl logs --previous`: the last container's log is kept
-            log_path.replace(self.log_dir / f"{pod_name}.previous.log")
         server = VllmServer(
             adapted.args, python=self.python, port=port, served_model_name=adapted.served_model_name, log_path=log_path
         )

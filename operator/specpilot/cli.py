@@ -259,7 +259,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_command(sub)
     # --- end specpilot report ---
+    _add_simulator_commands(sub)
     return parser
+
+
+# ------------------------------------------------------------------------------ simulator and benchmark (issue 9)
+def _add_simulator_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`simulate` (a vLLM stand-in serving the operator's command line) and `bench` (the decision benchmark)."""
+    from specpilot.bench import main as bench_main
+    from specpilot.sim import main as sim_main
+
+    p_sim = sub.add_parser("simulate", help="serve a simulated vLLM: specpilot simulate [opts] serve MODEL [flags]")
+    sim_main.add_arguments(p_sim)
+    p_sim.set_defaults(func=sim_main.main)
+    p_bench = sub.add_parser("bench", help="does the autotuner beat a static config? (simulated scenarios)")
+    bench_main.add_arguments(p_bench)
+    p_bench.set_defaults(func=bench_main.main)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

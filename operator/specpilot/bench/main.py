@@ -1,0 +1,72 @@
+"""`specpilot bench [--scenario NAME]... [-o json] [--report DIR] [--calibration] [--quick]` (shell)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from specpilot.bench import report
+from specpilot.bench.scenarios import SCENARIOS, scenario_named
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", action="append", default=[], help="run only this scenario (repeatable)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--report", type=Path, default=Path("bench-report"), help="folder for the JSON and PNG plots")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--calibration", action="store_true", help="print the simulator against published measurements")
+    p.add_argument("--quick", action="store_true", help="time-compressed scenarios (x0.1): a smoke run in seconds")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.calibration:
+        from specpilot.bench.calibration import calibration_rows, format_rows
+
+        points = calibration_rows()
+        if args.output == "json":
+            print(json.dumps(points, indent=2))
+        else:
+            print(format_rows(points))
+        return 0
+    from specpilot.bench.runner import run_scenario, summarize
+
+    try:
+        chosen = [scenario_named(n) for n in args.scenario] if args.scenario else list(SCENARIOS)
+    except ValueError as err:
+        print(f"error: --scenario: {err}", file=sys.stderr)
+        return 2
+    if args.quick:
+        chosen = [s.scaled(0.1) for s in chosen]
+    rows: list[dict[str, Any]] = []
+    metas: list[dict[str, Any]] = []
+    for scenario in chosen:
+        runs, meta = run_scenario(
+            scenario, args.seed, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.jobs
+        )
+        scenario_rows = [summarize(r, scenario) for r in runs]
+        meta["verdicts"] = report.verdicts(scenario_rows, meta)
+        rows += scenario_rows
+        metas.append(meta)
+        if not args.no_plots:
+            meta["plot"] = str(report.plot(runs, meta, args.report))
+        if args.output == "table":
+            print(f"\n== {scenario.name}: {scenario.description}")
+            print(report.table(scenario_rows))
+            for line in meta["verdicts"]:
+                print(f"   {line}")
+            for line in meta["actuation_reasons"]:
+                print(f"   specpilot actuation: {line[:200]}")
+            for line in meta["lenient_actuation_reasons"]:
+                print(f"   specpilot-lenient actuation: {line[:200]}")
+            sys.stdout.flush()
+    args.report.mkdir(parents=True, exist_ok=True)
+    report.write_json(rows, metas, args.report / "bench.json")
+    if args.output == "json":
+        print(json.dumps(rows, indent=2))
+    return 0

@@ -1,0 +1,203 @@
+"""Answer the operator's PromQL from the simulator's scraped samples, as Prometheus would (pure).
+
+The benchmark runs specpilot's real measurement code (`evaluate.measure`: the queries of `promql.build_queries`,
+their evidence gates and classification) against a `ScrapeHistory`: every `scrape_interval` of virtual time the
+runner copies the engine's counters, gauges and histograms, like a Prometheus scrape. Each query string is mapped
+back to the signal it was built for and computed with Prometheus' semantics over the samples in the window:
+rate = (last - first) / (t_last - t_first) of the samples inside the range (Prometheus also extrapolates to the
+range edges; without it rates here are exact averages), increase = rate x range, avg/max_over_time of gauge samples,
+histogram_quantile with linear interpolation inside the bucket and the highest finite bound for the +Inf bucket.
+A family that does not exist (spec decode while speculation is off) gives an empty result, as in Prometheus.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from specpilot.measurements import RawResult
+from specpilot.promql import Query, Scope, Signal, Window, build_queries
+from specpilot.sim.metrics import MetricsState
+from specpilot.vllm.metrics import MetricNames
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    counters: dict[str, dict[tuple[str, ...], float]]
+    gauges: dict[str, float]
+    histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float, int]]  # bounds, cumulative, sum, count
+
+
+def snapshot(state: MetricsState, t: float) -> Sample:
+    return Sample(
+        t=t,
+        counters={name: dict(series) for name, series in state.counters.items()},
+        gauges={name: series.get((), 0.0) for name, series in state.gauges.items()},
+        histograms={name: (h.bounds, tuple(h.cumulative()), h.total, h.count) for name, h in state.histograms.items()},
+    )
+
+
+@dataclass
+class ScrapeHistory:
+    """Samples of one pod (one config hash) in time order; a restart starts a new history."""
+
+    samples: list[Sample] = field(default_factory=list)
+
+    def add(self, sample: Sample) -> None:
+        self.samples.append(sample)
+
+    def window(self, now: float, seconds: float) -> list[Sample]:
+        return [s for s in self.samples if now - seconds < s.t <= now + 1e-9]
+
+
+def _counter(sample: Sample, name: str) -> dict[tuple[str, ...], float] | None:
+    return sample.counters.get(name.removesuffix("_total"))
+
+
+def _rate(samples: list[Sample], name: str, labels: tuple[str, ...] = ()) -> float | None:
+    if len(samples) < 2:
+        return None
+    first, last = _counter(samples[0], name), _counter(samples[-1], name)
+    if first is None or last is None or labels not in last:
+        return None
+    dt = samples[-1].t - samples[0].t
+    return (last[labels] - first.get(labels, 0.0)) / dt if dt > 0 else None
+
+
+def _hist_parts(samples: list[Sample], name: str) -> tuple[tuple[float, ...], list[float], float, float] | None:
+    base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+    if len(samples) < 2 or base not in samples[-1].histograms or base not in samples[0].histograms:
+        return None
+    bounds, cum1, sum1, n1 = samples[-1].histograms[base]
+    _, cum0, sum0, n0 = samples[0].histograms[base]
+    dt = samples[-1].t - samples[0].t
+    if dt <= 0:
+        return None
+    return bounds, [(a - b) / dt for a, b in zip(cum1, cum0, strict=True)], (sum1 - sum0) / dt, (n1 - n0) / dt
+
+
+def histogram_quantile(q: float, bounds: tuple[float, ...], cumulative: list[float]) -> float:
+    """Prometheus' histogram_quantile over cumulative bucket rates (the last one is +Inf)."""
+    total = cumulative[-1]
+    if total <= 0:
+        return math.nan
+    rank = q * total
+    for i, c in enumerate(cumulative):
+        if c >= rank:
+            if i == len(bounds):
+                return bounds[-1]
+            lower = 0.0 if i == 0 else bounds[i - 1]
+            below = 0.0 if i == 0 else cumulative[i - 1]
+            inside = c - below
+            return lower + (bounds[i] - lower) * ((rank - below) / inside if inside > 0 else 0.0)
+    return bounds[-1]
+
+
+class SimQueryClient:
+    """A QueryClient (specpilot.evaluate) over one ScrapeHistory, for one scope and window."""
+
+    def __init__(self, names: MetricNames, scope: Scope, window: Window, history: ScrapeHistory, clock: Any) -> None:
+        self.names = names
+        self.window = window
+        self.history = history
+        self.clock = clock  # datetime -> virtual seconds
+        self.by_promql: dict[str, Query] = {
+            q.promql: q for q in build_queries(names, scope, window) if q.promql is not None
+        }
+
+    def query(self, promql: str, at: datetime | None = None) -> RawResult:
+        query = self.by_promql.get(promql)
+        if query is None or at is None:
+            return RawResult(status="error", error_type="bad_data", error=f"simulated Prometheus cannot run {promql}")
+        samples = self.history.window(self.clock(at), self.window.seconds)
+        value = self._value(query.signal, samples)
+        if isinstance(value, dict):
+            result = [{"metric": {"position": k}, "value": [0, _fmt(v)]} for k, v in sorted(value.items())]
+        elif value is None:
+            result = []
+        else:
+            result = [{"metric": {}, "value": [0, _fmt(value)]}]
+        return RawResult(status="success", result_type="vector", result=result, http_status=200)
+
+    def _value(self, signal: Signal, s: list[Sample]) -> float | dict[str, float] | None:
+        n = self.names
+        w = self.window.seconds
+        if signal is Signal.DRAFT_TOKENS_IN_WINDOW:
+            r = _rate(s, n.draft_tokens)
+            return None if r is None else r * w
+        if signal is Signal.REQUESTS_IN_WINDOW:
+            parts = _hist_parts(s, n.e2e_latency)
+            return None if parts is None else parts[3] * w
+        if signal is Signal.ACCEPTANCE_RATE:
+            return _ratio(_rate(s, n.accepted_tokens), _rate(s, n.draft_tokens))
+        if signal is Signal.MEAN_ACCEPTANCE_LENGTH:
+            if n.drafts is None:
+                return None
+            ratio = _ratio(_rate(s, n.accepted_tokens), _rate(s, n.drafts))
+            return None if ratio is None else (1 + ratio if n.mean_acceptance_length_includes_bonus else ratio)
+        if signal is Signal.ACCEPTANCE_BY_POSITION:
+            if n.drafts is None or n.accepted_per_position is None or len(s) < 2:
+                return None
+            drafts = _rate(s, n.drafts)
+            series = _counter(s[-1], n.accepted_per_position)
+            if not drafts or series is None:
+                return None
+            out: dict[str, float] = {}
+            for labels in series:
+                r = _rate(s, n.accepted_per_position, labels)
+                if r is not None:
+                    out[labels[0]] = r / drafts
+            return out or None
+        if signal in (Signal.TPOT_P50, Signal.TPOT_P99, Signal.TPOT_MEAN):
+            if n.per_token_latency is None:
+                return None
+            parts = _hist_parts(s, n.per_token_latency)
+            if parts is None:
+                return None
+            if signal is Signal.TPOT_MEAN:
+                return _ratio(parts[2], parts[3])
+            return histogram_quantile(0.5 if signal is Signal.TPOT_P50 else 0.99, parts[0], parts[1])
+        quantiles = {
+            Signal.TTFT_P50: (n.time_to_first_token, 0.5),
+            Signal.TTFT_P99: (n.time_to_first_token, 0.99),
+            Signal.E2E_P50: (n.e2e_latency, 0.5),
+            Signal.E2E_P99: (n.e2e_latency, 0.99),
+        }
+        if signal in quantiles:
+            name, q = quantiles[signal]
+            parts = _hist_parts(s, name)
+            return None if parts is None else histogram_quantile(q, parts[0], parts[1])
+        gauges = {
+            Signal.RUNNING_REQUESTS: (n.running_requests, "avg"),
+            Signal.BATCH_SIZE: (n.running_requests, "avg"),
+            Signal.BATCH_SIZE_PEAK: (n.running_requests, "max"),
+            Signal.WAITING_REQUESTS: (n.waiting_requests, "avg"),
+            Signal.KV_CACHE_USAGE: (n.kv_cache_usage, "avg"),
+        }
+        if signal in gauges:
+            name, how = gauges[signal]
+            values = [x.gauges[name] for x in s if name in x.gauges]
+            if not values:
+                return None
+            return max(values) if how == "max" else sum(values) / len(values)
+        if signal is Signal.REQUEST_RATE:
+            parts = _hist_parts(s, n.e2e_latency)
+            return None if parts is None else parts[3]
+        if signal is Signal.GENERATION_TOKEN_RATE:
+            return _rate(s, n.generation_tokens)
+        if signal is Signal.PREEMPTION_RATE:
+            return _rate(s, n.preemptions)
+        return None
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def _fmt(value: float) -> str:
+    return "NaN" if math.isnan(value) else repr(float(value))

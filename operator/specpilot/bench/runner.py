@@ -1,0 +1,344 @@
+"""Run scenarios through the simulator under each policy on a virtual clock (the benchmark's imperative shell).
+
+A `Replica` is one vLLM pod behind a Service: an Engine, the requests of the scenario fed at their arrival times,
+a Prometheus-like scrape every 15 s, and restarts: changing the configuration aborts what is in flight, loses the
+arrivals during the restart (no ready endpoint) and starts a fresh engine, with fresh counters, after the preset's
+restart time. Policies: off, always on (static K), a static threshold, the best static configuration in hindsight
+(O_static, searched over Theta), the switching-aware per-window oracle, and specpilot's own policy in closed loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from specpilot.bench import oracles
+from specpilot.bench.oracles import Outcome
+from specpilot.bench.queries import ScrapeHistory, snapshot
+from specpilot.bench.scenarios import Arrival, Scenario, arrivals
+from specpilot.bench.specpilot_policy import VERSION, SpecpilotController, bench_spec
+from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+from specpilot.sim.presets import Preset, preset_named
+from specpilot.vllm.intent import SpeculationIntent
+from specpilot.vllm.versions import DYNAMIC_SPECULATION, VllmVersion
+
+SCRAPE_S = 15.0
+
+
+def spec_config(intent: SpeculationIntent, method: str, version: VllmVersion, max_num_seqs: int) -> SpecConfig | None:
+    """What the operator's dialect renders for an intent, as a simulator SpecConfig (threshold -> table on 0.24+)."""
+    if not intent.enabled or not intent.num_speculative_tokens:
+        return None
+    k = intent.num_speculative_tokens
+    schedule = intent.batch_schedule
+    threshold = intent.disable_above_batch_size
+    if schedule is None and threshold is not None and version >= DYNAMIC_SPECULATION:
+        schedule = ((1, threshold - 1, k), (threshold, max_num_seqs, 0))
+    return SpecConfig(method=method, num_speculative_tokens=k, schedule=schedule, disable_by_batch_size=threshold)
+
+
+@dataclass
+class Replica:
+    scenario: Scenario
+    preset: Preset
+    intent: SpeculationIntent
+    seed: int
+    engine: Engine = field(init=False)
+    down_until: float = 0.0
+    config_since: float = 0.0
+    next_arrival: int = 0
+    next_scrape: float = SCRAPE_S
+    history: ScrapeHistory = field(default_factory=ScrapeHistory)
+    outcomes: list[Outcome] = field(default_factory=list)
+    actuations: int = 0
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    series: list[tuple[float, float, float, float]] = field(default_factory=list)  # t, running, waiting, K now
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        self.version = VllmVersion.parse(VERSION)
+        self.engine = Engine(self._config(self.intent), seed=self.seed)
+        self.timeline.append((0.0, oracles.label(self.intent)))
+
+    def _config(self, intent: SpeculationIntent) -> EngineConfig:
+        s = self.scenario
+        return EngineConfig(
+            preset=self.preset,
+            version=self.version,
+            model_name="bench",
+            max_num_seqs=s.max_num_seqs,
+            max_model_len=s.max_model_len,
+            max_num_batched_tokens=max(8192, min(s.max_model_len, 16384)),
+            speculation=spec_config(intent, s.method, self.version, s.max_num_seqs),
+        )
+
+    def fork(self) -> Replica:
+        """An independent copy from this instant (for the oracle's what-ifs); outcomes start empty."""
+        outcomes, series, timeline = self.outcomes, self.series, self.timeline
+        self.outcomes, self.series, self.timeline = [], [], []
+        try:
+            twin = copy.deepcopy(self)
+        finally:
+            self.outcomes, self.series, self.timeline = outcomes, series, timeline
+        return twin
+
+    def restart(self, intent: SpeculationIntent, now: float) -> None:
+        """Roll the pod to another configuration: abort in-flight work, fresh engine after the restart time."""
+        self.engine.advance_idle(now)
+        for r in self.engine.abort_all():
+            self.outcomes.append(Outcome(r.arrival, None, None, None, r.generated, True))
+        self.intent = intent
+        self.generation += 1
+        self.down_until = now + self.preset.restart_s
+        self.config_since = self.down_until
+        self.engine = Engine(self._config(intent), seed=self.seed * 1000 + self.generation, now=self.down_until)
+        self.engine.now = now
+        self.history = ScrapeHistory()
+        self.actuations += 1
+        self.timeline.append((now, oracles.label(intent)))
+
+    def _scrapes_until(self, t: float, items: Sequence[Arrival]) -> None:
+        while self.next_scrape <= t:
+            if self.next_scrape >= self.down_until:
+                self.engine.advance_idle(self.next_scrape)
+                self.history.add(snapshot(self.engine.metrics, self.next_scrape))
+                spec = self.engine.config.speculation
+                running = len(self.engine.running)
+                k_state = 0.0 if spec is None else float(spec.k_for(self.version, running, running))
+                self.series.append(
+                    (self.next_scrape, float(len(self.engine.running)), float(len(self.engine.waiting)), k_state)
+                )
+            self.next_scrape += SCRAPE_S
+
+    def run_until(self, t_end: float, items: Sequence[Arrival]) -> None:
+        e = self.engine
+        n = len(items)
+        while True:
+            e = self.engine
+            if e.now >= t_end:
+                return
+            if e.now < self.down_until:
+                stop = min(self.down_until, t_end)
+                while self.next_arrival < n and items[self.next_arrival].at < stop:
+                    a = items[self.next_arrival]
+                    self.outcomes.append(Outcome(a.at, None, None, None, 0, True))
+                    self.next_arrival += 1
+                self._scrapes_until(stop, items)
+                e.advance_idle(stop)
+                continue
+            while self.next_arrival < n and items[self.next_arrival].at <= e.now:
+                a = items[self.next_arrival]
+                e.submit(
+                    SimRequest(a.rid, a.at, a.prompt_tokens, a.max_tokens, a.output_tokens, a.temperature,
+                               a.alpha_multiplier)
+                )  # fmt: skip
+                self.next_arrival += 1
+            if not e.has_work():
+                stop = min(items[self.next_arrival].at if self.next_arrival < n else math.inf, t_end)
+                self._scrapes_until(stop, items)
+                e.advance_idle(stop)
+                continue
+            report = e.step()
+            if report.duration == 0:  # nothing fits (a prompt larger than the cache): let time pass
+                e.advance_idle(e.now + 0.01)
+            for r in report.finished:
+                self.outcomes.append(Outcome(r.arrival, r.ttft, r.tpot, (r.finished_at or e.now) - r.arrival,
+                                             r.generated, False))  # fmt: skip
+            self._scrapes_until(e.now, items)
+
+
+@dataclass
+class PolicyRun:
+    scenario: str
+    policy: str
+    config: str
+    outcomes: list[Outcome]
+    actuations: int
+    timeline: list[tuple[float, str]]
+    series: list[tuple[float, float, float, float]]
+    duration_s: float
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+
+
+def run_static(scenario: Scenario, intent: SpeculationIntent, seed: int, items: Sequence[Arrival]) -> Replica:
+    replica = Replica(scenario, preset_named(scenario.preset), intent, seed)
+    replica.run_until(scenario.duration_s, items)
+    return replica
+
+
+# The sensitivity variant: acceptance gates low enough that a healthy drafter at K = 3 (aggregate acceptance ~0.4)
+# is not switched off, so the rest of the policy (latency baseline, schedule fit) gets to act.
+LENIENT = {"disableBelow": 0.25, "enableAbove": 0.35}
+
+
+def run_specpilot(
+    scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None = None
+) -> tuple[Replica, SpecpilotController]:
+    preset = preset_named(scenario.preset)
+    spec = bench_spec(preset, scenario.method, scenario.num_speculative_tokens, scenario.max_num_seqs,
+                      scenario.max_model_len, acceptance)  # fmt: skip
+    controller = SpecpilotController(spec, preset)
+    replica = Replica(scenario, preset, controller.initial_intent(), seed)
+    t = 0.0
+    while t < scenario.duration_s:
+        t = min(t + controller.interval_s, scenario.duration_s)
+        replica.run_until(t, items)
+        target = controller.evaluate(
+            t,
+            current=replica.intent,
+            history=replica.history,
+            config_since=replica.config_since if replica.generation else None,
+            rollout_in_progress=t < replica.down_until,
+        )
+        if target is not None:
+            replica.restart(target, t)
+    return replica, controller
+
+
+def run_plan(scenario: Scenario, plan: Sequence[SpeculationIntent], seed: int, items: Sequence[Arrival]) -> Replica:
+    """Replay a per-window plan through the simulator: a restart at each window boundary where the plan changes."""
+    replica = Replica(scenario, preset_named(scenario.preset), plan[0], seed)
+    for w, intent in enumerate(plan):
+        start = w * scenario.window_s
+        if w and intent != replica.intent:
+            replica.run_until(start, items)
+            replica.restart(intent, start)
+    replica.run_until(scenario.duration_s, items)
+    return replica
+
+
+def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
+    done = [o for o in run.outcomes if not o.failed]
+    tpots = [o.tpot for o in done if o.tpot is not None]
+    e2es = [o.e2e for o in done if o.e2e is not None]
+    return {
+        "scenario": run.scenario,
+        "policy": run.policy,
+        "config": run.config,
+        "goodput": round(oracles.goodput(run.outcomes, run.duration_s, tpot_slo, ttft_slo), 2),
+        "slo_attainment": round(oracles.attainment(run.outcomes, tpot_slo, ttft_slo), 4),
+        "p50_tpot_ms": round(oracles.quantile(tpots, 0.5) * 1000, 3),
+        "p99_tpot_ms": round(oracles.quantile(tpots, 0.99) * 1000, 3),
+        "p99_e2e_ms": round(oracles.quantile(e2es, 0.99) * 1000, 1),
+        "actuations": run.actuations,
+        "requests": len(run.outcomes),
+        "failed": sum(1 for o in run.outcomes if o.failed),
+        "wall_s": round(run.wall_s, 1),
+    }
+
+
+def window_p99(outcomes: Sequence[Outcome], window_s: float, duration_s: float) -> list[float]:
+    """P99 TPOT (ms) per window, by arrival time (NaN where a window has no finished request)."""
+    out: list[float] = []
+    t = 0.0
+    while t < duration_s:
+        tp = [o.tpot for o in outcomes if t <= o.arrival < t + window_s and o.tpot is not None and not o.failed]
+        out.append(oracles.quantile(tp, 0.99) * 1000 if tp else math.nan)
+        t += window_s
+    return out
+
+
+def _static_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    scenario, intent, seed = job
+    started = time.monotonic()
+    r = run_static(scenario, intent, seed, arrivals(scenario, seed))
+    name = oracles.label(intent)
+    return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
+                     time.monotonic() - started)  # fmt: skip
+
+
+def _specpilot_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    return _closed_loop(job, None, "specpilot")
+
+
+def _lenient_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+    return _closed_loop(job, LENIENT, "specpilot-lenient")
+
+
+def _closed_loop(
+    job: tuple[Scenario, SpeculationIntent, int], acceptance: dict[str, float] | None, name: str
+) -> PolicyRun:
+    scenario, _, seed = job
+    started = time.monotonic()
+    replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance)
+    run = PolicyRun(scenario.name, name, oracles.label(replica.intent), replica.outcomes, replica.actuations,
+                    replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
+    run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
+    return run
+
+
+def _run_jobs(jobs: list[tuple[Any, ...]], workers: int) -> list[PolicyRun]:
+    """Independent simulations, in worker processes when more than one core is available."""
+    if workers <= 1:
+        return [job[0](job[1]) for job in jobs]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(fn, arg) for fn, arg in jobs]
+        return [f.result() for f in futures]
+
+
+def run_scenario(
+    scenario: Scenario, seed: int = 1, progress: Callable[[str], None] | None = None, workers: int = 1
+) -> tuple[list[PolicyRun], dict[str, Any]]:
+    """Every policy on one scenario; returns the runs and the scenario-level verdicts."""
+    say = progress or (lambda _: None)
+    items = arrivals(scenario, seed)
+    k = scenario.num_speculative_tokens
+    theta = oracles.candidates(k, scenario.max_num_seqs)
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
+    jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in theta]
+    jobs.append((_specpilot_job, (scenario, theta[0], seed)))
+    jobs.append((_lenient_job, (scenario, theta[0], seed)))
+    done = _run_jobs(jobs, workers)
+    statics = {r.policy: r for r in done[:-2]}
+    mine, lenient = done[-2], done[-1]
+    for r in done:
+        say(f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s")
+    scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+    totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+    best = oracles.best_static(scores)
+    per_window = {
+        n: oracles.window_scores(r.outcomes, scenario.window_s, scenario.duration_s, tpot_slo, ttft_slo)
+        for n, r in statics.items()
+    }
+    plan_names = oracles.switching_plan(per_window, preset_named(scenario.preset).restart_s, scenario.window_s)
+    by_name = {oracles.label(i): i for i in theta}
+    started = time.monotonic()
+    oracle = run_plan(scenario, [by_name[n] for n in plan_names], seed, items)
+    say(f"{scenario.name}: oracle done in {time.monotonic() - started:.1f}s")
+    runs: list[PolicyRun] = []
+
+    def named(policy: str, source: PolicyRun) -> PolicyRun:
+        return PolicyRun(scenario.name, policy, source.config, source.outcomes, source.actuations, source.timeline,
+                         source.series, source.duration_s, source.wall_s)  # fmt: skip
+
+    runs.append(named("off", statics["off"]))
+    runs.append(named("always-on", statics[oracles.label(oracles.static(k))]))
+    runs.append(named("static-threshold", statics[oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))]))
+    runs.append(named("best-static", statics[best]))
+    runs.append(PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(plan_names)), oracle.outcomes,
+                          oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
+                          time.monotonic() - started))  # fmt: skip
+    runs.append(mine)
+    runs.append(lenient)
+    meta = {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "static_goodput": {n: round(g, 2) for n, g in totals.items()},
+        "best_static": best,
+        "oracle_plan": plan_names,
+        "dynamic": scenario.dynamic,
+        "actuation_reasons": mine.notes,
+        "lenient_actuation_reasons": lenient.notes,
+        "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
+        "window_s": scenario.window_s,
+    }
+    return runs, meta

@@ -1,0 +1,229 @@
+"""Workload scenarios of reference/performance.md §7: arrivals, lengths, temperatures and drift over time (pure).
+
+A scenario is a description; `arrivals(scenario, seed)` turns it into a fixed list of requests (non-homogeneous
+Poisson by thinning, lognormal lengths of §6.2, a temperature drawn from the mix at the arrival time, the drafter
+drift multiplier at that time). Every policy replays the same list, so comparisons are paired (common random
+numbers). Rates are set against each preset's capacity (8B/H100 without speculation serves ~20 QPS of ShareGPT-length
+requests, mean output ~800 tokens), not against any policy's behaviour.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+Points = tuple[tuple[float, float], ...]  # (seconds, value), piecewise linear, flat outside
+
+
+def at(points: Points, t: float) -> float:
+    """Piecewise-linear value at t."""
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+@dataclass(frozen=True)
+class Lengths:
+    prompt_mu: float
+    prompt_sigma: float
+    output_mu: float
+    output_sigma: float
+    prompt_cap: int = 8192
+    output_cap: int = 2048
+
+
+SHAREGPT = Lengths(5.22, 1.13, 6.18, 1.03, prompt_cap=4096, output_cap=2048)  # performance.md §6.2
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    preset: str
+    method: str
+    num_speculative_tokens: int
+    duration_s: float
+    qps: Points
+    high_temperature_share: Points  # share of requests at T = 1.0; the rest split between T = 0 and T = 0.7
+    alpha_multiplier: Points = ((0.0, 1.0),)
+    lengths: Lengths = SHAREGPT
+    prompt_scale: Points = ((0.0, 1.0),)  # multiplies prompt lengths (long-context drift)
+    max_model_len: int = 8192
+    max_num_seqs: int = 256
+    tpot_slo_ms: float = 30.0
+    ttft_slo_s: float = 2.0
+    window_s: float = 300.0
+    dynamic: bool = True  # the "10% over best static" target applies
+
+    def scaled(self, factor: float) -> Scenario:
+        """The same shape compressed in time (the quick version `make test` runs)."""
+        return replace(
+            self,
+            duration_s=self.duration_s * factor,
+            qps=tuple((t * factor, v) for t, v in self.qps),
+            high_temperature_share=tuple((t * factor, v) for t, v in self.high_temperature_share),
+            alpha_multiplier=tuple((t * factor, v) for t, v in self.alpha_multiplier),
+            prompt_scale=tuple((t * factor, v) for t, v in self.prompt_scale),
+            window_s=self.window_s * factor if factor < 1 else self.window_s,
+        )
+
+
+@dataclass(frozen=True)
+class Arrival:
+    rid: str
+    at: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+    temperature: float
+    alpha_multiplier: float
+
+
+def arrivals(scenario: Scenario, seed: int) -> tuple[Arrival, ...]:
+    """The request list of one scenario under one seed."""
+    rng = random.Random(f"arrivals:{scenario.name}:{seed}")
+    peak = max(v for _, v in scenario.qps)
+    out: list[Arrival] = []
+    t = 0.0
+    n = 0
+    lengths = scenario.lengths
+    while True:
+        t += rng.expovariate(peak)
+        if t >= scenario.duration_s:
+            break
+        if rng.random() * peak > at(scenario.qps, t):
+            continue
+        hot = rng.random() < at(scenario.high_temperature_share, t)
+        temperature = 1.0 if hot else (0.0 if rng.random() < 0.5 else 0.7)
+        scale = at(scenario.prompt_scale, t)
+        prompt = min(
+            lengths.prompt_cap * max(1.0, scale),
+            max(1, round(rng.lognormvariate(lengths.prompt_mu, lengths.prompt_sigma) * scale)),
+        )
+        limit = scenario.max_model_len - int(prompt)
+        output = max(
+            2, min(lengths.output_cap, limit, round(rng.lognormvariate(lengths.output_mu, lengths.output_sigma)))
+        )
+        out.append(
+            Arrival(
+                rid=f"r{n}",
+                at=t,
+                prompt_tokens=int(min(prompt, scenario.max_model_len - 2)),
+                output_tokens=output,
+                max_tokens=max(output, min(lengths.output_cap, max(2, limit))),
+                temperature=temperature,
+                alpha_multiplier=at(scenario.alpha_multiplier, t),
+            )
+        )
+        n += 1
+    return tuple(out)
+
+
+H = 3600.0
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "steady-low",
+        "S1: 8B/H100 EAGLE-3 K=3, steady 6 QPS (~30% of no-SD capacity at ShareGPT lengths), T in {0, 0.7}",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        1 * H,
+        ((0.0, 6.0),),
+        ((0.0, 0.0),),
+        tpot_slo_ms=15.0,
+        dynamic=False,
+    ),
+    Scenario(
+        "diurnal",
+        "S2: 70B/4xH100 draft model K=4, load 1 -> 14 -> 1 QPS over a compressed 3 h day",
+        "llama70b-4xh100",
+        "draft_model",
+        4,
+        3 * H,
+        ((0.0, 1.0), (1.5 * H, 14.0), (3 * H, 1.0)),
+        ((0.0, 0.2),),
+        tpot_slo_ms=45.0,
+        ttft_slo_s=3.0,
+    ),
+    Scenario(
+        "spike",
+        "S3: 8B/H100 EAGLE-3 K=3, 8 QPS with a 5x flash crowd (40 QPS, past capacity) for 10 minutes",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        1 * H,
+        ((0.0, 8.0), (1500.0, 8.0), (1501.0, 40.0), (2100.0, 40.0), (2101.0, 8.0)),
+        ((0.0, 0.2),),
+        tpot_slo_ms=15.0,
+    ),
+    Scenario(
+        "temperature-shift",
+        "S4: 70B draft model K=4 at 8 QPS; the T=1.0 share rises 10% -> 80% over 30 min, then falls back",
+        "llama70b-4xh100",
+        "draft_model",
+        4,
+        2 * H,
+        ((0.0, 8.0),),
+        ((0.0, 0.1), (1200.0, 0.1), (3000.0, 0.8), (5400.0, 0.8), (6000.0, 0.1)),
+        tpot_slo_ms=45.0,
+        ttft_slo_s=3.0,
+    ),
+    Scenario(
+        "mixed-temperature",
+        "S5: 8B EAGLE-3 K=3 at 20 QPS with a steady mix of T = 0 / 0.7 / 1.0 (40/40/20%)",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        1 * H,
+        ((0.0, 20.0),),
+        ((0.0, 0.2),),
+        tpot_slo_ms=15.0,
+        dynamic=False,
+    ),
+    Scenario(
+        "long-context",
+        "S6/S8: 8B EAGLE-3 K=3 at 3 QPS; prompts grow 4x -> 32x (about 1k -> 8k tokens): KV pressure",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        1 * H,
+        ((0.0, 3.0),),
+        ((0.0, 0.2),),
+        lengths=Lengths(5.22, 0.6, 6.18, 0.8, prompt_cap=4096, output_cap=2048),
+        prompt_scale=((0.0, 4.0), (3000.0, 32.0)),
+        max_model_len=32768,
+        tpot_slo_ms=20.0,
+        ttft_slo_s=5.0,
+    ),
+    Scenario(
+        "drafter-degraded",
+        "S7: 8B EAGLE-3 K=3 at 12 QPS; after 20 min an upgrade cuts the drafter's acceptance to 0.45x",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        1.5 * H,
+        ((0.0, 12.0),),
+        ((0.0, 0.2),),
+        alpha_multiplier=((0.0, 1.0), (1199.0, 1.0), (1200.0, 0.45)),
+        tpot_slo_ms=15.0,
+    ),
+)
+
+
+def scenario_named(name: str, choices: Sequence[Scenario] = SCENARIOS) -> Scenario:
+    for s in choices:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown scenario {name!r}; known: {', '.join(s.name for s in choices)}")
+
+
+def poisson_rate_check(items: Sequence[Arrival], duration_s: float) -> float:
+    """Mean arrival rate of a list (tests compare it to the scenario's λ)."""
+    return len(items) / duration_s if duration_s > 0 else math.nan

@@ -1,0 +1,140 @@
+"""The decision benchmark's pure parts and one tiny closed-loop run (virtual clock, seconds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specpilot.bench import oracles
+from specpilot.bench.oracles import Outcome
+from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_quantile, snapshot
+from specpilot.bench.runner import run_scenario, spec_config, summarize
+from specpilot.bench.scenarios import SCENARIOS, Scenario, arrivals, at, scenario_named
+from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
+from specpilot.evaluate import measure
+from specpilot.promql import Scope, Signal
+from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+from specpilot.sim.presets import LLAMA8B_H100
+from specpilot.vllm.intent import SpeculationIntent
+from specpilot.vllm.metrics import metric_names_for
+from specpilot.vllm.versions import VllmVersion
+
+
+@pytest.mark.parametrize(
+    ("points", "t", "value"),
+    [(((0.0, 1.0),), 5.0, 1.0), (((0.0, 0.0), (10.0, 10.0)), 2.5, 2.5), (((0.0, 0.0), (10.0, 10.0)), 20.0, 10.0)],
+)
+def test_piecewise_linear(points: tuple[tuple[float, float], ...], t: float, value: float) -> None:
+    assert at(points, t) == value
+
+
+def test_arrivals_are_poisson_at_the_scenario_rate_and_repeatable() -> None:
+    s = scenario_named("steady-low")
+    a, b = arrivals(s, 1), arrivals(s, 1)
+    assert a == b
+    assert len(a) / s.duration_s == pytest.approx(6.0, rel=0.05)
+    assert arrivals(s, 2) != a
+
+
+@pytest.mark.parametrize(
+    ("bounds", "cumulative", "q", "expected"),
+    [
+        ((0.01, 0.025, 0.05), [0.0, 10.0, 10.0, 10.0], 0.5, 0.0175),
+        ((0.01, 0.025, 0.05), [10.0, 10.0, 10.0, 10.0], 0.99, 0.0099),
+        ((0.01, 0.025, 0.05), [0.0, 0.0, 0.0, 5.0], 0.5, 0.05),  # +Inf bucket: highest finite bound
+        ((0.01,), [0.0, 0.0], 0.5, math.nan),
+    ],
+)
+def test_histogram_quantile_like_prometheus(
+    bounds: tuple[float, ...], cumulative: list[float], q: float, expected: float
+) -> None:
+    got = histogram_quantile(q, bounds, cumulative)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_threshold_renders_as_a_v1_table_on_032() -> None:
+    intent = SpeculationIntent(enabled=True, num_speculative_tokens=3, disable_above_batch_size=32)
+    assert spec_config(intent, "eagle3", VllmVersion.parse("0.32.0"), 256) == SpecConfig(
+        "eagle3", 3, schedule=((1, 31, 3), (32, 256, 0)), disable_by_batch_size=32
+    )
+    assert spec_config(oracles.off(), "eagle3", VllmVersion.parse("0.32.0"), 256) is None
+
+
+def test_operator_measurements_over_simulated_scrapes() -> None:
+    """specpilot's real `measure` against the simulated Prometheus: acceptance and batch come out as simulated."""
+    version = VllmVersion.parse("0.32.0")
+    engine = Engine(EngineConfig(LLAMA8B_H100, version, "bench", 256, speculation=SpecConfig("eagle3", 3)), seed=1)
+    history = ScrapeHistory()
+    next_scrape, n = 15.0, 0
+    while engine.now < 600:
+        while n * 0.1 <= engine.now:  # 10 QPS
+            engine.submit(SimRequest(f"r{n}", n * 0.1, 200, 150))
+            n += 1
+        engine.step()
+        while next_scrape <= engine.now:
+            history.add(snapshot(engine.metrics, next_scrape))
+            next_scrape += 15.0
+    spec = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192)
+    scope = Scope("bench", "bench", "sim")
+    from specpilot.evaluate import effective_window
+
+    window = effective_window(spec.autotune)
+    client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds)
+    m = measure(spec, scope, client, to_datetime(600))
+    assert m[Signal.ACCEPTANCE_RATE].valid
+    assert 0.3 < (m[Signal.ACCEPTANCE_RATE].value or 0) < 0.5  # alpha 0.62, K = 3: mean r_j ≈ 0.41
+    assert m[Signal.BATCH_SIZE].valid
+    assert 3 < (m[Signal.BATCH_SIZE].value or 0) < 30
+    assert m[Signal.TPOT_P99].valid
+    assert m[Signal.TPOT_MEAN].valid
+    assert [k for k, _ in m[Signal.ACCEPTANCE_BY_POSITION].by_label] == ["0", "1", "2"]
+
+
+def test_goodput_counts_only_requests_within_both_slos() -> None:
+    outcomes = [
+        Outcome(0.0, 0.5, 0.010, 2.0, 100, False),
+        Outcome(0.0, 0.5, 0.050, 9.0, 100, False),  # TPOT miss
+        Outcome(0.0, 5.0, 0.010, 9.0, 100, False),  # TTFT miss
+        Outcome(0.0, None, None, None, 0, True),
+    ]
+    assert oracles.goodput(outcomes, 10.0, 0.02, 2.0) == 10.0
+    assert oracles.attainment(outcomes, 0.02, 2.0) == 0.25
+
+
+@pytest.mark.parametrize(
+    ("scores", "restart_s", "plan"),
+    [
+        # a two-window dip is not worth two restarts of a full window each
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 300.0, ["K3"] * 4),
+        # with 30 s restarts it is
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, ["K3", "off", "off", "K3"]),
+        # a lasting regime change is worth one restart
+        ({"K3": [100.0, 50.0, 50.0, 50.0, 50.0], "off": [0.0, 80.0, 80.0, 80.0, 80.0]}, 300.0, ["K3"] + ["off"] * 4),
+    ],
+)
+def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float, plan: list[str]) -> None:
+    assert oracles.switching_plan(scores, restart_s, 300.0) == plan
+
+
+def test_tiny_benchmark_runs_every_policy() -> None:
+    """One short scenario end to end: rows carry the issue's fields; the oracle is no worse than any static config."""
+    base = scenario_named("drafter-degraded")
+    tiny = Scenario(**{**base.__dict__, "name": "tiny", "duration_s": 480.0, "qps": ((0.0, 1.0),),
+                       "alpha_multiplier": ((0.0, 1.0), (239.0, 1.0), (240.0, 0.45)), "window_s": 240.0})  # fmt: skip
+    runs, meta = run_scenario(tiny, seed=1)
+    rows = {r["policy"]: r for r in (summarize(run, tiny) for run in runs)}
+    assert set(rows) == {
+        "off",
+        "always-on",
+        "static-threshold",
+        "best-static",
+        "oracle",
+        "specpilot",
+        "specpilot-lenient",
+    }
+    for row in rows.values():
+        assert {"scenario", "policy", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p99_e2e_ms",
+                "actuations"} <= set(row)  # fmt: skip
+    assert rows["oracle"]["goodput"] >= 0.98 * max(meta["static_goodput"].values())
+    assert len(SCENARIOS) == 7

@@ -1,0 +1,75 @@
+"""The simulator's HTTP shell, started the way the pod runner starts it (a real process on 127.0.0.1, ~2 s)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.vllm.simulated import SimulatedVllmServer, SimulatorOptions, served_name, simulator_argv
+from e2e.waiting import free_port
+from specpilot.api import v1alpha1
+from specpilot.sim.args import parse_serve_args
+from specpilot.vllm.dialects import render_command
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+
+
+def _post(url: str, body: dict[str, Any]) -> bytes:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return bytes(resp.read())
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_command_line_parses(path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not isinstance(doc, dict) or doc.get("kind") != v1alpha1.KIND:
+            continue
+        spec = v1alpha1.parse_resource(doc).spec
+        rendered = render_command(spec)
+        args = parse_serve_args(list(rendered.argv))
+        assert args.max_num_seqs == spec.engine.max_num_seqs
+        if spec.speculation.enabled:
+            assert args.speculation is not None
+            assert args.speculation.method == spec.speculation.method.value
+            assert args.speculation.schedule == rendered.batch_schedule
+        else:
+            assert args.speculation is None
+
+
+def test_pod_command_runs_as_a_simulated_server(tmp_path: Path) -> None:
+    pod_command = [
+        "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama", "--port", "8000",
+        "--max-model-len", "4096", "--max-num-seqs", "64",
+        "--speculative-config", '{"method":"eagle3","model":"x","num_speculative_tokens":3}',
+    ]  # fmt: skip
+    port = free_port()
+    argv = simulator_argv(pod_command, port=port, options=SimulatorOptions(time_scale=20.0, startup_seconds=0.0))
+    assert argv[-4:] == ["--host", "127.0.0.1", "--port", str(port)]
+    assert "8000" not in argv
+    with SimulatedVllmServer(
+        argv, port=port, served_model_name=served_name(pod_command), log_path=tmp_path / "l"
+    ) as srv:
+        srv.wait_ready(timeout=60)
+        full = json.loads(_post(f"{srv.url}/v1/completions", {"model": "llama", "prompt": "x" * 400, "max_tokens": 40}))
+        stream = _post(
+            f"{srv.url}/v1/chat/completions",
+            {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, "stream": True},
+        ).decode()
+        metrics = srv.metrics()
+    assert full["usage"] == {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140}
+    assert full["choices"][0]["finish_reason"] == "length"
+    events = [line.removeprefix("data: ") for line in stream.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert len(text.split()) == 30
+    assert len(chunks) < 31  # speculation: several tokens per step
+    assert 'vllm:generation_tokens_total{engine="0",model_name="llama"} 70.0' in metrics
+    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="llama"} 2.0' in metrics
+    assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" in metrics
