@@ -13,6 +13,7 @@ from specpilot import reconcile as rec
 from specpilot.api import v1alpha1
 from specpilot.policy import PolicyState, spec_fingerprints
 from specpilot.vllm.intent import intent_from_spec
+from tests.seams import apply_merge_patch
 
 BASE_SPEC: dict[str, Any] = {
     "replicas": 2,
@@ -326,19 +327,6 @@ def test_reconcile_does_not_mistake_a_stale_copy_of_its_own_write_for_drift() ->
 
 
 # ---------------------------------------------------------------- status writes: merge patch and read-your-writes
-
-
-def apply_merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 as the API server applies it (the reference algorithm, section 2)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply_merge_patch(result.get(key), value)
-    return result
 
 
 STORED = {
