@@ -15,8 +15,10 @@ the process as a kubeconfig (the Python client's in-cluster loader reads fixed p
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -50,6 +52,7 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     kubeconfig: Path  # the pod's credentials: its bound service-account token
     notes: list[str] = field(default_factory=list)
+    mounts: dict[str, str] = field(default_factory=dict)  # the pod's mount paths -> local folders
 
     def live(self) -> bool:
         try:
@@ -99,6 +102,20 @@ def adapt_operator_args(args: list[str]) -> tuple[list[str], int, int, list[str]
     out.append("--bind-address=127.0.0.1")
     notes.append("--bind-address=127.0.0.1 (servers listen on loopback only)")
     return out, ports["--metrics-port"], ports["--health-port"], notes
+
+
+def rewrite_mount_paths(text: str, mounts: dict[str, str]) -> str:
+    """Point absolute paths under a pod's mount paths at the local folders standing in for them.
+
+    One pass, longest mount path first, so a local folder (itself under /tmp) is never rewritten again by the
+    chart's /tmp mount.
+    """
+    if not mounts:
+        return text
+    paths = sorted((m.rstrip("/") for m in mounts), key=len, reverse=True)
+    local = {m.rstrip("/"): v.rstrip("/") for m, v in mounts.items()}
+    pattern = re.compile("|".join(re.escape(p) + r"(?=/|$|\s|\")" for p in paths))
+    return pattern.sub(lambda found: local[found.group(0)], text)
 
 
 def pod_token(core: Any, pod: Any) -> str:
@@ -199,6 +216,31 @@ class OperatorPodRunner:
                 self.current = self._launch(running[0])
                 self.started.append(self.current)
 
+    def _mount_volumes(self, pod: Any, container: Any) -> dict[str, str]:
+        """What the kubelet mounts, as local folders: ConfigMaps and Secrets projected into files, emptyDirs empty.
+
+        Returns mount path -> local folder. Paths inside projected files (the chart's connections.json names the
+        Secret mounts of each connection) are rewritten the same way, so the process finds what the pod would.
+        """
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        mounts: dict[str, str] = {}
+        files: list[tuple[Path, str]] = []
+        for mount in container.volume_mounts or []:
+            volume = volumes.get(mount.name)
+            local = Path(tempfile.mkdtemp(prefix=f"specpilot-operator-{mount.name}-", dir=self._secrets))
+            mounts[str(mount.mount_path)] = str(local)
+            if volume is None:
+                continue
+            if volume.config_map is not None:
+                found: Any = self._core.read_namespaced_config_map(volume.config_map.name, pod.metadata.namespace)
+                files += [(local / key, value) for key, value in (found.data or {}).items()]
+            elif volume.secret is not None:
+                secret: Any = self._core.read_namespaced_secret(volume.secret.secret_name, pod.metadata.namespace)
+                files += [(local / k, base64.b64decode(v).decode()) for k, v in (secret.data or {}).items()]
+        for path, content in files:
+            path.write_text(rewrite_mount_paths(content, mounts))
+        return mounts
+
     def _launch(self, pod: Any) -> OperatorProcess:
         container = pod.spec.containers[0]
         args, metrics_port, health_port, notes = adapt_operator_args(list(container.args or []))
@@ -208,9 +250,9 @@ class OperatorPodRunner:
         kubeconfig = pod_kubeconfig(
             self.admin_kubeconfig, token, pod.metadata.namespace, self._secrets / f"{pod.metadata.uid}.kubeconfig"
         )
-        env = {e.name: e.value for e in container.env or [] if e.value is not None}
-        if env.get("TMPDIR") == "/tmp":  # the chart's emptyDir mount; a private folder locally
-            env["TMPDIR"] = tempfile.mkdtemp(prefix="specpilot-operator-tmp-")
+        mounts = self._mount_volumes(pod, container)
+        args = [rewrite_mount_paths(a, mounts) for a in args]
+        env = {e.name: rewrite_mount_paths(e.value, mounts) for e in container.env or [] if e.value is not None}
         environment = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),
@@ -226,5 +268,14 @@ class OperatorPodRunner:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment)
         log.info("operator pod %s: started %s", pod.metadata.name, " ".join(argv))
         return OperatorProcess(
-            pod.metadata.name, pod.metadata.uid, argv, metrics_port, health_port, log_path, process, kubeconfig, notes
+            pod.metadata.name,
+            pod.metadata.uid,
+            argv,
+            metrics_port,
+            health_port,
+            log_path,
+            process,
+            kubeconfig,
+            notes,
+            mounts,
         )

@@ -18,6 +18,7 @@ import pytest
 
 from e2e.cluster.fixture import KubeCluster
 from e2e.install import install_operator, uninstall, upgrade_install
+from e2e.operator_pod import rewrite_mount_paths
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -85,9 +86,12 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
         container = pod["spec"]["containers"][0]
         assert "command" not in container  # the image's entrypoint runs the container's args
         own = ("--metrics-port", "--health-port", "--bind-address")
+        # the pod's args, with paths under its volume mounts pointing at the local stand-ins (as mounted)
         assert [a for a in first.argv[3:] if not a.startswith(own)] == [
-            a for a in container["args"] if not a.startswith(own)
+            rewrite_mount_paths(a, first.mounts) for a in container["args"] if not a.startswith(own)
         ]
+        connections = next(a for a in first.argv if a.startswith("--prometheus-connections="))
+        assert Path(connections.split("=", 1)[1]).is_file(), "the chart's ConfigMap is mounted as a file"
         assert f"--namespace={kube_namespace}" in first.argv
         assert "--tick-seconds=2" in first.argv
         # The process authenticates as the chart's ServiceAccount, with a token bound to this pod.
