@@ -130,6 +130,7 @@ class Cluster:
     rollouts: int = 0
     events: list[rec.Event] = field(default_factory=list)
     outcomes: list[tuple[datetime, AutotuneOutcome]] = field(default_factory=list)
+    deadline_exceeded: bool = False  # the current rollout's pods never became available in time
 
     def _observed(self) -> rec.ObservedDeployment | None:
         if self.deployment is None:
@@ -140,13 +141,13 @@ class Cluster:
             observed_generation=self.rollouts,
             replicas=1,
             updated_replicas=1,
-            ready_replicas=1,
-            available_replicas=1,
+            ready_replicas=0 if self.deadline_exceeded else 1,
+            available_replicas=0 if self.deadline_exceeded else 1,
             template_config_hash=self.deployment["spec"]["template"]["metadata"]["annotations"][
                 "specpilot.dev/config-hash"
             ],
             applied_hash=annotations[rec.ANNOTATION_APPLIED_HASH],
-            progress_deadline_exceeded=False,
+            progress_deadline_exceeded=self.deadline_exceeded,
             spec_replicas=1,
         )
 

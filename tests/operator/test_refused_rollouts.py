@@ -6,7 +6,8 @@ from the server's /health and a crashed server as a restarting container).
 
 Not here yet: an autotune rollout that vLLM refuses, reverted in Auto mode. On this cluster the probe's crash-looping
 rollout stayed "in progress" past its deadline in the one run tried (see the closing note of issue 8); the revert
-itself is table-tested (tests/unit, policy.revert_failed_rollout and autotune.rollback_after_failed_rollout).
+itself is tested at the seams (tests/unit/test_round_trip.py: a missed deadline reverts, halts and renders the
+previous command).
 """
 
 from __future__ import annotations

@@ -103,3 +103,36 @@ def test_round_trip_events_name_each_transition(trip: RoundTrip) -> None:
     assert {r for r, _ in per_tick} == {"SpeculationDisabled", "SpeculationEnabled"}
     enabled = [msg for r, msg in per_tick if r == "SpeculationEnabled"]
     assert any(msg.startswith("probe:") for msg in enabled), enabled
+
+
+def test_an_autotune_rollout_that_misses_its_deadline_is_reverted_and_automation_halts() -> None:
+    """Disable actuated, but the plain pods never become available: the next evaluation selects the recorded
+    previous intent (speculation on, same K and schedule), halts automation, and the reconcile renders it."""
+    from tests.seams import Cluster, evaluate_until_actuated, window_measurements
+
+    cluster = Cluster(dict(ROUND_TRIP_SPEC))
+    cluster.reconcile()
+    cluster.settle()
+    argv_on = cluster.argv()
+    cluster.advance(4)
+    evaluate_until_actuated(cluster, window_measurements(speculating=True, acceptance=0.2))
+    assert "--speculative-config" not in cluster.argv()
+    cluster.deadline_exceeded = True
+    cluster.advance(1)
+    cluster.settle()  # the reconcile sees ProgressDeadlineExceeded on the new config
+    degraded = next(c for c in cluster.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "RolloutFailed")
+    cluster.deadline_exceeded = False
+    cluster.advance(1)
+    outcome = cluster.evaluate(window_measurements(speculating=False, acceptance=None))
+    assert not outcome.actuated
+    assert cluster.argv() == argv_on, "reverted to exactly the config that ran before"
+    assert "missed its deadline" in cluster.status["autotuneHalt"]["reason"]
+    paused = next(c for c in cluster.status["conditions"] if c["type"] == "Paused")
+    assert (paused["status"], paused["reason"]) == ("True", "AutomationPaused")
+    assert [e.type for e in cluster.events if e.reason == "RolloutFailed"][:1] == ["Warning"]
+    # held while halted: low acceptance on the reverted config changes nothing until a human resumes
+    cluster.settle()
+    for _ in range(5):
+        cluster.advance(1)
+        assert not cluster.evaluate(window_measurements(speculating=True, acceptance=0.2)).actuated
