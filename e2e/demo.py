@@ -107,6 +107,7 @@ def main() -> int:
         default_draft=models["tiny-llama-draft-same"],
         targets_file=targets,
         log_dir=work / "pods",
+        startup_timeout=600.0,  # vLLM loads in ~1 min alone on 2 cores, far slower beside other work
     )
     prometheus = PrometheusServer(find_prometheus(), work / "prometheus", [file_sd_scrape_config(targets)]).start()
     print(f"Prometheus {prometheus.url} scrapes the vLLM servers the pod runner starts ({targets})")
