@@ -24,6 +24,7 @@ from e2e.vllm.load import run_load
 from e2e.waiting import wait_for
 from tests.operator.conftest import StartOperator
 from tests.operator.test_operator_cluster import apply, condition, events, get
+from tests.operator.test_ownership_and_refusals import wait_for_ticks
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm, pytest.mark.prometheus]
 
@@ -304,16 +305,7 @@ def test_operator_killed_after_persisting_an_actuation_resumes_with_exactly_one_
         )
         command = rolled["spec"]["template"]["spec"]["containers"][0]["command"]
         assert "--speculative-config" not in command
-        ticks = restarted.metrics()
-        wait_for(
-            "several timer ticks after the restart",
-            lambda: (
-                sum(v for k, v in restarted.metrics().items() if 'trigger="timer"' in k and "reconciles" in k)
-                >= sum(v for k, v in ticks.items() if 'trigger="timer"' in k and "reconciles" in k) + 5
-            ),
-            60,
-            1,
-        )
+        wait_for_ticks(restarted, 5)  # several evaluations after the restart: nothing more may happen
     final = get(kube_cluster, kube_namespace, "deployment", "crash")
     assert final is not None
     assert final["metadata"]["generation"] == before["metadata"]["generation"] + 1, "exactly one rollout"
