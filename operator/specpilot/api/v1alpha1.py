@@ -859,6 +859,14 @@ class EffectiveStatus(_Model):
     )
     threshold_support: str | None = Field(None, description="How the threshold is expressed for this vLLM version.")
     config_hash: str = Field(description="Hash of the rendered vLLM command line on the pod template.")
+    rollout_started: str | None = Field(
+        None,
+        description="When the operator first applied configHash; its own rollout deadline (rolloutDeadline) counts "
+        "from here, also where the Deployment never reports ProgressDeadlineExceeded (a return to an old ReplicaSet).",
+    )
+    rollout_completed: str | None = Field(
+        None, description="When every replica of configHash was first available (the deadline no longer applies)."
+    )
     source: str | None = Field(None, description="Where the running intent comes from: spec, autotune or override.")
     canary: CanaryStatus | None = Field(None, description="The canary replica, while spec.autotune.canary runs one.")
 
