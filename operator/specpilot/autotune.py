@@ -240,6 +240,7 @@ def conclude(
         measurements=measurements,
         window=window,
         paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        pause_reason=f"halted: {halted}" if halted else "annotation specpilot.dev/pause=true",
         reevaluate_token=token,
         last_handled_reevaluate=status.get("lastHandledReevaluate"),
         rollout_in_progress=in_progress,

@@ -285,6 +285,8 @@ class PolicyInputs:
     measurements: Mapping[str, Measurement]
     window: Window
     paused: bool = False
+    # why: the pause annotation unless the shell says otherwise (automation halted after a failed rollout)
+    pause_reason: str = "annotation specpilot.dev/pause=true"
     reevaluate_token: str | None = None
     last_handled_reevaluate: str | None = None
     rollout_in_progress: bool = False
@@ -1017,11 +1019,11 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
                 PolicyEvent(
                     "Normal",
                     "AutomationPaused",
-                    "annotation specpilot.dev/pause=true: measuring only, no recommendation or change",
+                    f"{inputs.pause_reason}: measuring only, no recommendation or change",
                 )
             )
         state = replace(state, paused=True, streak=None)
-        return hold("automation paused by annotation specpilot.dev/pause=true", "paused", state)
+        return hold(f"automation paused: {inputs.pause_reason}", "paused", state)
     state = replace(state, paused=False)
     if inputs.rollout_in_progress:
         return hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)

@@ -500,7 +500,8 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
 
     speculating = intent.enabled
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
-    spec_message = _speculation_message(spec, intent, source, autotune_status)
+    halt = inputs.autotune_fields.get("autotuneHalt", inputs.status.get("autotuneHalt")) or {}
+    spec_message = _speculation_message(spec, intent, source, autotune_status, halt.get("reason"))
     threshold = (
         cond.ConditionUpdate(cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered))
         if rendered.threshold_support == ThresholdSupport.UNSUPPORTED
@@ -566,7 +567,10 @@ def _speculation_message(
     intent: SpeculationIntent,
     source: str,
     autotune_status: Mapping[str, Any] | None,
+    halted: str | None = None,
 ) -> str:
+    if source == "autotune" and halted:
+        return f"autotune: {halted}"  # the running config is the one reverted to, not the last actuation's
     if source == "autotune":
         actuations = PolicyState.from_dict(autotune_status).actuations
         return f"autotune: {actuations[-1].reason}" if actuations else "chosen by autotune"

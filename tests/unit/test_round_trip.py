@@ -180,5 +180,9 @@ def test_a_reenable_kubernetes_never_times_out_is_timed_out_by_the_operator() ->
         assert not cluster.evaluate(plain).actuated
     ready = next(c for c in cluster.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "Available")
+    active = next(c for c in cluster.status["conditions"] if c["type"] == "SpeculationActive")
+    assert "missed its deadline; reverted" in active["message"], "says why it runs, not the probe's old reason"
+    paused_events = [e.message for e in cluster.events if e.reason == "AutomationPaused"]
+    assert paused_events[0].startswith("halted: the EnableSpeculation rollout"), paused_events  # not "annotation"
     failed = [(e.type, e.message[:60]) for e in cluster.events if e.reason == "RolloutFailed"]
     assert [kind for kind, _ in failed] == ["Warning", "Warning"], failed  # the deadline, then the revert
