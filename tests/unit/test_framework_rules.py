@@ -310,3 +310,46 @@ def test_a_quantization_change_is_judged_on_its_first_settled_window_and_warns_o
 def test_events_only_for_rules_that_fire() -> None:
     quiet = [Finding("MixedWorkload", "False", "TailNotWidened", ""), Finding("ShortOutputs", "Unknown", "X", "")]
     assert events_for(quiet, []) == []
+
+
+# ------------------------------------------------------------------------------------------------ through the seams
+
+
+def test_quantization_penalty_through_the_seams() -> None:
+    """autotune.conclude -> reconcile -> status as the API server stores it (merge patch, pruned): the acceptance
+    record survives in status.autotune.framework, a target quantized to AWQ is judged on its first settled window,
+    QuantizationPenalty turns True with both numbers, and exactly one Warning event is posted."""
+    import copy
+
+    from tests.seams import ROUND_TRIP_SPEC, Cluster, window_measurements
+
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["autotune"]["mode"] = "Recommend"
+    cluster = Cluster(raw)
+    cluster.reconcile()
+    cluster.settle()
+    for _ in range(2):
+        cluster.advance(4)
+        cluster.evaluate(window_measurements(speculating=True, acceptance=0.72, batch=5))
+    stored = cluster.status["autotune"]["framework"]["acceptance"]
+    assert [w["acceptance"] for w in stored] == [0.72, 0.72]
+    penalty = next(c for c in cluster.status["conditions"] if c["type"] == "QuantizationPenalty")
+    assert (penalty["status"], penalty["reason"]) == ("False", "NoQuantizationChange")
+
+    cluster.spec["target"]["quantization"] = "awq"
+    cluster.advance(1)
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(1)  # not settled yet (window 2m + 2 scrapes): the window is not recorded
+    cluster.evaluate(window_measurements(speculating=True, acceptance=0.64, batch=5))
+    assert len(cluster.status["autotune"]["framework"]["acceptance"]) == 2
+    for _ in range(3):
+        cluster.advance(4)
+        cluster.evaluate(window_measurements(speculating=True, acceptance=0.64, batch=5))
+    penalty = next(c for c in cluster.status["conditions"] if c["type"] == "QuantizationPenalty")
+    assert (penalty["status"], penalty["reason"]) == ("True", "QuantizationPenalty")
+    for words in ("target none -> awq", "0.72", "0.64", "8.0 points", "20,000 draft tokens", "400 requests"):
+        assert words in penalty["message"]
+    warnings = [e for e in cluster.events if e.reason == "QuantizationPenalty"]
+    assert [e.type for e in warnings] == ["Warning"]
+    assert cluster.status["recommendation"]["framework"][0]["condition"] == "QuantizationPenalty"
