@@ -353,3 +353,47 @@ def test_quantization_penalty_through_the_seams() -> None:
     warnings = [e for e in cluster.events if e.reason == "QuantizationPenalty"]
     assert [e.type for e in warnings] == ["Warning"]
     assert cluster.status["recommendation"]["framework"][0]["condition"] == "QuantizationPenalty"
+
+
+# ------------------------------------------------------------------------------------------------ in the simulator
+
+
+def test_short_outputs_from_the_simulators_generation_token_histogram() -> None:
+    """specpilot's real `measure` over simulated scrapes of a workload where 7 of 10 responses are 20 tokens long:
+    the share at or below 50 tokens comes out near 0.7, the median inside the 10-20 bucket, and the rule fires."""
+    from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
+    from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
+    from specpilot.evaluate import effective_window, measure
+    from specpilot.promql import Scope
+    from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+    from specpilot.sim.presets import LLAMA8B_H100
+    from specpilot.vllm.metrics import metric_names_for
+    from specpilot.vllm.versions import VllmVersion
+
+    version = VllmVersion.parse("0.32.0")
+    engine = Engine(EngineConfig(LLAMA8B_H100, version, "bench", 256, speculation=SpecConfig("eagle3", 3)), seed=1)
+    history = ScrapeHistory()
+    next_scrape, n = 15.0, 0
+    while engine.now < 420:
+        while n * 0.1 <= engine.now:  # 10 QPS
+            engine.submit(SimRequest(f"r{n}", n * 0.1, 200, 20 if n % 10 < 7 else 300))
+            n += 1
+        if engine.has_work():
+            engine.step()
+        else:  # short responses finish before the next arrival: idle until it
+            engine.advance_idle(n * 0.1)
+        while next_scrape <= engine.now:
+            history.add(snapshot(engine.metrics, next_scrape))
+            next_scrape += 15.0
+    s = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192)
+    scope = Scope("bench", "bench", "sim")
+    window = effective_window(s.autotune)
+    client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds, 50, 8192)
+    measurements = measure(s, scope, client, to_datetime(420))
+    share = measurements[Signal.OUTPUT_SHORT_FRACTION]
+    assert share.valid, share.detail
+    assert 0.6 < (share.value or 0) < 0.8
+    median = measurements[Signal.OUTPUT_TOKENS_P50].value or 0
+    assert 10 < median <= 20
+    finding = short_outputs(inputs(s, measurements))
+    assert (finding.status, finding.reason) == ("True", "ShortOutputs")
