@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -358,9 +359,14 @@ def test_quantization_penalty_through_the_seams() -> None:
 # ------------------------------------------------------------------------------------------------ in the simulator
 
 
-def test_short_outputs_from_the_simulators_generation_token_histogram() -> None:
-    """specpilot's real `measure` over simulated scrapes of a workload where 7 of 10 responses are 20 tokens long:
-    the share at or below 50 tokens comes out near 0.7, the median inside the 10-20 bucket, and the rule fires."""
+@functools.cache
+def simulated_window(
+    alpha_multiplier: float, short_every: int = 0, seconds: float = 420, seed: int = 1
+) -> dict[str, Measurement]:
+    """specpilot's real `measure` over simulated scrapes (bench/queries.py) of 10 QPS on Llama 8B + EAGLE-3, K=3.
+
+    `short_every`: 7 of every 10 responses are 20 tokens long when set, else all 150. `alpha_multiplier` scales the
+    drafter's acceptance, as a quantized target that agrees less with its draft would."""
     from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
     from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
     from specpilot.evaluate import effective_window, measure
@@ -371,12 +377,14 @@ def test_short_outputs_from_the_simulators_generation_token_histogram() -> None:
     from specpilot.vllm.versions import VllmVersion
 
     version = VllmVersion.parse("0.32.0")
-    engine = Engine(EngineConfig(LLAMA8B_H100, version, "bench", 256, speculation=SpecConfig("eagle3", 3)), seed=1)
+    config = EngineConfig(LLAMA8B_H100, version, "bench", 256, speculation=SpecConfig("eagle3", 3))
+    engine = Engine(config, seed=seed)
     history = ScrapeHistory()
     next_scrape, n = 15.0, 0
-    while engine.now < 420:
-        while n * 0.1 <= engine.now:  # 10 QPS
-            engine.submit(SimRequest(f"r{n}", n * 0.1, 200, 20 if n % 10 < 7 else 300))
+    while engine.now < seconds:
+        while n * 0.1 <= engine.now:
+            output = 20 if short_every and n % 10 < 7 else 150
+            engine.submit(SimRequest(f"r{n}", n * 0.1, 200, output, alpha_multiplier=alpha_multiplier))
             n += 1
         if engine.has_work():
             engine.step()
@@ -389,11 +397,44 @@ def test_short_outputs_from_the_simulators_generation_token_histogram() -> None:
     scope = Scope("bench", "bench", "sim")
     window = effective_window(s.autotune)
     client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds, 50, 8192)
-    measurements = measure(s, scope, client, to_datetime(420))
+    return measure(s, scope, client, to_datetime(seconds))
+
+
+def bench_target(quantization: str) -> SpeculativeDeploymentSpec:
+    from specpilot.bench.specpilot_policy import bench_spec
+    from specpilot.sim.presets import LLAMA8B_H100
+
+    raw = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192).model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["target"]["quantization"] = quantization
+    return parse_spec(raw)
+
+
+def test_short_outputs_from_the_simulators_generation_token_histogram() -> None:
+    """A simulated workload where 7 of 10 responses are 20 tokens long: the share at or below 50 tokens comes out
+    near 0.7, the median inside the 10-20 bucket, and the rule fires."""
+    measurements = simulated_window(1.0, short_every=10)
     share = measurements[Signal.OUTPUT_SHORT_FRACTION]
     assert share.valid, share.detail
     assert 0.6 < (share.value or 0) < 0.8
     median = measurements[Signal.OUTPUT_TOKENS_P50].value or 0
     assert 10 < median <= 20
-    finding = short_outputs(inputs(s, measurements))
+    finding = short_outputs(inputs(bench_target("none"), measurements))
     assert (finding.status, finding.reason) == ("True", "ShortOutputs")
+    long = short_outputs(inputs(bench_target("none"), simulated_window(1.0)))
+    assert (long.status, long.reason) == ("False", "OutputsLongEnough")
+
+
+@pytest.mark.parametrize(("multiplier", "reason"), [(0.87, "QuantizationPenalty"), (0.98, "AcceptanceKept")])
+def test_a_simulated_quantization_change_is_judged_right(multiplier: float, reason: str) -> None:
+    """The simulator's drafter loses acceptance after the target is quantized to AWQ (alpha x multiplier): a drop
+    of about 8 points is a penalty, one of about 1 point is not; the numbers are what `measure` read."""
+    before, after = simulated_window(1.0), simulated_window(multiplier, seed=2)
+    state = FrameworkState()
+    _, state = evaluate(inputs(bench_target("none"), before), state, T0)
+    findings, state = evaluate(inputs(bench_target("awq"), after), state, T0 + 30 * MIN)
+    a0, a1 = before[Signal.ACCEPTANCE_RATE].value, after[Signal.ACCEPTANCE_RATE].value
+    assert a0 is not None
+    assert a1 is not None
+    assert findings[0].reason == reason, findings[0].message
+    assert findings[0].evidence["drop"] == pytest.approx(round(a0, 4) - round(a1, 4), abs=1e-4)
+    print(f"x{multiplier}: acceptance {a0:.3f} -> {a1:.3f}: {findings[0].reason}")
