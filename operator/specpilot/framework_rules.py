@@ -195,21 +195,27 @@ def quantization_penalty(
 ) -> Finding:
     """Compare the first window of `current` with the last window, before it, of a config differing only in
     quantization; the same load bucket and traffic mix, or inconclusive."""
-    mine = sorted((w for w in record if w.config == current), key=lambda w: w.at)
+    # This config's current run: its windows since the last window of any other config (A -> B -> A compares
+    # the second A with B, not with the first A).
+    last_other = max((w.at for w in record if w.config != current), default=None)
+    mine = sorted(
+        (w for w in record if w.config == current and (last_other is None or w.at > last_other)), key=lambda w: w.at
+    )
     if not mine:
         return Finding(
             QUANTIZATION_PENALTY, "Unknown", "NoEvidence", "no settled acceptance window for this config yet"
         )
     first = mine[0]
-    before_all = sorted(
-        (w for w in record if w.at < first.at and current.same_except_quantization(w.config)), key=lambda w: w.at
-    )
-    if not before_all:
+    earlier = sorted((w for w in record if w.at < first.at), key=lambda w: w.at)
+    # Only the config that ran right before is compared, and only when quantization is all that changed.
+    before_all = [w for w in earlier if earlier and w.config == earlier[-1].config]
+    if not before_all or not current.same_except_quantization(before_all[-1].config):
+        what = "no earlier config" if not before_all else f"the previous config was {before_all[-1].config.describe()}"
         return Finding(
             QUANTIZATION_PENALTY,
             "False",
             "NoQuantizationChange",
-            f"no earlier window of this config with another quantization ({current.describe()})",
+            f"{what}; now {current.describe()}",
         )
     previous = before_all[-1].config
     before_same_config = [w for w in before_all if w.config == previous]
