@@ -264,7 +264,9 @@ def conclude(
     findings: list[framework_rules.Finding] = []
     if not inputs.paused:
         findings, framework_state = framework_rules.evaluate(
-            _framework_inputs(inputs, state, now), framework_rules.FrameworkState.from_dict(framework), now
+            _framework_inputs(inputs, state, now, previous),
+            framework_rules.FrameworkState.from_dict(framework),
+            now,
         )
         framework = framework_state.to_dict()
         events.extend(Event(*e) for e in framework_rules.events_for(findings, previous))
@@ -289,7 +291,9 @@ def conclude(
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
 
 
-def _framework_inputs(inputs: PolicyInputs, state: PolicyState, now: datetime) -> framework_rules.FrameworkInputs:
+def _framework_inputs(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, previous: list[dict[str, Any]]
+) -> framework_rules.FrameworkInputs:
     """The framework rules see what the policy saw; a window counts once the config settled (rule 13)."""
     spec = inputs.spec
     settle = inputs.window.seconds + 2 * parse_duration(spec.autotune.scrape_interval)
@@ -309,4 +313,5 @@ def _framework_inputs(inputs: PolicyInputs, state: PolicyState, now: datetime) -
         settled=settled,
         canary=inputs.canary if inputs.current.enabled else None,
         baseline=state.baseline,
+        firing=frozenset(str(c.get("type")) for c in previous if c.get("status") == "True"),
     )

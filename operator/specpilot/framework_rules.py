@@ -60,6 +60,10 @@ WARNING_REASONS = {
     SHORT_OUTPUTS: "ShortOutputs",
     MIXED_WORKLOAD: "MixedWorkload",
 }
+# Hysteresis: a rule that fired stays True until its signal is this far back on the other side of its threshold, so
+# a workload hovering at a threshold does not post an event on every other evaluation.
+SHORT_SHARE_HYSTERESIS = 0.1  # absolute share of short responses
+TAIL_HYSTERESIS = 0.5  # fraction of tailWideningTolerance
 TRAFFIC_MIX_TOLERANCE = 0.15  # absolute difference in the share of short responses that makes windows incomparable
 BASELINE_MAX_AGE = timedelta(days=1)  # as the policy: older latency describes another traffic mix
 # 4-bit weight formats: the framework's "INT4" target (plus weightBits 4 for formats that allow several widths).
@@ -124,6 +128,7 @@ class FrameworkInputs:
     settled: bool = True  # the config ran a full window plus two scrapes, and no rollout is in flight
     canary: Mapping[str, Measurement] | None = None  # a plain canary on the same traffic, while speculating
     baseline: Sequence[BaselineEntry] = ()  # the policy's latency record (per mode, load bucket, metric)
+    firing: frozenset[str] = frozenset()  # framework conditions True before this evaluation (for hysteresis)
 
 
 def _valid(measurements: Mapping[str, Measurement], signal: Signal) -> float | None:
@@ -374,7 +379,8 @@ def short_outputs(inputs: FrameworkInputs) -> Finding:
         + ("" if median is None else f" (median {median:.0f})")
         + f"; shortOutputFraction {workload.short_output_fraction:.0%}"
     )
-    if share >= workload.short_output_fraction:
+    fraction = workload.short_output_fraction
+    if share >= (fraction - SHORT_SHARE_HYSTERESIS if SHORT_OUTPUTS in inputs.firing else fraction):
         advice = (
             "recommend speculation off (spec.speculation.enabled: false or overrides.speculation: ForceOff): "
             "drafting overhead exceeds the gain on short responses"
@@ -419,7 +425,8 @@ def mixed_workload(inputs: FrameworkInputs, now: datetime) -> Finding:
         f"P99/P50 {name} {ratio_on:.2f} with speculation ({p99 * 1000:.1f}/{p50 * 1000:.1f} ms) vs {ratio_off:.2f} "
         f"without ({base_p99 * 1000:.1f}/{base_p50 * 1000:.1f} ms, {source}) at batch {bucket_label(bucket)}"
     )
-    if p50 < base_p50 and ratio_on > ratio_off * (1 + tolerance):
+    needed = tolerance * (TAIL_HYSTERESIS if MIXED_WORKLOAD in inputs.firing else 1.0)
+    if p50 < base_p50 and ratio_on > ratio_off * (1 + needed):
         return Finding(
             MIXED_WORKLOAD,
             "True",

@@ -446,3 +446,29 @@ def test_a_simulated_quantization_change_is_judged_right(multiplier: float, reas
     assert findings[0].reason == reason, findings[0].message
     assert findings[0].evidence["drop"] == pytest.approx(round(a0, 4) - round(a1, 4), abs=1e-4)
     print(f"x{multiplier}: acceptance {a0:.3f} -> {a1:.3f}: {findings[0].reason}")
+
+
+@pytest.mark.parametrize(
+    ("values", "firing", "status"),
+    [
+        ({"output_short_fraction": 0.45}, frozenset(), "False"),  # below 0.5: not firing
+        ({"output_short_fraction": 0.45}, frozenset({"ShortOutputs"}), "True"),  # fired: stays until < 0.4
+        ({"output_short_fraction": 0.35}, frozenset({"ShortOutputs"}), "False"),
+    ],
+)
+def test_short_outputs_hysteresis(values: dict[str, float], firing: frozenset[str], status: str) -> None:
+    assert short_outputs(inputs(spec(), measured(**values), firing=firing)).status == status
+
+
+@pytest.mark.parametrize(
+    ("p99", "firing", "status"),
+    [
+        (0.024, frozenset(), "False"),  # ratio 2.4 vs 2.0: +20% < 25%
+        (0.024, frozenset({"MixedWorkload"}), "True"),  # fired: stays while wider than +12.5%
+        (0.022, frozenset({"MixedWorkload"}), "False"),  # +10%: clears
+    ],
+)
+def test_mixed_workload_hysteresis(p99: float, firing: frozenset[str], status: str) -> None:
+    ms = measured(tpot_p50=0.010, tpot_p99=p99, batch_size=5)
+    finding = mixed_workload(inputs(spec(), ms, baseline=[off_entry(20, 40)], firing=firing), T0 + MIN)
+    assert finding.status == status, finding.message
