@@ -77,7 +77,8 @@ def measure(
     minimums = min_samples_for(spec.autotune)
     results: dict[str, Measurement] = {}
     unreachable: RawResult | None = None
-    for query in build_queries(names, scope, window):
+    short = spec.autotune.workload.short_output_tokens
+    for query in build_queries(names, scope, window, short, spec.engine.max_model_len):
         if query.promql is None:
             results[query.signal] = unavailable(query)
             continue

@@ -157,6 +157,16 @@ CEL_REFUSALS = [
     ("autotune.interval", "0s", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline must be greater"),
     ("autotune.rolloutDeadline", "0ms", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline"),
     ("autotune.latency", {"p99Target": "0s"}, "spec.autotune.latency.p99Target must be greater than 0s"),
+    (
+        "speculation.acceptance",
+        {"method": "Exact", "posteriorAlpha": 0.3},
+        "spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed",
+    ),
+    (
+        "speculation.acceptance",
+        {"posteriorThreshold": 0.2},  # method defaults to Exact
+        "spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed",
+    ),
 ]
 
 
@@ -181,6 +191,9 @@ ACCEPTED = [
     ("autotune.prometheus", {"url": "http://thanos-query.monitoring.svc.cluster.local:10902"}),
     ("autotune.prometheus", {"connection": "monitoring"}),
     ("autotune.probeInterval", "0s"),
+    ("speculation.acceptance", {"method": "Relaxed", "posteriorThreshold": 0.2, "posteriorAlpha": 0.4}),
+    ("speculation.acceptance", {"method": "Block", "draftSampling": "Probabilistic"}),
+    ("autotune.workload", {"shortOutputTokens": 100, "shortOutputFraction": 0.8, "tailWideningTolerance": 0.5}),
 ]
 
 

@@ -193,6 +193,21 @@ class LatencyMetric(StrEnum):
     E2E = "e2e"
 
 
+class AcceptanceMethod(StrEnum):
+    """How the target verifies draft tokens, by intent; vllm/acceptance.py compiles it per vLLM version."""
+
+    EXACT = "Exact"  # lossless token-by-token rejection sampling: vLLM's default on every version, renders nothing
+    BLOCK = "Block"  # lossless block verification: same output distribution, more tokens per step (vLLM 0.26+)
+    RELAXED = "Relaxed"  # lossy: typical acceptance (V0, 0.6.0-0.9.2) or FLy (0.33+); output may differ from target
+
+
+class DraftSampling(StrEnum):
+    """How the draft proposes tokens (vLLM's draft_sample_method, 0.22+)."""
+
+    GREEDY = "Greedy"  # one-hot draft distribution (vLLM's default)
+    PROBABILISTIC = "Probabilistic"  # full draft logits: higher acceptance on sampled requests, more memory
+
+
 class SpeculationOverride(StrEnum):
     """A user pin that automation must respect (control-loop rule 18)."""
 
@@ -336,6 +351,26 @@ class DraftSpec(_Spec):
     architecture: ModelArchitecture | None = Field(None, description="Config numbers when the draft is not cataloged.")
 
 
+class AcceptanceMethodSpec(_Spec):
+    """The acceptance method by intent; the framework's lever for a quantized target near break-even."""
+
+    method: AcceptanceMethod = Field(
+        AcceptanceMethod.EXACT,
+        strict=False,
+        description="Exact (lossless, default), Block (lossless block verification, vLLM 0.26+) or Relaxed (lossy: "
+        "typical acceptance on the V0 engine of vLLM 0.6.0-0.9.2, FLy on vLLM 0.33+).",
+    )
+    posterior_threshold: float | None = Field(
+        None, gt=0, le=1, description="Relaxed on typical acceptance only: posterior threshold (vLLM default 0.09)."
+    )
+    posterior_alpha: float | None = Field(
+        None, gt=0, le=1, description="Relaxed on typical acceptance only: posterior alpha (vLLM default 0.3)."
+    )
+    draft_sampling: DraftSampling | None = Field(
+        None, strict=False, description="Greedy or Probabilistic draft sampling (draft_sample_method, vLLM 0.22+)."
+    )
+
+
 class SpeculationSpec(_Spec):
     method: SpeculationMethod = Field(description="Speculation method.", strict=False)
     enabled: bool = Field(True, description="Desired baseline; autotune may switch it within its policy.")
@@ -351,6 +386,11 @@ class SpeculationSpec(_Spec):
     )
     prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram: shortest match.")
     prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram: longest match.")
+    acceptance: AcceptanceMethodSpec | None = Field(
+        None,
+        description="How the target verifies draft tokens (intent; rendered per vLLM version, refused with the "
+        "alternatives where the version has no such choice). Omitted: vLLM's exact rejection sampling.",
+    )
 
 
 class ParallelismSpec(_Spec):
@@ -418,6 +458,13 @@ class PrometheusSpec(_Spec):
 class AcceptanceSpec(_Spec):
     disable_below: float = Field(0.5, ge=0, le=1, description="Turn speculation off below this acceptance rate.")
     enable_above: float = Field(0.65, ge=0, le=1, description="Turn it back on above this (must exceed disableBelow).")
+    quantization_drop_tolerance: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="After a quantization change of target or draft, an acceptance drop beyond this (absolute, "
+        "0.05 = 5 points) at the same load sets QuantizationPenalty and recommends the next step.",
+    )
 
 
 class LatencySpec(_Spec):
@@ -427,6 +474,24 @@ class LatencySpec(_Spec):
     )
     regression_tolerance: float = Field(
         0.1, ge=0, le=10, description="Allowed P99 regression versus the non-speculative baseline (0.1 = 10%)."
+    )
+
+
+class WorkloadSpec(_Spec):
+    """Workload shapes where speculation does not pay for everyone (framework rules; framework_rules.py)."""
+
+    short_output_tokens: int = Field(
+        50, ge=1, le=100_000, description="A response shorter than this many tokens counts as short."
+    )
+    short_output_fraction: float = Field(
+        0.5, gt=0, le=1, description="Recommend speculation off when at least this share of responses is short."
+    )
+    tail_widening_tolerance: float = Field(
+        0.25,
+        ge=0,
+        le=10,
+        description="MixedWorkload when the P99/P50 latency ratio with speculation exceeds the one without it at "
+        "the same load by more than this (0.25 = 25%) while P50 improves.",
     )
 
 
@@ -477,6 +542,7 @@ class AutotuneSpec(_Spec):
     acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
     latency: LatencySpec = Field(default_factory=LatencySpec)
     batch_threshold: BatchThresholdSpec = Field(default_factory=BatchThresholdSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     min_samples: MinSamplesSpec = Field(default_factory=MinSamplesSpec)
     agreeing_evaluations: int = Field(3, ge=1, le=100, description="Consecutive evaluations that must agree.")
     stabilization: Duration = _duration("10m", "Every recommendation in this window must agree before acting.")
@@ -568,6 +634,18 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
         holds=lambda s: (
             s.speculation.method not in (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM)
             or s.speculation.num_speculative_tokens is not None
+        ),
+    ),
+    CrossFieldRule(
+        at=("speculation",),
+        cel="!has(self.acceptance) || (has(self.acceptance.method) && self.acceptance.method == 'Relaxed') || "
+        "(!has(self.acceptance.posteriorThreshold) && !has(self.acceptance.posteriorAlpha))",
+        message="spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed when "
+        "spec.speculation.acceptance.method is Relaxed",
+        holds=lambda s: (
+            s.speculation.acceptance is None
+            or s.speculation.acceptance.method is AcceptanceMethod.RELAXED
+            or (s.speculation.acceptance.posterior_threshold, s.speculation.acceptance.posterior_alpha) == (None, None)
         ),
     ),
     CrossFieldRule(

@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from specpilot.api.v1alpha1 import Quantization, SpeculationMethod, SpeculativeDeploymentSpec
+from specpilot.vllm import acceptance
 from specpilot.vllm.intent import BatchSchedule, SpeculationIntent, intent_from_spec
 from specpilot.vllm.metrics import MetricNames, default_engine, metric_names_for
 from specpilot.vllm.versions import (
@@ -264,6 +265,7 @@ _SPECULATION_FLAGS = (
     "--speculative-disable-by-batch-size",
     "--ngram-prompt-lookup-max",
     "--ngram-prompt-lookup-min",
+    *(flag for _, flag in acceptance.LEGACY_FLAGS),
 )
 # Flags the renderer owns, with the spec field that sets them: a second copy in extraArgs would silently win
 # (argparse keeps the last), so the plan, the threshold and the status would describe a pod that does not exist.
@@ -382,7 +384,16 @@ def _check_spec(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: E
             f"must be 1: the V0 engine that speculates on vLLM {version} raises NotImplementedError "
             "(speculative decoding is incompatible with pipeline parallelism)",
         )
+    _acceptance(spec, version, engine)
     _check_extra_args(spec.engine.extra_args)
+
+
+def _acceptance(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: Engine) -> dict[str, Any]:
+    """The acceptance-method keys (vllm/acceptance.py), its refusal as an UnsupportedCombination."""
+    try:
+        return acceptance.acceptance_config(spec.speculation.acceptance, version, engine, spec.speculation.method)
+    except acceptance.AcceptanceUnsupported as err:
+        raise UnsupportedCombination(err.field, err.problem) from None
 
 
 # ------------------------------------------------------------------------------------------------- threshold
@@ -529,6 +540,7 @@ _LEGACY_FLAGS = (
     ("prompt_lookup_max", "--ngram-prompt-lookup-max"),
     ("prompt_lookup_min", "--ngram-prompt-lookup-min"),
     ("disable_by_batch_size", "--speculative-disable-by-batch-size"),
+    *acceptance.LEGACY_FLAGS,
 )
 
 
@@ -664,6 +676,7 @@ def render_command(
         engine = speculation_engine
         threshold = _plan_threshold(spec, version, engine, intent)
         speculative_config = _speculative_config(spec, intent, threshold, legacy=legacy)
+        speculative_config.update(_acceptance(spec, version, engine))
         if version < V2_BLOCK_MANAGER_DEFAULT:
             argv.append("--use-v2-block-manager")
         argv += _speculation_args(speculative_config, legacy=legacy)
