@@ -262,7 +262,8 @@ def conclude(
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
     framework = (status.get("autotune") or {}).get("framework")
-    findings: list[framework_rules.Finding] = []
+    findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
+    verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
     if not inputs.paused:
         findings, framework_state = framework_rules.evaluate(
             _framework_inputs(inputs, state, now, previous),
@@ -270,7 +271,8 @@ def conclude(
             now,
         )
         framework = framework_state.to_dict()
-        events.extend(Event(*e) for e in framework_rules.events_for(findings, previous))
+        verdicts = framework_rules.keep_verdicts(findings, previous)
+        events.extend(Event(*e) for e in framework_rules.events_for(verdicts, previous))
     fields: dict[str, Any] = {
         "observed": observed_fields(measurements, window.promql(), now),
         "recommendation": {
@@ -288,7 +290,7 @@ def conclude(
         fields["recommendation"]["framework"] = [f.to_dict() for f in findings]
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
-    conditions = _conditions(state, previous, halted) + [f.update() for f in findings]
+    conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
 
 

@@ -26,7 +26,7 @@ with the reason) and its evidence. `events_for` posts one event when a condition
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -475,6 +475,21 @@ def evaluate(inputs: FrameworkInputs, state: FrameworkState, now: datetime) -> t
         mixed_workload(inputs, now),
     ]
     return findings, state
+
+
+def keep_verdicts(findings: Sequence[Finding], previous: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """An inconclusive window (Unknown: too few responses while a new pod warms up, a rollout) keeps the condition's
+    last verdict, so a rule that holds is told once, not again after every rollout."""
+    before = {str(c.get("type")): c for c in previous}
+    kept = []
+    for finding in findings:
+        old = before.get(finding.condition) or {}
+        if finding.status == "Unknown" and old.get("status") in ("True", "False"):
+            finding = replace(
+                finding, status=old["status"], reason=str(old.get("reason", "")), message=str(old.get("message", ""))
+            )
+        kept.append(finding)
+    return kept
 
 
 def events_for(findings: Sequence[Finding], previous: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:

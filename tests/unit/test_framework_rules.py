@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from specpilot import framework_rules as fr
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.baseline import (
     ACCEPTANCE_WINDOWS_PER_CONFIG,
@@ -472,3 +473,26 @@ def test_mixed_workload_hysteresis(p99: float, firing: frozenset[str], status: s
     ms = measured(tpot_p50=0.010, tpot_p99=p99, batch_size=5)
     finding = mixed_workload(inputs(spec(), ms, baseline=[off_entry(20, 40)], firing=firing), T0 + MIN)
     assert finding.status == status, finding.message
+
+
+@pytest.mark.parametrize(
+    ("previous", "expected"),
+    [
+        ({"status": "True", "reason": "ShortOutputs", "message": "90% short"}, ("True", "ShortOutputs", "90% short")),
+        ({"status": "False", "reason": "OutputsLongEnough", "message": "5%"}, ("False", "OutputsLongEnough", "5%")),
+        ({"status": "Unknown", "reason": "NoEvidence", "message": "x"}, ("Unknown", "NoEvidence", "no responses")),
+        (None, ("Unknown", "NoEvidence", "no responses")),
+    ],
+)
+def test_an_inconclusive_window_keeps_the_last_verdict_and_tells_nothing_again(
+    previous: dict[str, str] | None, expected: tuple[str, str, str]
+) -> None:
+    """A rollout's warm-up window has too few responses (Unknown); ShortOutputs stays True and no second event."""
+    inconclusive = fr.Finding(fr.SHORT_OUTPUTS, "Unknown", "NoEvidence", "no responses")
+    before = [] if previous is None else [{"type": fr.SHORT_OUTPUTS, **previous}]
+    kept = fr.keep_verdicts([inconclusive], before)
+    assert [(f.status, f.reason, f.message) for f in kept] == [expected]
+    assert fr.events_for(kept, before) == []
+    conclusive_again = fr.Finding(fr.SHORT_OUTPUTS, "True", "ShortOutputs", "91% short")
+    told = fr.events_for(fr.keep_verdicts([conclusive_again], before), before)
+    assert len(told) == (0 if previous and previous["status"] == "True" else 1)
