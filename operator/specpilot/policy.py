@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from specpilot.agreement import keys_agree
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
@@ -40,6 +41,7 @@ from specpilot.api.v1alpha1 import (
 )
 from specpilot.baseline import (
     BaselineEntry,
+    BaselineSummary,
     CanaryOutcome,
     Mode,
     bucket_label,
@@ -65,6 +67,7 @@ from specpilot.schedule import (
     profile_geometric,
     schedule_text,
 )
+from specpilot.speed import PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
     SpeculationIntent,
@@ -312,6 +315,7 @@ class Proposal:
     evidence: dict[str, Any]
     probe: bool = False
     off_kind: OffReason | None = None
+    advisory: bool = False  # published as a recommendation, never applied by Auto (evidence too weak to act on)
 
     def key(self) -> str:
         return self.action.value + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
@@ -534,11 +538,27 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     off_target = inputs.current.without_speculation()
     batch = _valid(m, Signal.BATCH_SIZE)
 
+    speed = _speed(inputs, state, now)
+    evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
+    faster = speed.outcome is Speed.FASTER
     if at.overrides.speculation is not SpeculationOverride.FORCE_ON:
-        if acceptance is not None and acceptance < below:
+        if acceptance is not None and acceptance < below and not faster:
             reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+            if speed.known:
+                return Proposal(
+                    Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
+                )
+            if inputs.spec.speculation.adaptive_verification:
+                reason = (
+                    f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
+                    f"comparison yet ({speed.evidence.get('note', speed.reason)}): recommended, not applied, until a "
+                    "plain baseline or canary at this load shows speculation is not faster"
+                )
+                return Proposal(
+                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
+                )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
-        if state.probe_started is not None and acceptance is not None and acceptance < above:
+        if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
                 f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
                 f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
@@ -563,6 +583,11 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
             tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
             return Proposal(Action.DISABLE, off_target, f"{regression}{tail}", evidence, off_kind=kind)
+        if speed.outcome is Speed.SLOWER:
+            drafter_ok = acceptance is not None and acceptance >= below
+            kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
+            tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
+            return Proposal(Action.DISABLE, off_target, f"{speed.reason}{tail}", evidence, off_kind=kind)
         if inputs.canary is not None:
             verdict = compare_canary(
                 m,
@@ -579,7 +604,12 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
 
     if acceptance is None:
         return _keep(inputs, f"holding: {_why(m, Signal.ACCEPTANCE_RATE)}", evidence)
-    summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+    if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
+        summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+        if faster:
+            summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
+    else:
+        summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
     plan = _plan(inputs, state, now, acceptance, batch)
@@ -627,6 +657,40 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
                 evidence,
             )
     return "", evidence
+
+
+def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:
+    """Speculation's mean TPOT against plain at the same load: a plain canary first, else the baseline record."""
+    at = inputs.spec.autotune
+    m = inputs.measurements
+    tolerance = at.latency.regression_tolerance
+    tpot = _valid(m, Signal.TPOT_MEAN)
+    tpot_ms = None if tpot is None else tpot * 1000
+    batch = _valid(m, Signal.BATCH_SIZE)
+    if inputs.canary is not None and batch is not None:
+        plain_tpot = _valid(inputs.canary, Signal.TPOT_MEAN)
+        plain_batch = _valid(inputs.canary, Signal.BATCH_SIZE)
+        if plain_tpot is not None and plain_batch is not None and comparable_batches(batch, plain_batch):
+            detail = f"plain canary at batch {plain_batch:.1f} vs {batch:.1f}"
+            return compare_speed(
+                tpot_on_ms=tpot_ms, plain=PlainReference(plain_tpot * 1000, "canary", detail), tolerance=tolerance
+            )
+    if batch is None:
+        return compare_speed(tpot_on_ms=tpot_ms, plain=None, tolerance=tolerance, missing=_why(m, Signal.BATCH_SIZE))
+    bucket = load_bucket(batch)
+    base = summary(
+        state.baseline, mode=Mode.OFF, bucket=bucket, metric=at.latency.metric.value, now=now, max_age=BASELINE_MAX_AGE
+    )
+    if base is None or base.tpot_mean_ms is None:
+        missing = f"no plain mean TPOT at batch {bucket_label(bucket)} (baseline record or canary) yet"
+        return compare_speed(tpot_on_ms=tpot_ms, plain=None, tolerance=tolerance, missing=missing)
+    detail = (
+        f"baseline at batch {bucket_label(bucket)}, {base.windows} window{'s' if base.windows != 1 else ''}, "
+        f"newest {format_time(base.newest)}"
+    )
+    return compare_speed(
+        tpot_on_ms=tpot_ms, plain=PlainReference(base.tpot_mean_ms, "baseline", detail), tolerance=tolerance
+    )
 
 
 def _plan(
@@ -740,6 +804,21 @@ def _propose_while_off(
             evidence,
         )
 
+    trap = _acceptance_gate_misread(inputs, off, on_record, batch)
+    if trap is not None:
+        evidence["speed"] = {"outcome": trap.outcome.value, "reason": trap.reason, **trap.evidence}
+        if trap.outcome is Speed.FASTER:
+            assert on_record is not None
+            assert on_record.acceptance is not None
+            return Proposal(
+                Action.ENABLE,
+                on_target,
+                f"the acceptance gate misread this drafter: with speculation at acceptance {on_record.acceptance:.2f} "
+                f"(below disableBelow {at.acceptance.disable_below:.2f}) at batch {bucket_label(bucket)}, "
+                f"{trap.reason}",
+                evidence,
+            )
+
     if off is None:
         origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
         return _keep(inputs, f"speculation off {origin}; no canary, record or probe evidence to enable it", evidence)
@@ -764,6 +843,31 @@ def _propose_while_off(
         f"(probeInterval {format_duration(probe_interval)})",
         evidence,
         probe=True,
+    )
+
+
+def _acceptance_gate_misread(
+    inputs: PolicyInputs, off: OffRecord | None, on_record: BaselineSummary | None, batch: float
+) -> SpeedVerdict | None:
+    """After an acceptance-driven disable: was speculation, at that low acceptance, faster than plain is now?
+
+    Only a record taken while acceptance was already below disableBelow counts (a record from before a drafter
+    degraded proves nothing about the degraded drafter); plain is this window's mean TPOT at the same load bucket.
+    """
+    if off is None or off.kind is not OffReason.ACCEPTANCE or on_record is None:
+        return None
+    if on_record.acceptance is None or on_record.acceptance >= inputs.spec.autotune.acceptance.disable_below:
+        return None
+    if on_record.tpot_mean_ms is None:
+        return None
+    plain = _valid(inputs.measurements, Signal.TPOT_MEAN)
+    if plain is None:
+        return None
+    reference = PlainReference(plain * 1000, "this window", f"plain now at batch {batch:.1f}")
+    return compare_speed(
+        tpot_on_ms=on_record.tpot_mean_ms,
+        plain=reference,
+        tolerance=inputs.spec.autotune.latency.regression_tolerance,
     )
 
 
@@ -1006,10 +1110,13 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     if (
         inputs.current.enabled
         and state.probe_started is not None
-        and acceptance is not None
-        and acceptance >= at.acceptance.enable_above
+        and (
+            (acceptance is not None and acceptance >= at.acceptance.enable_above)
+            or _speed(inputs, state, now).outcome is Speed.FASTER
+        )
     ):
-        state = replace(state, probe_started=None, off=None)  # the probe confirmed the drafter: speculation stays
+        # the probe confirmed the drafter (acceptance, or measured speed against plain): speculation stays
+        state = replace(state, probe_started=None, off=None)
 
     if inputs.paused:
         if not state.paused:
@@ -1060,7 +1167,8 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     window = timedelta(seconds=parse_duration(at.stabilization))
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
-    elif state.streak is not None and state.streak.key == key:
+    elif state.streak is not None and keys_agree(state.streak.key, key):
+        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py)
         streak = replace(state.streak, count=state.streak.count + 1)
     else:
         streak = Streak(key, proposal.action, 1, now)
@@ -1090,15 +1198,20 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         )
         return decision, state
 
-    if at.mode is AutotuneMode.RECOMMEND:
+    if at.mode is AutotuneMode.RECOMMEND or proposal.advisory:
         state = _note_recommendation(state, inputs, proposal, events, agreed=True)
+        gate = (
+            "mode Recommend: published, not applied"
+            if at.mode is AutotuneMode.RECOMMEND
+            else "advisory: published, not applied (no measured speed comparison to act on)"
+        )
         decision = Decision(
             proposal.action,
             proposal.target,
             proposal.reason,
             evidence,
             actuate=False,
-            gate="mode Recommend: published, not applied",
+            gate=gate,
             throttled=False,
             events=tuple(events),
             **common,
@@ -1182,9 +1295,10 @@ def _note_recommendation(
         return state
     key = proposal.key() if proposal.action is not Action.KEEP else Action.KEEP.value
     first_keep = state.last_recommendation is None and proposal.action is Action.KEEP
-    if key != state.last_recommendation and not first_keep:
+    changed = state.last_recommendation is None or not keys_agree(state.last_recommendation, key)
+    if changed and not first_keep:
         events.append(PolicyEvent("Normal", "RecommendationChanged", f"{proposal.action.value}: {proposal.reason}"))
-    return replace(state, last_recommendation=key)
+    return replace(state, last_recommendation=key if changed else state.last_recommendation)
 
 
 def evaluate_alone(inputs: PolicyInputs, state: PolicyState, now: datetime) -> Decision:

@@ -121,6 +121,14 @@ class SpeculationMethod(StrEnum):
 
 METHODS_NEEDING_DRAFT = (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.EAGLE, SpeculationMethod.EAGLE3)
 METHODS_WITHOUT_DRAFT = (SpeculationMethod.NGRAM, SpeculationMethod.MTP, SpeculationMethod.SUFFIX)
+# Methods whose Model Runner V2 speculator estimates acceptance (vLLM 0.33 DraftModelSpeculator subclasses); the
+# n-gram speculator has no estimator (vLLM ignores the flag) and suffix does not run on Model Runner V2 at all.
+METHODS_WITH_ADAPTIVE_VERIFICATION = (
+    SpeculationMethod.DRAFT_MODEL,
+    SpeculationMethod.EAGLE,
+    SpeculationMethod.EAGLE3,
+    SpeculationMethod.MTP,
+)
 
 
 class Quantization(StrEnum):
@@ -351,6 +359,14 @@ class SpeculationSpec(_Spec):
     )
     prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram: shortest match.")
     prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram: longest match.")
+    adaptive_verification: bool = Field(
+        False,
+        description="vLLM >= 0.33 adaptive verification (enable_adaptive_verification): vLLM sizes each step's "
+        "verification budget from a start-up cost profile, so acceptance falls while speed rises and the autotuner "
+        "decides on measured speed instead. Methods "
+        + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + "; needs full CUDA graphs (no --enforce-eager), no LoRA, pipelineParallelSize 1.",
+    )
 
 
 class ParallelismSpec(_Spec):
@@ -618,6 +634,27 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
             s.speculation.disable_above_batch_size is None
             or s.speculation.disable_above_batch_size <= s.engine.max_num_seqs
         ),
+    ),
+    CrossFieldRule(
+        at=("speculation",),
+        cel="!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method in ["
+        + ", ".join(f"'{m.value}'" for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + "]",
+        message="spec.speculation.adaptiveVerification needs method "
+        + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + " (vLLM's n-gram speculator has no acceptance estimator and suffix does not run on Model Runner V2)",
+        holds=lambda s: (
+            not s.speculation.adaptive_verification or s.speculation.method in METHODS_WITH_ADAPTIVE_VERIFICATION
+        ),
+    ),
+    CrossFieldRule(
+        at=(),
+        cel="!has(self.speculation.adaptiveVerification) || !self.speculation.adaptiveVerification || "
+        "!has(self.parallelism) || !has(self.parallelism.pipelineParallelSize) || "
+        "self.parallelism.pipelineParallelSize == 1",
+        message="spec.speculation.adaptiveVerification needs spec.parallelism.pipelineParallelSize 1 (vLLM: "
+        "adaptive verification is not currently compatible with pipeline parallelism)",
+        holds=lambda s: not s.speculation.adaptive_verification or s.parallelism.pipeline_parallel_size == 1,
     ),
     CrossFieldRule(
         at=("target",),

@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from specpilot.api.v1alpha1 import Quantization, SpeculationMethod, SpeculativeDeploymentSpec
+from specpilot.vllm.adaptive import adaptive_verification_problem
 from specpilot.vllm.intent import BatchSchedule, SpeculationIntent, intent_from_spec
 from specpilot.vllm.metrics import MetricNames, default_engine, metric_names_for
 from specpilot.vllm.versions import (
@@ -383,6 +384,9 @@ def _check_spec(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: E
             "(speculative decoding is incompatible with pipeline parallelism)",
         )
     _check_extra_args(spec.engine.extra_args)
+    problem = adaptive_verification_problem(spec, version)
+    if problem is not None:
+        raise UnsupportedCombination(*problem)
 
 
 # ------------------------------------------------------------------------------------------------- threshold
@@ -513,6 +517,8 @@ def _speculative_config(
             config["revision"] = draft.revision
     if intent.num_speculative_tokens is not None:
         config["num_speculative_tokens"] = intent.num_speculative_tokens
+    if speculation.adaptive_verification:
+        config["enable_adaptive_verification"] = True
     if threshold.support is ThresholdSupport.DISABLE_BY_BATCH_SIZE:
         config["disable_by_batch_size"] = threshold.disable_above_batch_size
     elif threshold.support is ThresholdSupport.BATCH_SCHEDULE:

@@ -69,6 +69,7 @@ DISABLE_BY_BATCH_SIZE_REJECTED = v("0.17.0")
 DYNAMIC_SPECULATION = v("0.24.0")  # num_speculative_tokens_per_batch_size
 DRAFT_MODEL_V1 = v("0.15.0")  # draft_model back on V1 (NotImplementedError 0.10.0-0.14.x)
 MEDUSA_REMOVED = v("0.33.0")
+ADAPTIVE_VERIFICATION = v("0.33.0")  # enable_adaptive_verification beyond dspark (PR #52228, Model Runner V2)
 GGUF_REMOVED = v("0.24.0")
 BITSANDBYTES_REMOVED = v("0.28.0")
 CURRENT = v("0.33.0")
