@@ -45,6 +45,9 @@ DRAFTER_BY_METHOD: dict[str, Drafter] = {
     "draft_model": Drafter.DRAFT_MODEL,
     "ngram": Drafter.LOOKUP,
     "suffix": Drafter.LOOKUP,
+    "ngram_gpu": Drafter.LOOKUP,
+    "dflash": Drafter.PARALLEL,
+    "dspark": Drafter.PARALLEL,
 }
 
 
