@@ -615,6 +615,8 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     plan = _plan(inputs, state, now, acceptance, batch)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
+        if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
+            return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
         if plan.proposed is not None:
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
