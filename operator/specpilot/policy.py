@@ -59,15 +59,19 @@ from specpilot.measurements import Measurement, count_errors, positions
 from specpilot.promql import LATENCY_SIGNALS, Signal, Window
 from specpilot.schedule import (
     FitSettings,
+    StepCostModel,
     ThresholdPlan,
     ThresholdSupport,
     fit_support,
+    k_for_batch,
+    model_for_method,
     plan_threshold,
     profile_from_positions,
     profile_geometric,
     schedule_text,
 )
 from specpilot.speed import PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
+from specpilot.stepfit import StepSample, add_sample, fit_step_cost, sample_from_window
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
     SpeculationIntent,
@@ -169,6 +173,8 @@ class PolicyState:
     baseline: tuple[BaselineEntry, ...] = ()
     load: Mapping[int, float] = field(default_factory=dict)  # seconds per load bucket, decayed
     load_updated: datetime | None = None
+    step_samples: tuple[StepSample, ...] = ()  # (batch, K, step time) per settled window, for the online fit
+    step_sampled: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -214,6 +220,8 @@ class PolicyState:
             "baseline": [e.to_dict() for e in self.baseline],
             "load": {str(b): round(w, 1) for b, w in sorted(self.load.items())},
             "loadUpdated": _t(self.load_updated),
+            "stepSamples": [s.to_dict() for s in self.step_samples],
+            "stepSampled": _t(self.step_sampled),
         }
 
     @classmethod
@@ -265,6 +273,8 @@ class PolicyState:
             baseline=tuple(BaselineEntry.from_dict(e) for e in raw.get("baseline") or ()),
             load={int(b): float(w) for b, w in (raw.get("load") or {}).items()},
             load_updated=_pt(raw.get("loadUpdated")),
+            step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
+            step_sampled=_pt(raw.get("stepSampled")),
         )
 
 
@@ -612,7 +622,11 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
         summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
-    plan = _plan(inputs, state, now, acceptance, batch)
+    step_fit = fit_step_cost(
+        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
+    )
+    evidence["stepFit"] = step_fit.to_dict()
+    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
         if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
@@ -696,9 +710,18 @@ def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerd
 
 
 def _plan(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, acceptance: float, batch: float | None
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    acceptance: float,
+    batch: float | None,
+    fitted: StepCostModel | None = None,
 ) -> ThresholdPlan | None:
-    """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope."""
+    """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope.
+
+    `fitted`: the step-cost curve fitted from this deployment's own windows (stepfit.py), used instead of the
+    assumed profile once the data allow it.
+    """
     spec = inputs.spec
     at = spec.autotune
     version = VllmVersion.parse(spec.engine.version)
@@ -739,7 +762,7 @@ def _plan(
         batch_now=batch,
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
-        settings=inputs.fit,
+        settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
     )
 
 
@@ -1040,9 +1063,17 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         min_requests=at.min_samples.requests,
         now=now,
     )
+    spacing = timedelta(seconds=inputs.window.seconds)
     if entry is not None:
-        spacing = timedelta(seconds=inputs.window.seconds)
         state = replace(state, baseline=record(state.baseline, entry, min_spacing=spacing, now=now))
+    if state.step_sampled is None or now - state.step_sampled >= spacing:  # overlapping windows repeat data
+        current = inputs.current
+        max_k = current.num_speculative_tokens or 1
+        sample = sample_from_window(
+            inputs.measurements, speculating=current.enabled, k_at=lambda b: k_for_batch(current, b, max_k)
+        )
+        if sample is not None:
+            state = replace(state, step_samples=add_sample(state.step_samples, sample), step_sampled=now)
     return state
 
 
