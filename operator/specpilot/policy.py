@@ -64,13 +64,15 @@ from specpilot.schedule import (
     ThresholdSupport,
     fit_support,
     k_for_batch,
+    model_consistency,
     model_for_method,
     plan_threshold,
     profile_from_positions,
     profile_geometric,
     schedule_text,
+    speedup,
 )
-from specpilot.speed import PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
+from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
 from specpilot.stepfit import StepSample, add_sample, fit_step_cost, sample_from_window
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
@@ -558,11 +560,26 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
                 )
+            predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
+            evidence["predictedSpeed"] = {
+                "speedup": None if predicted is None else round(predicted, 3),
+                "note": prediction,
+            }
+            missing = speed.evidence.get("note", speed.reason)
             if inputs.spec.speculation.adaptive_verification:
                 reason = (
                     f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
-                    f"comparison yet ({speed.evidence.get('note', speed.reason)}): recommended, not applied, until a "
-                    "plain baseline or canary at this load shows speculation is not faster"
+                    f"comparison yet ({missing}): recommended, not applied, until a plain baseline or canary at this "
+                    "load shows speculation is not faster"
+                )
+                return Proposal(
+                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
+                )
+            if predicted is not None and predicted >= 1 + FASTER_MARGIN:
+                reason = (
+                    f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
+                    "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
+                    "not faster"
                 )
                 return Proposal(
                     Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
@@ -673,6 +690,45 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
                 evidence,
             )
     return "", evidence
+
+
+def _predicted_speedup(
+    inputs: PolicyInputs, state: PolicyState, acceptance: float, batch: float | None
+) -> tuple[float | None, str]:
+    """The cost model's speedup over plain at this batch and K, from the measured acceptance profile.
+
+    Only a model consistent with this deployment's measured TPOT (within FitSettings.modelTolerance) counts: the
+    fitted step-cost curve when there is one, else the assumed profile. Without it (no TPOT, an inconsistent model,
+    K = 0 here): None and why.
+    """
+    current = inputs.current
+    tpot = _valid(inputs.measurements, Signal.TPOT_MEAN)
+    if batch is None or tpot is None:
+        return None, "no cost-model prediction: batch or mean TPOT not measured"
+    max_k = current.num_speculative_tokens
+    b = max(1, round(batch))
+    by_position = inputs.measurements.get(Signal.ACCEPTANCE_BY_POSITION)
+    if by_position is not None and by_position.valid and by_position.by_label:
+        measured = positions(by_position)
+        max_k = max_k or (max(measured) + 1)
+        profile = profile_from_positions(measured, max_k)
+    elif max_k is not None:
+        profile = profile_geometric(acceptance, max_k)
+    else:
+        return None, "no cost-model prediction: K unknown"
+    k = k_for_batch(current, b, max_k)
+    if k <= 0:
+        return None, f"no cost-model prediction: K = 0 at batch {b}"
+    method = inputs.spec.speculation.method.value
+    fitted = fit_step_cost(state.step_samples, model_for_method(inputs.fit.model, method)).model
+    model = fitted or model_for_method(inputs.fit.model, method)
+    ok, note = model_consistency(
+        model, profile, batch=b, k=k, tpot_ms=tpot * 1000, tolerance=inputs.fit.model_tolerance
+    )
+    if not ok:
+        return None, f"no cost-model prediction: {note}"
+    predicted = speedup(profile, model, b, k)
+    return predicted, f"the cost model ({note}) predicts {predicted:.2f}x over plain at batch {b}, K={k}"
 
 
 def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:

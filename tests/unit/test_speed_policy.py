@@ -83,8 +83,10 @@ def test_no_reference_says_why() -> None:
         ("even", False, 0.30, 0.0145, plain_baseline(15.0), Action.DISABLE, "within -5%/+10%"),
         # high acceptance, no gain and no loss: nothing to do
         ("even-high", False, 0.80, 0.0145, plain_baseline(15.0), Action.KEEP, ">= disableBelow"),
-        # no comparison at all, plain deployment: the acceptance gate acts as before
-        ("no-evidence", False, 0.30, 0.010, PolicyState(), Action.DISABLE, "acceptance 0.30 < disableBelow 0.50"),
+        # no comparison, and the cost model (consistent with the measured TPOT) says speculation still pays
+        ("no-evidence", False, 0.30, 0.010, PolicyState(), Action.DISABLE, "predicts 1.43x over plain at batch 20"),
+        # no comparison, and the model says it does not pay: the acceptance gate acts as before
+        ("collapse", False, 0.05, 0.010, PolicyState(), Action.DISABLE, "acceptance 0.05 < disableBelow 0.50"),
         # no comparison under adaptive verification: a recommendation with its reason (tested for mode Auto below)
         ("no-evidence-adaptive", True, 0.30, 0.010, PolicyState(), Action.DISABLE, "recommended, not applied"),
     ],
@@ -122,6 +124,30 @@ def test_collapse_without_speed_evidence_is_a_recommendation_in_auto_mode() -> N
     assert "adaptive verification lowers acceptance by design" in decision.reason
     assert "no plain mean TPOT at batch [16,32)" in decision.reason
     assert result.current == ON
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "tpot_s", "acts", "words"),
+    [
+        (0.30, 0.010, False, "the cost model (model llama8b-h100 predicts TPOT 5.50 ms"),  # consistent: 1.43x
+        (0.05, 0.010, True, "acceptance 0.05 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model: 0.87x
+        (0.30, 0.030, True, "acceptance 0.30 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model off by x5
+    ],
+)
+def test_without_measured_speed_a_plain_deployment_acts_only_when_the_model_agrees(
+    acceptance: float, tpot_s: float, acts: bool, words: str
+) -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=acceptance, batch=20, tpot_s=tpot_s)])
+    decision = result.decisions[0]
+    assert decision.action is Action.DISABLE
+    assert decision.actuate is acts
+    assert words in decision.reason
+    if not acts:
+        assert decision.gate.startswith("advisory: published, not applied")
+        assert decision.evidence["predictedSpeed"]["speedup"] == pytest.approx(1.43, abs=0.01)
+    else:
+        assert decision.reason.startswith(words)
 
 
 def test_the_same_collapse_acts_once_plain_is_measured_not_faster() -> None:
