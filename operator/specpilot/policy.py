@@ -330,7 +330,9 @@ class Proposal:
     advisory: bool = False  # published as a recommendation, never applied by Auto (evidence too weak to act on)
 
     def key(self) -> str:
-        return self.action.value + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
+        """Agreement key: an advisory proposal never agrees with one that may act (a mixed streak must not act)."""
+        action = self.action.value + (" (advisory)" if self.advisory else "")
+        return action + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,17 @@ def test_without_measured_speed_a_plain_deployment_acts_only_when_the_model_agre
         assert decision.reason.startswith(words)
 
 
+def test_advisory_and_acting_proposals_never_agree() -> None:
+    """Found by the benchmark: at a borderline prediction advisory and acting proposals alternate; mixed, they acted."""
+    spec = spec_with(agreeingEvaluations=2, stabilization="0s")
+    advisory = tp.observed(acceptance=0.30, batch=20, tpot_s=0.010)  # the model predicts 1.43x: recommend only
+    acting = tp.observed(acceptance=0.05, batch=20, tpot_s=0.010)  # the model predicts 0.87x: may act
+    mixed = tp.run(spec, [advisory, acting, advisory, acting])
+    assert mixed.acted == []
+    assert [d.evidence["agreement"]["count"] for d in mixed.decisions] == [1, 1, 1, 1]
+    assert tp.run(spec, [acting, acting]).acted == [1]
+
+
 def test_the_same_collapse_acts_once_plain_is_measured_not_faster() -> None:
     spec = spec_with(adaptive=True, agreeingEvaluations=1, stabilization="0s")
     result = tp.run(spec, [tp.observed(acceptance=0.25, batch=20, tpot_s=0.0149)], state=plain_baseline(15.0))
