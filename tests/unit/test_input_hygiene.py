@@ -167,6 +167,18 @@ CEL_REFUSALS = [
         {"posteriorThreshold": 0.2},  # method defaults to Exact
         "spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed",
     ),
+    (
+        "speculation",
+        {"method": "ngram", "numSpeculativeTokens": 3, "adaptiveVerification": True},
+        "spec.speculation.adaptiveVerification needs method draft_model, eagle, eagle3, mtp, dflash, dspark",
+    ),
+    ("speculation", {"method": "dflash", "numSpeculativeTokens": 3}, "spec.speculation.draft is required"),
+    ("speculation", {"method": "ngram_gpu"}, "spec.speculation.numSpeculativeTokens is required"),
+    (
+        "speculation",
+        {"method": "dspark", "draft": {"model": "d"}, "promptLookupMin": 2},
+        "spec.speculation.promptLookupMin and promptLookupMax are only allowed",
+    ),
 ]
 
 
@@ -194,6 +206,12 @@ ACCEPTED = [
     ("speculation.acceptance", {"method": "Relaxed", "posteriorThreshold": 0.2, "posteriorAlpha": 0.4}),
     ("speculation.acceptance", {"method": "Block", "draftSampling": "Probabilistic"}),
     ("autotune.workload", {"shortOutputTokens": 100, "shortOutputFraction": 0.8, "tailWideningTolerance": 0.5}),
+    (
+        "speculation",
+        {"method": "eagle3", "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, "adaptiveVerification": True},
+    ),
+    ("speculation", {"method": "ngram_gpu", "numSpeculativeTokens": 3, "promptLookupMax": 4}),
+    ("speculation", {"method": "dspark", "draft": {"model": "example/dspark"}, "adaptiveVerification": True}),
 ]
 
 

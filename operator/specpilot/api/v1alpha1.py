@@ -117,10 +117,36 @@ class SpeculationMethod(StrEnum):
     EAGLE3 = "eagle3"
     MTP = "mtp"
     SUFFIX = "suffix"
+    DFLASH = "dflash"  # parallel (block) drafter checkpoint; vLLM forces parallel_drafting
+    DSPARK = "dspark"  # DSpark draft checkpoint; Model Runner V2 only
+    NGRAM_GPU = "ngram_gpu"  # n-gram proposer on the GPU; no model
 
 
-METHODS_NEEDING_DRAFT = (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.EAGLE, SpeculationMethod.EAGLE3)
-METHODS_WITHOUT_DRAFT = (SpeculationMethod.NGRAM, SpeculationMethod.MTP, SpeculationMethod.SUFFIX)
+METHODS_NEEDING_DRAFT = (
+    SpeculationMethod.DRAFT_MODEL,
+    SpeculationMethod.EAGLE,
+    SpeculationMethod.EAGLE3,
+    SpeculationMethod.DFLASH,
+    SpeculationMethod.DSPARK,
+)
+METHODS_WITHOUT_DRAFT = (
+    SpeculationMethod.NGRAM,
+    SpeculationMethod.MTP,
+    SpeculationMethod.SUFFIX,
+    SpeculationMethod.NGRAM_GPU,
+)
+METHODS_NEEDING_K = (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM, SpeculationMethod.NGRAM_GPU)
+NGRAM_METHODS = (SpeculationMethod.NGRAM, SpeculationMethod.NGRAM_GPU)  # prompt_lookup_min/max apply
+# Methods whose Model Runner V2 speculator estimates acceptance (vLLM 0.33 DraftModelSpeculator subclasses); the
+# n-gram speculator has no estimator (vLLM ignores the flag) and suffix does not run on Model Runner V2 at all.
+METHODS_WITH_ADAPTIVE_VERIFICATION = (
+    SpeculationMethod.DRAFT_MODEL,
+    SpeculationMethod.EAGLE,
+    SpeculationMethod.EAGLE3,
+    SpeculationMethod.MTP,
+    SpeculationMethod.DFLASH,
+    SpeculationMethod.DSPARK,
+)
 
 
 class Quantization(StrEnum):
@@ -374,9 +400,11 @@ class AcceptanceMethodSpec(_Spec):
 class SpeculationSpec(_Spec):
     method: SpeculationMethod = Field(description="Speculation method.", strict=False)
     enabled: bool = Field(True, description="Desired baseline; autotune may switch it within its policy.")
-    draft: DraftSpec | None = Field(None, description="Required for draft_model, eagle, eagle3; forbidden otherwise.")
+    draft: DraftSpec | None = Field(
+        None, description="Required for draft_model, eagle, eagle3, dflash, dspark; forbidden otherwise."
+    )
     num_speculative_tokens: int | None = Field(
-        None, ge=1, le=32, description="Tokens proposed per step (K); required for draft_model and ngram."
+        None, ge=1, le=32, description="Tokens proposed per step (K); required for draft_model, ngram, ngram_gpu."
     )
     disable_above_batch_size: int | None = Field(
         None,
@@ -384,12 +412,20 @@ class SpeculationSpec(_Spec):
         le=65536,
         description="Intent: stop speculating when this many requests run at once; compiled per vLLM version.",
     )
-    prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram: shortest match.")
-    prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram: longest match.")
+    prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: shortest match.")
+    prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: longest match.")
     acceptance: AcceptanceMethodSpec | None = Field(
         None,
         description="How the target verifies draft tokens (intent; rendered per vLLM version, refused with the "
         "alternatives where the version has no such choice). Omitted: vLLM's exact rejection sampling.",
+    )
+    adaptive_verification: bool = Field(
+        False,
+        description="vLLM >= 0.33 adaptive verification (enable_adaptive_verification): vLLM sizes each step's "
+        "verification budget from a start-up cost profile, so acceptance falls while speed rises and the autotuner "
+        "decides on measured speed instead. Methods "
+        + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + "; needs full CUDA graphs (no --enforce-eager), no LoRA, pipelineParallelSize 1.",
     )
 
 
@@ -615,25 +651,28 @@ def _weight_bits_ok(quantization: Quantization, bits: int | None) -> bool:
 _RELATIONS: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         at=("speculation",),
-        cel="!(self.method in ['draft_model', 'eagle', 'eagle3']) || has(self.draft)",
-        message="spec.speculation.draft is required when spec.speculation.method is draft_model, eagle or eagle3",
+        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_NEEDING_DRAFT) + "]) || has(self.draft)",
+        message="spec.speculation.draft is required when spec.speculation.method is "
+        + ", ".join(m.value for m in METHODS_NEEDING_DRAFT),
         holds=lambda s: s.speculation.method not in METHODS_NEEDING_DRAFT or s.speculation.draft is not None,
     ),
     CrossFieldRule(
         at=("speculation",),
-        cel="!(self.method in ['ngram', 'mtp', 'suffix']) || !has(self.draft)",
-        message="spec.speculation.draft must be omitted when spec.speculation.method is ngram, mtp or suffix "
-        "(ngram and suffix need no model; mtp uses the target's own heads)",
+        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_WITHOUT_DRAFT) + "]) || !has(self.draft)",
+        message="spec.speculation.draft must be omitted when spec.speculation.method is "
+        + ", ".join(m.value for m in METHODS_WITHOUT_DRAFT)
+        + " (ngram, ngram_gpu and suffix need no model; mtp uses the target's own heads)",
         holds=lambda s: s.speculation.method not in METHODS_WITHOUT_DRAFT or s.speculation.draft is None,
     ),
     CrossFieldRule(
         at=("speculation",),
-        cel="!(self.method in ['draft_model', 'ngram']) || has(self.numSpeculativeTokens)",
+        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_NEEDING_K) + "]) || "
+        "has(self.numSpeculativeTokens)",
         message="spec.speculation.numSpeculativeTokens is required when spec.speculation.method is "
-        "draft_model or ngram (1-32)",
+        + ", ".join(m.value for m in METHODS_NEEDING_K)
+        + " (1-32)",
         holds=lambda s: (
-            s.speculation.method not in (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM)
-            or s.speculation.num_speculative_tokens is not None
+            s.speculation.method not in METHODS_NEEDING_K or s.speculation.num_speculative_tokens is not None
         ),
     ),
     CrossFieldRule(
@@ -650,10 +689,11 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         at=("speculation",),
-        cel="self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
-        message="spec.speculation.promptLookupMin and promptLookupMax are only allowed when method is ngram",
+        cel="self.method in ['ngram', 'ngram_gpu'] || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
+        message="spec.speculation.promptLookupMin and promptLookupMax are only allowed when method is ngram or "
+        "ngram_gpu",
         holds=lambda s: (
-            s.speculation.method == SpeculationMethod.NGRAM
+            s.speculation.method in NGRAM_METHODS
             or (s.speculation.prompt_lookup_min is None and s.speculation.prompt_lookup_max is None)
         ),
     ),
@@ -696,6 +736,27 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
             s.speculation.disable_above_batch_size is None
             or s.speculation.disable_above_batch_size <= s.engine.max_num_seqs
         ),
+    ),
+    CrossFieldRule(
+        at=("speculation",),
+        cel="!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method in ["
+        + ", ".join(f"'{m.value}'" for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + "]",
+        message="spec.speculation.adaptiveVerification needs method "
+        + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + " (vLLM's n-gram speculator has no acceptance estimator and suffix does not run on Model Runner V2)",
+        holds=lambda s: (
+            not s.speculation.adaptive_verification or s.speculation.method in METHODS_WITH_ADAPTIVE_VERIFICATION
+        ),
+    ),
+    CrossFieldRule(
+        at=(),
+        cel="!has(self.speculation.adaptiveVerification) || !self.speculation.adaptiveVerification || "
+        "!has(self.parallelism) || !has(self.parallelism.pipelineParallelSize) || "
+        "self.parallelism.pipelineParallelSize == 1",
+        message="spec.speculation.adaptiveVerification needs spec.parallelism.pipelineParallelSize 1 (vLLM: "
+        "adaptive verification is not currently compatible with pipeline parallelism)",
+        holds=lambda s: not s.speculation.adaptive_verification or s.parallelism.pipeline_parallel_size == 1,
     ),
     CrossFieldRule(
         at=("target",),
