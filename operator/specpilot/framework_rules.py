@@ -42,7 +42,7 @@ from specpilot.baseline import (
     summary,
 )
 from specpilot.conditions import ConditionUpdate, Status
-from specpilot.measurements import Measurement
+from specpilot.measurements import Measurement, valid_value, why_not_valid
 from specpilot.promql import LATENCY_SIGNALS, Signal, short_output_bound
 from specpilot.vllm.acceptance import methods_available, relaxed_rendering
 from specpilot.vllm.intent import SpeculationIntent
@@ -131,16 +131,6 @@ class FrameworkInputs:
     firing: frozenset[str] = frozenset()  # framework conditions True before this evaluation (for hysteresis)
 
 
-def _valid(measurements: Mapping[str, Measurement], signal: Signal) -> float | None:
-    m = measurements.get(signal)
-    return m.value if m is not None and m.valid else None
-
-
-def _why(measurements: Mapping[str, Measurement], signal: Signal) -> str:
-    m = measurements.get(signal)
-    return f"{signal} not measured" if m is None else f"{signal} is {m.klass.value} ({m.detail})"
-
-
 def _count(value: float | None) -> str:
     return "?" if value is None else f"{value:,.0f}"
 
@@ -174,9 +164,9 @@ def _is_four_bit(text: str) -> bool:
 def observe(inputs: FrameworkInputs, state: FrameworkState, now: datetime) -> FrameworkState:
     """File a settled window's acceptance under its configuration (only Valid acceptance and load count)."""
     m = inputs.measurements
-    acceptance = _valid(m, Signal.ACCEPTANCE_RATE)
-    drafted = _valid(m, Signal.DRAFT_TOKENS_IN_WINDOW)
-    batch = _valid(m, Signal.BATCH_SIZE)
+    acceptance = valid_value(m, Signal.ACCEPTANCE_RATE)
+    drafted = valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW)
+    batch = valid_value(m, Signal.BATCH_SIZE)
     if not inputs.settled or not inputs.current.enabled or acceptance is None or drafted is None or batch is None:
         return state
     window = AcceptanceWindow(
@@ -184,8 +174,8 @@ def observe(inputs: FrameworkInputs, state: FrameworkState, now: datetime) -> Fr
         bucket=load_bucket(batch),
         acceptance=round(acceptance, 4),
         draft_tokens=round(drafted),
-        requests=_valid(m, Signal.REQUESTS_IN_WINDOW),
-        short_fraction=_valid(m, Signal.OUTPUT_SHORT_FRACTION),
+        requests=valid_value(m, Signal.REQUESTS_IN_WINDOW),
+        short_fraction=valid_value(m, Signal.OUTPUT_SHORT_FRACTION),
         at=now,
     )
     spacing = timedelta(seconds=inputs.window_seconds)
@@ -328,14 +318,18 @@ def acceptance_method_advice(inputs: FrameworkInputs, version: VllmVersion) -> F
     """A quantized target between disableBelow and enableAbove: recommend the method lever (never apply it)."""
     spec = inputs.spec
     below, above = spec.autotune.acceptance.disable_below, spec.autotune.acceptance.enable_above
-    acceptance = _valid(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
     method = spec.speculation.acceptance.method if spec.speculation.acceptance else AcceptanceMethod.EXACT
     if spec.target.quantization is Quantization.NONE:
         return Finding(ACCEPTANCE_METHOD, "False", "TargetNotQuantized", "the target runs unquantized weights")
     if method is not AcceptanceMethod.EXACT:
         return Finding(ACCEPTANCE_METHOD, "False", "MethodChosen", f"acceptance method {method.value} already set")
     if not inputs.current.enabled or acceptance is None:
-        why = "speculation off" if not inputs.current.enabled else _why(inputs.measurements, Signal.ACCEPTANCE_RATE)
+        why = (
+            "speculation off"
+            if not inputs.current.enabled
+            else why_not_valid(inputs.measurements, Signal.ACCEPTANCE_RATE)
+        )
         return Finding(ACCEPTANCE_METHOD, "Unknown", "NoEvidence", f"no acceptance to judge: {why}")
     evidence: dict[str, Any] = {"acceptance": round(acceptance, 4), "disableBelow": below, "enableAbove": above}
     if below <= acceptance < above:
@@ -347,7 +341,7 @@ def acceptance_method_advice(inputs: FrameworkInputs, version: VllmVersion) -> F
             "RelaxedAcceptanceRecommended",
             f"target quantized ({spec.target.quantization.value}) with acceptance {acceptance:.2f} between "
             f"disableBelow {below:.2f} and enableAbove {above:.2f} (near break-even, "
-            f"{_count(_valid(inputs.measurements, Signal.DRAFT_TOKENS_IN_WINDOW))} draft tokens): {hint}",
+            f"{_count(valid_value(inputs.measurements, Signal.DRAFT_TOKENS_IN_WINDOW))} draft tokens): {hint}",
             evidence,
         )
     side = "at or above enableAbove" if acceptance >= above else "below disableBelow (the policy switches off)"
@@ -361,12 +355,12 @@ def short_outputs(inputs: FrameworkInputs) -> Finding:
     """Most responses short -> recommend speculation off, with the distribution as evidence."""
     workload = inputs.spec.autotune.workload
     m = inputs.measurements
-    share = _valid(m, Signal.OUTPUT_SHORT_FRACTION)
+    share = valid_value(m, Signal.OUTPUT_SHORT_FRACTION)
     bound = short_output_bound(workload.short_output_tokens)
     if share is None:
-        return Finding(SHORT_OUTPUTS, "Unknown", "NoEvidence", _why(m, Signal.OUTPUT_SHORT_FRACTION))
-    median = _valid(m, Signal.OUTPUT_TOKENS_P50)
-    requests = _valid(m, Signal.REQUESTS_IN_WINDOW)
+        return Finding(SHORT_OUTPUTS, "Unknown", "NoEvidence", why_not_valid(m, Signal.OUTPUT_SHORT_FRACTION))
+    median = valid_value(m, Signal.OUTPUT_TOKENS_P50)
+    requests = valid_value(m, Signal.REQUESTS_IN_WINDOW)
     evidence: dict[str, Any] = {
         "shortFraction": round(share, 4),
         "shortTokens": bound,
@@ -403,10 +397,10 @@ def mixed_workload(inputs: FrameworkInputs, now: datetime) -> Finding:
     m = inputs.measurements
     if not inputs.current.enabled:
         return Finding(MIXED_WORKLOAD, "Unknown", "NoEvidence", "speculation off: nothing to compare")
-    p50, p99, batch = _valid(m, p50_signal), _valid(m, p99_signal), _valid(m, Signal.BATCH_SIZE)
+    p50, p99, batch = valid_value(m, p50_signal), valid_value(m, p99_signal), valid_value(m, Signal.BATCH_SIZE)
     if p50 is None or p99 is None or batch is None or p50 <= 0:
         missing = next(s for s, v in ((p50_signal, p50), (p99_signal, p99), (Signal.BATCH_SIZE, batch)) if not v)
-        return Finding(MIXED_WORKLOAD, "Unknown", "NoEvidence", _why(m, missing))
+        return Finding(MIXED_WORKLOAD, "Unknown", "NoEvidence", why_not_valid(m, missing))
     bucket = load_bucket(batch)
     reference = _plain_reference(inputs, metric, bucket, now)
     if isinstance(reference, str):
@@ -445,7 +439,7 @@ def _plain_reference(
     """(P50 s, P99 s, source) without speculation at this load: the canary first, else the baseline record."""
     p50_signal, p99_signal = LATENCY_SIGNALS[metric]
     if inputs.canary is not None:
-        c50, c99, cbatch = (_valid(inputs.canary, s) for s in (p50_signal, p99_signal, Signal.BATCH_SIZE))
+        c50, c99, cbatch = (valid_value(inputs.canary, s) for s in (p50_signal, p99_signal, Signal.BATCH_SIZE))
         if c50 and c99 and cbatch is not None and load_bucket(cbatch) == bucket:
             return c50, c99, "plain canary"
     base = summary(inputs.baseline, mode=Mode.OFF, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)

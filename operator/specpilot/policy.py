@@ -55,7 +55,7 @@ from specpilot.baseline import (
     side_by_side,
     summary,
 )
-from specpilot.measurements import Measurement, count_errors, positions
+from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
 from specpilot.promql import LATENCY_SIGNALS, Signal, Window
 from specpilot.schedule import (
     FitSettings,
@@ -490,16 +490,6 @@ def _count(value: float | None) -> str:
     return f"{value:.0f}"
 
 
-def _valid(measurements: Mapping[str, Measurement], signal: Signal) -> float | None:
-    m = measurements.get(signal)
-    return m.value if m is not None and m.valid else None
-
-
-def _why(measurements: Mapping[str, Measurement], signal: Signal) -> str:
-    m = measurements.get(signal)
-    return f"{signal} not measured" if m is None else f"{signal} is {m.klass.value} ({m.detail})"
-
-
 EVIDENCE_SIGNALS = (
     Signal.ACCEPTANCE_RATE,
     Signal.MEAN_ACCEPTANCE_LENGTH,
@@ -548,11 +538,11 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     at = inputs.spec.autotune
     m = inputs.measurements
     w = inputs.window.promql()
-    acceptance = _valid(m, Signal.ACCEPTANCE_RATE)
-    drafted = _count(_valid(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+    acceptance = valid_value(m, Signal.ACCEPTANCE_RATE)
+    drafted = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
     below, above = at.acceptance.disable_below, at.acceptance.enable_above
     off_target = inputs.current.without_speculation()
-    batch = _valid(m, Signal.BATCH_SIZE)
+    batch = valid_value(m, Signal.BATCH_SIZE)
 
     speed = _speed(inputs, state, now)
     evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
@@ -604,7 +594,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
         if state.probe_started is not None and acceptance is None and now - state.probe_started > deadline:
             reason = (
                 f"probe since {format_time(state.probe_started)} found no acceptance evidence within "
-                f"{format_duration(deadline.total_seconds())} ({_why(m, Signal.ACCEPTANCE_RATE)})"
+                f"{format_duration(deadline.total_seconds())} ({why_not_valid(m, Signal.ACCEPTANCE_RATE)})"
             )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
         regression, regression_evidence = _latency_regression(inputs, state, now)
@@ -634,7 +624,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 )
 
     if acceptance is None:
-        return _keep(inputs, f"holding: {_why(m, Signal.ACCEPTANCE_RATE)}", evidence)
+        return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
     if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
         summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
         if faster:
@@ -663,11 +653,11 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
     at = inputs.spec.autotune
     metric = at.latency.metric.value
     _, p99_signal = LATENCY_SIGNALS[metric]
-    p99 = _valid(inputs.measurements, p99_signal)
-    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    p99 = valid_value(inputs.measurements, p99_signal)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     if p99 is None or batch is None:
         missing = p99_signal if p99 is None else Signal.BATCH_SIZE
-        return "", {"note": f"no comparison: {_why(inputs.measurements, missing)}"}
+        return "", {"note": f"no comparison: {why_not_valid(inputs.measurements, missing)}"}
     bucket = load_bucket(batch)
     base = summary(state.baseline, mode=Mode.OFF, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
     if base is None:
@@ -675,7 +665,7 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
     p99_ms = p99 * 1000
     tolerance = at.latency.regression_tolerance
     evidence = {"offBaseline": base.to_dict(), "p99Ms": round(p99_ms, 3), "tolerance": tolerance}
-    requests = _count(_valid(inputs.measurements, Signal.REQUESTS_IN_WINDOW))
+    requests = _count(valid_value(inputs.measurements, Signal.REQUESTS_IN_WINDOW))
     name = f"P99 {metric.upper()}"
     if p99_ms > base.p99_ms * (1 + tolerance):
         return (
@@ -706,7 +696,7 @@ def _predicted_speedup(
     K = 0 here): None and why.
     """
     current = inputs.current
-    tpot = _valid(inputs.measurements, Signal.TPOT_MEAN)
+    tpot = valid_value(inputs.measurements, Signal.TPOT_MEAN)
     if batch is None or tpot is None:
         return None, "no cost-model prediction: batch or mean TPOT not measured"
     max_k = current.num_speculative_tokens
@@ -740,19 +730,21 @@ def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerd
     at = inputs.spec.autotune
     m = inputs.measurements
     tolerance = at.latency.regression_tolerance
-    tpot = _valid(m, Signal.TPOT_MEAN)
+    tpot = valid_value(m, Signal.TPOT_MEAN)
     tpot_ms = None if tpot is None else tpot * 1000
-    batch = _valid(m, Signal.BATCH_SIZE)
+    batch = valid_value(m, Signal.BATCH_SIZE)
     if inputs.canary is not None and batch is not None:
-        plain_tpot = _valid(inputs.canary, Signal.TPOT_MEAN)
-        plain_batch = _valid(inputs.canary, Signal.BATCH_SIZE)
+        plain_tpot = valid_value(inputs.canary, Signal.TPOT_MEAN)
+        plain_batch = valid_value(inputs.canary, Signal.BATCH_SIZE)
         if plain_tpot is not None and plain_batch is not None and comparable_batches(batch, plain_batch):
             detail = f"plain canary at batch {plain_batch:.1f} vs {batch:.1f}"
             return compare_speed(
                 tpot_on_ms=tpot_ms, plain=PlainReference(plain_tpot * 1000, "canary", detail), tolerance=tolerance
             )
     if batch is None:
-        return compare_speed(tpot_on_ms=tpot_ms, plain=None, tolerance=tolerance, missing=_why(m, Signal.BATCH_SIZE))
+        return compare_speed(
+            tpot_on_ms=tpot_ms, plain=None, tolerance=tolerance, missing=why_not_valid(m, Signal.BATCH_SIZE)
+        )
     bucket = load_bucket(batch)
     base = summary(
         state.baseline, mode=Mode.OFF, bucket=bucket, metric=at.latency.metric.value, now=now, max_age=BASELINE_MAX_AGE
@@ -801,7 +793,7 @@ def _plan(
     else:
         return None
     load = dict(state.load) or {load_bucket(batch): 1.0}
-    tpot_on = _valid(m, Signal.TPOT_MEAN)
+    tpot_on = valid_value(m, Signal.TPOT_MEAN)
     base = summary(
         state.baseline,
         mode=Mode.OFF,
@@ -843,7 +835,7 @@ def _propose_while_off(
     on_target = complete_intent(inputs.current.with_speculation(), inputs.spec)
     metric = at.latency.metric.value
     tolerance = at.latency.regression_tolerance
-    batch = _valid(m, Signal.BATCH_SIZE)
+    batch = valid_value(m, Signal.BATCH_SIZE)
     off = state.off
 
     if inputs.canary is not None:
@@ -855,7 +847,7 @@ def _propose_while_off(
             return Proposal(Action.ENABLE, on_target, f"canary: {verdict.reason}", evidence)
 
     if batch is None:
-        return _keep(inputs, f"speculation off; holding: {_why(m, Signal.BATCH_SIZE)}", evidence)
+        return _keep(inputs, f"speculation off; holding: {why_not_valid(m, Signal.BATCH_SIZE)}", evidence)
     bucket = load_bucket(batch)
     since = f" since {format_time(off.at)} ({off.detail})" if off else ""
 
@@ -869,7 +861,7 @@ def _propose_while_off(
         )
 
     _, p99_signal = LATENCY_SIGNALS[metric]
-    p99 = _valid(m, p99_signal)
+    p99 = valid_value(m, p99_signal)
     on_record = summary(state.baseline, mode=Mode.ON, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
     if on_record is not None:
         evidence["onRecord"] = on_record.to_dict()
@@ -945,7 +937,7 @@ def _acceptance_gate_misread(
         return None
     if on_record.tpot_mean_ms is None:
         return None
-    plain = _valid(inputs.measurements, Signal.TPOT_MEAN)
+    plain = valid_value(inputs.measurements, Signal.TPOT_MEAN)
     if plain is None:
         return None
     reference = PlainReference(plain * 1000, "this window", f"plain now at batch {batch:.1f}")
@@ -1108,7 +1100,7 @@ def _settled(inputs: PolicyInputs, now: datetime) -> tuple[bool, str]:
 def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyState:
     """File this window into the load histogram and the baseline record."""
     at = inputs.spec.autotune
-    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     if batch is not None:
         interval = parse_duration(at.interval)
         elapsed = interval if state.load_updated is None else (now - state.load_updated).total_seconds()
@@ -1151,7 +1143,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     at = inputs.spec.autotune
     state = _reset_on_spec_change(state, inputs.spec)
     events: list[PolicyEvent] = []
-    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
     handled = inputs.reevaluate_token if fresh_token else None
 
@@ -1199,7 +1191,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
-    acceptance = _valid(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
     if (
         inputs.current.enabled
         and state.probe_started is not None
@@ -1433,5 +1425,5 @@ def evaluate_alone(inputs: PolicyInputs, state: PolicyState, now: datetime) -> D
         paused=False,
         probe=proposal.probe,
         off_kind=proposal.off_kind,
-        batch=_valid(inputs.measurements, Signal.BATCH_SIZE),
+        batch=valid_value(inputs.measurements, Signal.BATCH_SIZE),
     )

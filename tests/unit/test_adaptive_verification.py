@@ -14,16 +14,12 @@ import pytest
 from specpilot.api.v1alpha1 import InvalidSpec, parse_spec
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 from specpilot.vllm.intent import intent_from_spec
+from tests.unit.test_vllm_dialects import EAGLE3 as PLAIN_EAGLE3
 
+# the dialect tests' EAGLE-3 deployment, with adaptive verification on
 EAGLE3: dict[str, Any] = {
-    "engine": {"image": "vllm/vllm-openai", "version": "0.33.0"},
-    "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
-    "speculation": {
-        "method": "eagle3",
-        "numSpeculativeTokens": 3,
-        "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
-        "adaptiveVerification": True,
-    },
+    **PLAIN_EAGLE3,
+    "speculation": {**PLAIN_EAGLE3["speculation"], "adaptiveVerification": True},
 }
 
 
