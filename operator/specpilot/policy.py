@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -57,7 +58,11 @@ from specpilot.baseline import (
 )
 from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
 from specpilot.promql import LATENCY_SIGNALS, Signal, Window
+from specpilot.reach import correct_positions
 from specpilot.schedule import (
+    DRAFTER_BY_METHOD,
+    AcceptanceProfile,
+    Drafter,
     FitSettings,
     StepCostModel,
     ThresholdPlan,
@@ -702,17 +707,11 @@ def _predicted_speedup(
     tpot = valid_value(inputs.measurements, Signal.TPOT_MEAN)
     if batch is None or tpot is None:
         return None, "no cost-model prediction: batch or mean TPOT not measured"
-    max_k = current.num_speculative_tokens
     b = max(1, round(batch))
-    by_position = inputs.measurements.get(Signal.ACCEPTANCE_BY_POSITION)
-    if by_position is not None and by_position.valid and by_position.by_label:
-        measured = positions(by_position)
-        max_k = max_k or (max(measured) + 1)
-        profile = profile_from_positions(measured, max_k)
-    elif max_k is not None:
-        profile = profile_geometric(acceptance, max_k)
-    else:
-        return None, "no cost-model prediction: K unknown"
+    profile, unmeasured = _acceptance_profile(inputs, acceptance)
+    if profile is None:
+        return None, f"no cost-model prediction: {unmeasured or 'K unknown'}"
+    max_k = current.num_speculative_tokens or profile.max_k
     k = k_for_batch(current, b, max_k)
     if k <= 0:
         return None, f"no cost-model prediction: K = 0 at batch {b}"
@@ -726,6 +725,35 @@ def _predicted_speedup(
         return None, f"no cost-model prediction: {note}"
     predicted = speedup(profile, model, b, k)
     return predicted, f"the cost model ({note}) predicts {predicted:.2f}x over plain at batch {b}, K={k}"
+
+
+def _acceptance_profile(inputs: PolicyInputs, acceptance: float) -> tuple[AcceptanceProfile | None, str]:
+    """The survival profile the cost model prices: measured per position when vLLM exports it, else geometric.
+
+    Under a running batch-size schedule the per-position rates are divided by the share of drafts that reached each
+    position (reach.py: the counter's denominator counts every draft, so the schedule's own low-K ranges made the
+    next fit see a worthless position and install K = 1 everywhere). Lookup drafters propose fewer tokens than K by
+    themselves, so their mean K says nothing about the schedule and they are left as measured. (None, why) when a
+    position the schedule drafts only at low batch was not drafted in this window; (None, "") when K is unknown.
+    """
+    current = inputs.current
+    k = current.num_speculative_tokens
+    by_position = inputs.measurements.get(Signal.ACCEPTANCE_BY_POSITION)
+    if by_position is None or not by_position.valid or not by_position.by_label:
+        return (profile_geometric(acceptance, k), "") if k is not None else (None, "")
+    measured = positions(by_position)
+    max_k = k or (max(measured) + 1)
+    method = inputs.spec.speculation.method.value
+    if current.batch_schedule and DRAFTER_BY_METHOD.get(method) is not Drafter.LOOKUP:
+        levels = [min(range_k, max_k) for _lo, _hi, range_k in current.batch_schedule]
+        corrected = correct_positions(measured, levels=levels, acceptance_rate=acceptance)
+        if corrected.unmeasured:
+            return None, corrected.note
+        profile = profile_from_positions(corrected.by_position, max_k)
+        if corrected.note:
+            profile = replace(profile, source=f"{profile.source}; {corrected.note}")
+        return profile, ""
+    return profile_from_positions(measured, max_k), ""
 
 
 def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:
@@ -786,14 +814,12 @@ def _plan(
     if support is ThresholdSupport.NONE or batch is None:
         return None
     m = inputs.measurements
-    by_position = m.get(Signal.ACCEPTANCE_BY_POSITION)
-    k = inputs.current.num_speculative_tokens
-    if by_position is not None and by_position.valid and by_position.by_label:
-        measured = positions(by_position)
-        profile = profile_from_positions(measured, k or (max(measured) + 1))
-    elif k is not None:
-        profile = profile_geometric(acceptance, k)
-    else:
+    profile, unmeasured = _acceptance_profile(inputs, acceptance)
+    if unmeasured:
+        return ThresholdPlan(
+            support, None, 0.0, math.inf, False, f"no refit: {unmeasured}", {"acceptance": {"note": unmeasured}}
+        )
+    if profile is None:
         return None
     load = dict(state.load) or {load_bucket(batch): 1.0}
     tpot_on = valid_value(m, Signal.TPOT_MEAN)

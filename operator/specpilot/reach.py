@@ -1,0 +1,84 @@
+"""Per-position acceptance measured under a batch-size schedule, corrected for drafts that never reached it (pure).
+
+vLLM's per-position counter (`spec_decode_num_accepted_tokens_per_pos`) is read as r_j = accepted at position j /
+drafts, every draft in the denominator. With one K that is the unconditional survival the schedule fit needs. Under
+`num_speculative_tokens_per_batch_size` the K of a step follows the batch, so in a window that ran partly at K = 1
+position 2 is counted against drafts that never proposed it, and r_2 reads low by the share of those drafts.
+
+Found in the simulated closed loop on the local cluster: the operator installed [[1,62,2],[63,256,1]] at batch ~200;
+the next window read r = [0.69, 0.06] (true [0.69, 0.50]), so the fit concluded position 2 was worthless and
+installed K = 1 everywhere (+10.5% "gain"); in windows where the load was falling, part of the drafts ran at K = 1,
+r_2 read partly low, and the refit's predicted gain landed at the 3% install bar, a second restart in 2 of 6 runs.
+The schedule's own install biased the measurement that judged it.
+
+What is known in a window: the mean K per draft, draft tokens / drafts = Σ_j r_j / acceptance rate (the
+per-position counters sum to the accepted counter). With two positive levels K_lo < K_hi (one boundary, what a fit at
+K <= 2 or a K-then-0 table with a middle step gives) the share of drafts at K_hi is exact:
+f = (mean - K_lo) / (K_hi - K_lo), and positions K_lo+1..K_hi were reached by that share. With more levels the
+drafts above the lowest level are taken to run at the highest (an approximation: the middle positions' reach is
+underestimated, the top ones' overestimated). A position reached by fewer than MIN_REACH of the drafts is not
+measured in this window at all (the load sat above its range): the fit must not act on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+MIN_REACH = 0.1  # below this share of the drafts, a position's rate is a few samples scaled up: not a measurement
+
+
+def drafts_reaching(levels: Sequence[int], mean_k: float) -> tuple[float, ...]:
+    """Share of the window's drafts that proposed each 0-based position, from the schedule's Ks and the mean K.
+
+    `levels`: the K of every range of the running schedule (already clamped to num_speculative_tokens); K = 0 steps
+    draft nothing and do not count. One positive level (a static K, or K then 0): every draft reached every position.
+    """
+    ks = sorted({k for k in levels if k > 0})
+    if not ks:
+        return ()
+    lo, hi = ks[0], ks[-1]
+    if lo == hi:
+        return (1.0,) * hi
+    share = min(max((mean_k - lo) / (hi - lo), 0.0), 1.0)
+    return tuple(1.0 if j < lo else share for j in range(hi))
+
+
+@dataclass(frozen=True)
+class Corrected:
+    """Per-position survival divided by its reach; `unmeasured` names positions too rarely drafted to use."""
+
+    by_position: dict[int, float]
+    reach: tuple[float, ...]
+    unmeasured: tuple[int, ...]
+    note: str
+
+
+def correct_positions(
+    by_position: Mapping[int, float], *, levels: Sequence[int], acceptance_rate: float | None
+) -> Corrected:
+    """r_j / reach_j for the positions a schedule drafts only at low batch (see the module docstring).
+
+    Nothing to correct with one positive level, or when nothing was accepted (every r_j is 0 whatever the reach).
+    """
+    measured = dict(by_position)
+    accepted_per_draft = sum(v for v in measured.values() if v > 0)
+    if acceptance_rate is None or acceptance_rate <= 0 or accepted_per_draft <= 0:
+        return Corrected(measured, (), (), "")
+    mean_k = accepted_per_draft / acceptance_rate
+    reach = drafts_reaching(levels, mean_k)
+    if not reach or min(reach) >= 1.0:
+        return Corrected(measured, reach, (), "")
+    unmeasured = tuple(j for j, share in enumerate(reach) if share < MIN_REACH)
+    corrected = {j: (v / reach[j] if j < len(reach) and reach[j] >= MIN_REACH else v) for j, v in measured.items()}
+    shares = ", ".join(f"{share:.0%}" for share in reach)
+    note = (
+        f"{mean_k:.2f} draft tokens per draft under the running schedule: positions reached by [{shares}] of the "
+        "drafts, per-position acceptance divided by that share"
+    )
+    if unmeasured:
+        note += (
+            f"; position{'s' if len(unmeasured) > 1 else ''} {', '.join(str(j + 1) for j in unmeasured)} drafted by "
+            f"< {MIN_REACH:.0%} of the drafts (the load sat above its range): not measured in this window"
+        )
+    return Corrected(corrected, reach, unmeasured, note)
