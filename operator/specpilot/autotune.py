@@ -102,8 +102,9 @@ def is_due(
         return elapsed >= interval
     offset = phase_offset(phase_key, interval)
     slot = math.floor((now.timestamp() - offset) / interval)
-    # Half an interval at least: evaluatedAt is stored in whole seconds, so the last slot may read one too early.
-    return slot > math.floor((last.timestamp() - offset) / interval) and elapsed >= interval / 2
+    # evaluatedAt is stored in whole seconds, so the last evaluation may read up to a second early: counted a second
+    # late instead, it can never look like one from the previous slot (which would evaluate twice in a row).
+    return slot > math.floor((last.timestamp() + 1 - offset) / interval)
 
 
 def phase_offset(key: str, interval_s: float) -> float:
@@ -313,3 +314,41 @@ def conclude(
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     previous = list(status.get("conditions", []) or [])
     return AutotuneOutcome(fields, _conditions(state, previous, halted), events, actuated, decision.to_dict())
+
+
+# Fields that say when an evaluation ran, not what it found.
+EVALUATION_TIMESTAMPS = (("observed", "evaluatedAt"), ("recommendation", "at"))
+
+
+def without_heartbeat(fields: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation that found exactly what status already says keeps the stored timestamps, so it writes nothing.
+
+    Design rule 4 (no per-tick heartbeats): at a thousand idle deployments a heartbeat is a status write per object
+    per interval, and every write wakes every watcher (Argo CD included). `evaluatedAt` then reads "the evaluation
+    that last changed something"; the operator's metrics count every evaluation.
+    """
+
+    def timeless(key: str, value: Any) -> Any:
+        value = _without_nulls(value)
+        for outer, inner in EVALUATION_TIMESTAMPS:
+            if key == outer and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != inner}
+        return value
+
+    if any(timeless(k, v) != timeless(k, status.get(k)) for k, v in fields.items()):
+        return dict(fields)
+    kept = dict(fields)
+    for outer, inner in EVALUATION_TIMESTAMPS:
+        stored = (status.get(outer) or {}).get(inner)
+        if outer in kept and isinstance(kept[outer], Mapping) and stored is not None:
+            kept[outer] = {**kept[outer], inner: stored}
+    return kept
+
+
+def _without_nulls(value: Any) -> Any:
+    """As the API server stores it: a merge patch deletes null members."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

@@ -30,7 +30,15 @@ from specpilot import reconcile as rec
 from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
-from specpilot.autotune import AutotuneOutcome, conclude, evaluation_scopes, format_time, idle_conditions, is_due
+from specpilot.autotune import (
+    AutotuneOutcome,
+    conclude,
+    evaluation_scopes,
+    format_time,
+    idle_conditions,
+    is_due,
+    without_heartbeat,
+)
 from specpilot.evaluate import Subject, measure_many
 from specpilot.events import EventLimiter
 from specpilot.measurements import Measurement
@@ -764,7 +772,11 @@ def _conclude_and_reconcile(
             now=now,
         )
         outcome = AutotuneOutcome(
-            outcome.fields, outcome.conditions, [*member.warnings, *outcome.events], outcome.actuated, outcome.decision
+            without_heartbeat(outcome.fields, decided.status),
+            outcome.conditions,
+            [*member.warnings, *outcome.events],
+            outcome.actuated,
+            outcome.decision,
         )
         _report(namespace, name, member.spec, outcome)
         fingerprint = _fingerprint(body, indexes, memory)
