@@ -307,8 +307,8 @@ def _live_children(
             foreign.setdefault(key, who)
     recent: set[str] = set()
     for key, (digest, at) in list(memory.recent_applies.items()):
-        if now - at > RECENT_APPLY_GRACE_SECONDS:
-            del memory.recent_applies[key]
+        if now - at > RECENT_APPLY_GRACE_SECONDS or digests.get(key) == digest:
+            del memory.recent_applies[key]  # the grace ran out, or the index shows our write already
         else:
             digests[key] = digest
             recent.add(key)
