@@ -669,9 +669,17 @@ def enqueue_owner(body: kopf.Body, **kwargs: Any) -> None:
     if memory is None or memory.body is None:
         return  # not ours, or the owner's own handlers have not run yet (they reconcile it anyway)
     indexes = _indexes(kwargs)
-    with memory.lock:
+    if not memory.lock.acquire(blocking=False):
+        # The owner is being reconciled right now (often: this very event is its own write). Do not hold one of
+        # kopf's workers waiting for it; make sure the next periodic pass looks again instead.
+        memory.fingerprint = None
+        telemetry.RECONCILES.labels("child", "busy").inc()
+        return
+    try:
         owner = memory.body
         _reconcile_if_changed("child", owner, indexes, memory, _idle_outcome(_spec_of(memory, owner)))
+    finally:
+        memory.lock.release()
 
 
 # ------------------------------------------------------------------------------------------------ fleet rounds

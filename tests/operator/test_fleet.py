@@ -94,7 +94,7 @@ def wait_for_evaluations(operator: RunningOperator, count: int) -> None:
     wait_for(
         f"{count} more evaluations",
         lambda: metric_sum(operator, "specpilot_decisions_total{") >= start + count,
-        60,
+        120,
         0.5,
     )
 
@@ -109,7 +109,7 @@ def test_a_fleet_costs_one_query_per_metric_per_round_and_no_idle_writes(
     operator = start_operator()
     for name in FLEET:
         apply(kube_cluster, kube_namespace, fleet_member(name, prometheus.url))
-    wait_for("every member Ready and evaluated", lambda: evaluated_everywhere(kube_cluster, kube_namespace), 120)
+    wait_for("every member Ready and evaluated", lambda: evaluated_everywhere(kube_cluster, kube_namespace), 180)
     spec = parse_spec(fleet_member("x", prometheus.url)["spec"])
     names = metric_names_for(VllmVersion.parse(spec.engine.version))
     per_round = sum(1 for q in build_queries(names, Scope("a", "b", "c"), effective_window(spec.autotune)) if q.promql)
