@@ -115,7 +115,14 @@ def manifest(name: str, prometheus_url: str, interval: str) -> dict[str, Any]:
             "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxNumSeqs": 64},
             "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
             "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
-            "autotune": {"mode": "Recommend", "prometheus": {"url": prometheus_url}, "interval": interval},
+            # A 1m window: a new config's metrics are trusted 1m + 2 scrapes after its rollout (the settling gate),
+            # so the idle window (after --settle-seconds) starts once every CR has left it and holds steady.
+            "autotune": {
+                "mode": "Recommend",
+                "prometheus": {"url": prometheus_url},
+                "interval": interval,
+                "window": "1m",
+            },
         },
     }
 
@@ -365,7 +372,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--counts", help="comma-separated counts, one run each (overrides --count)")
     parser.add_argument("--idle-seconds", type=float, default=150)
-    parser.add_argument("--settle-seconds", type=float, default=60, help="wait after all settled, before idling")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=160,
+        help="wait after every rollout completed and every CR was evaluated, before idling (settling gate + interval)",
+    )
     parser.add_argument("--tick-seconds", type=float, default=10)
     parser.add_argument("--interval", default="60s", help="spec.autotune.interval of every CR")
     parser.add_argument("--rate", type=float, default=0.0, help="CRs created per second (0: as fast as possible)")
