@@ -31,7 +31,7 @@ import httpx
 import yaml
 from kubernetes import client, config
 
-from e2e.waiting import free_port
+from e2e.waiting import free_port, log_tail, stop_process
 
 log = logging.getLogger("operator-pod")
 ENTRYPOINT = [sys.executable, "-m", "specpilot"]  # the image's ENTRYPOINT ["python", "-m", "specpilot"]
@@ -64,16 +64,10 @@ class OperatorProcess:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 def adapt_operator_args(args: list[str]) -> tuple[list[str], int, int, list[str]]:

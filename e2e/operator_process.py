@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from e2e.waiting import free_port
+from e2e.waiting import free_port, log_tail, stop_process
 
 
 @dataclass
@@ -44,16 +44,10 @@ class RunningOperator:
         )
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def log_tail(self, lines: int = 80) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 def launch_operator(

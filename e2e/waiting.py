@@ -1,10 +1,13 @@
-"""Small helpers every e2e part needs: a free loopback port, and a bounded wait that says what it waited for."""
+"""Small helpers every e2e part needs: a free loopback port, a bounded wait that says what it waited for, and
+stopping a child process and reading its log's tail the same way everywhere."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -26,3 +29,22 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval:
             return last
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within timeout_s (a no-op for a process that already exited)."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout_s)
+
+
+def log_tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a log file, or a note that there is none (yet)."""
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

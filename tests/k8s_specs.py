@@ -11,7 +11,28 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from specpilot import manifests
 from specpilot.api import v1alpha1
+from specpilot.reconcile import canary_command
+from specpilot.vllm.dialects import render_command
+from specpilot.vllm.intent import intent_from_spec
+
+
+def children_of(doc: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """The objects the operator renders for a document (spec speculation, a fixed owner uid)."""
+    spec = v1alpha1.parse_spec(doc["spec"])
+    owner = manifests.Owner(doc["metadata"]["name"], namespace, "0b5a9c34-7d1e-4f4e-9d0c-3c2f7a1e5b60")
+    intent = intent_from_spec(spec)
+    rendered = render_command(spec, intent)
+    return manifests.build_children(
+        spec,
+        owner,
+        command=rendered.argv,
+        config_hash=rendered.config_hash,
+        speculation=intent.enabled,
+        canary=canary_command(spec, intent),
+    )
+
 
 LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9_.]{0,20}[a-z0-9])?\Z")
 QUALIFIED = st.builds(

@@ -131,6 +131,9 @@ class Cluster:
     events: list[rec.Event] = field(default_factory=list)
     outcomes: list[tuple[datetime, AutotuneOutcome]] = field(default_factory=list)
     deadline_exceeded: bool = False  # the current rollout's pods never became available in time
+    # Pods never available, and Kubernetes silent about it: a return to an earlier ReplicaSet keeps the Deployment's
+    # NewReplicaSetAvailable reason, so ProgressDeadlineExceeded is never set (the operator's own clock must see it).
+    unavailable_silently: bool = False
 
     def _observed(self) -> rec.ObservedDeployment | None:
         if self.deployment is None:
@@ -141,8 +144,8 @@ class Cluster:
             observed_generation=self.rollouts,
             replicas=1,
             updated_replicas=1,
-            ready_replicas=0 if self.deadline_exceeded else 1,
-            available_replicas=0 if self.deadline_exceeded else 1,
+            ready_replicas=0 if self.deadline_exceeded or self.unavailable_silently else 1,
+            available_replicas=0 if self.deadline_exceeded or self.unavailable_silently else 1,
             template_config_hash=self.deployment["spec"]["template"]["metadata"]["annotations"][
                 "specpilot.dev/config-hash"
             ],

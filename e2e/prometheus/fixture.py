@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.waiting import free_port
+from e2e.waiting import free_port, log_tail, stop_process
 
 PROMETHEUS_DEB_VERSION = os.environ.get("PROMETHEUS_DEB_VERSION", "2.42.0+ds-5+deb12u1")
 READY_TIMEOUT_S = 30.0
@@ -178,19 +178,11 @@ class PrometheusServer:
         raise RuntimeError(f"prometheus not ready after {timeout_s:.0f}s: {self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
-        if not self.log.exists():
-            return "(no log)"
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log, lines)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=timeout_s)
+        if self.process is not None:
+            stop_process(self.process, timeout_s)
 
     def __enter__(self) -> PrometheusServer:
         return self

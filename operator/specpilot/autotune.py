@@ -13,10 +13,10 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from specpilot import baseline
+from specpilot import baseline, framework_rules
 from specpilot import conditions as cond
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
@@ -34,6 +34,8 @@ from specpilot.policy import (
 )
 from specpilot.promql import Scope, Signal
 from specpilot.reconcile import Event, ObservedDeployment
+from specpilot.vllm.dialects import UnsupportedCombination, render_command
+from specpilot.vllm.versions import Engine
 
 ACTUATION_HISTORY = 10
 ACTION_EVENT_REASONS = {
@@ -280,6 +282,7 @@ def conclude(
         measurements=measurements,
         window=window,
         paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        pause_reason=f"halted: {halted}" if halted else "annotation specpilot.dev/pause=true",
         reevaluate_token=token,
         last_handled_reevaluate=status.get("lastHandledReevaluate"),
         rollout_in_progress=in_progress,
@@ -297,6 +300,19 @@ def conclude(
         if reason:
             events.append(Event("Warning" if decision.action == Action.DISABLE else "Normal", reason, decision.reason))
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
+    previous = list(status.get("conditions", []) or [])
+    framework = (status.get("autotune") or {}).get("framework")
+    findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
+    verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
+    if not inputs.paused:
+        findings, framework_state = framework_rules.evaluate(
+            _framework_inputs(inputs, state, now, previous),
+            framework_rules.FrameworkState.from_dict(framework),
+            now,
+        )
+        framework = framework_state.to_dict()
+        verdicts = framework_rules.keep_verdicts(findings, previous)
+        events.extend(Event(*e) for e in framework_rules.events_for(verdicts, previous))
     fields: dict[str, Any] = {
         "observed": observed_fields(measurements, window.promql(), now),
         "recommendation": {
@@ -306,14 +322,42 @@ def conclude(
             "measurements": {str(k): m.to_dict() for k, m in measurements.items()},
             "canaryMeasurements": None if canary is None else {str(k): m.to_dict() for k, m in canary.items()},
         },
-        "autotune": state.to_dict(),
+        "autotune": {**state.to_dict(), "framework": framework},
         "actuations": actuations,
         "autotuneHalt": {"reason": halted, "token": token} if halted else None,
     }
+    if findings:
+        fields["recommendation"]["framework"] = [f.to_dict() for f in findings]
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
-    previous = list(status.get("conditions", []) or [])
-    return AutotuneOutcome(fields, _conditions(state, previous, halted), events, actuated, decision.to_dict())
+    conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
+    return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
+
+
+def _framework_inputs(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, previous: list[dict[str, Any]]
+) -> framework_rules.FrameworkInputs:
+    """The framework rules see what the policy saw; a window counts once the config settled (rule 13)."""
+    spec = inputs.spec
+    settle = inputs.window.seconds + 2 * parse_duration(spec.autotune.scrape_interval)
+    settled = not inputs.rollout_in_progress and (
+        inputs.config_since is None or now >= inputs.config_since + timedelta(seconds=settle)
+    )
+    try:
+        engine = render_command(spec, inputs.current.with_speculation()).engine
+    except UnsupportedCombination:
+        engine = Engine.V1
+    return framework_rules.FrameworkInputs(
+        spec=spec,
+        current=inputs.current,
+        measurements=inputs.measurements,
+        window_seconds=inputs.window.seconds,
+        engine=engine,
+        settled=settled,
+        canary=inputs.canary if inputs.current.enabled else None,
+        baseline=state.baseline,
+        firing=frozenset(str(c.get("type")) for c in previous if c.get("status") == "True"),
+    )
 
 
 # Fields that say when an evaluation ran, not what it found.

@@ -323,3 +323,111 @@ def _v(group: Mapping[str, Measurement], signal: Signal) -> float:
     value = group[signal].value
     assert value is not None
     return value
+
+
+# ------------------------------------------------------------------------------------------------ acceptance per config
+
+ACCEPTANCE_WINDOWS_PER_CONFIG = 3
+ACCEPTANCE_CONFIGS_KEPT = 6
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """What acceptance depends on besides the traffic: quantization of both models, method, acceptance method, K."""
+
+    target_quantization: str
+    draft_quantization: str | None  # None: no separate draft (ngram, mtp, suffix)
+    method: str
+    acceptance_method: str
+    k: int | None
+
+    def describe(self) -> str:
+        draft = "" if self.draft_quantization is None else f", draft {self.draft_quantization}"
+        k = "model default" if self.k is None else str(self.k)
+        return f"target {self.target_quantization}{draft}, {self.method}, {self.acceptance_method}, K={k}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "targetQuantization": self.target_quantization,
+            "draftQuantization": self.draft_quantization,
+            "method": self.method,
+            "acceptanceMethod": self.acceptance_method,
+            "k": self.k,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ConfigKey:
+        return cls(
+            target_quantization=str(raw["targetQuantization"]),
+            draft_quantization=None if raw.get("draftQuantization") is None else str(raw["draftQuantization"]),
+            method=str(raw["method"]),
+            acceptance_method=str(raw["acceptanceMethod"]),
+            k=None if raw.get("k") is None else int(raw["k"]),
+        )
+
+    def same_except_quantization(self, other: ConfigKey) -> bool:
+        """Only the quantization of target or draft differs: the one change whose acceptance cost is compared."""
+        return (self.method, self.acceptance_method, self.k) == (other.method, other.acceptance_method, other.k) and (
+            self.target_quantization,
+            self.draft_quantization,
+        ) != (other.target_quantization, other.draft_quantization)
+
+
+@dataclass(frozen=True)
+class AcceptanceWindow:
+    """One settled window's acceptance under one configuration and load bucket, with its sample counts."""
+
+    config: ConfigKey
+    bucket: int
+    acceptance: float
+    draft_tokens: float
+    requests: float | None
+    short_fraction: float | None  # share of short responses in the window (traffic mix), when measured
+    at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "bucket": self.bucket,
+            "acceptance": round(self.acceptance, 4),
+            "draftTokens": round(self.draft_tokens),
+            "requests": None if self.requests is None else round(self.requests),
+            "shortFraction": None if self.short_fraction is None else round(self.short_fraction, 4),
+            "at": format_time(self.at),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> AcceptanceWindow:
+        return cls(
+            config=ConfigKey.from_dict(raw["config"]),
+            bucket=int(raw["bucket"]),
+            acceptance=float(raw["acceptance"]),
+            draft_tokens=float(raw["draftTokens"]),
+            requests=None if raw.get("requests") is None else float(raw["requests"]),
+            short_fraction=None if raw.get("shortFraction") is None else float(raw["shortFraction"]),
+            at=parse_time(str(raw["at"])),
+        )
+
+
+def record_acceptance(
+    entries: Sequence[AcceptanceWindow], entry: AcceptanceWindow, *, min_spacing: timedelta, now: datetime
+) -> tuple[AcceptanceWindow, ...]:
+    """Add a settled window to the per-configuration acceptance record (bounded, JSON-able).
+
+    Per (configuration, bucket) it keeps the FIRST window (the comparison point right after a change) and the
+    latest ones (the comparison point right before the next change); only the newest ACCEPTANCE_CONFIGS_KEPT
+    configurations stay, and nothing older than MAX_RECORD_AGE.
+    """
+    fresh = [e for e in entries if now - e.at <= MAX_RECORD_AGE]
+    same = sorted((e for e in fresh if (e.config, e.bucket) == (entry.config, entry.bucket)), key=lambda e: e.at)
+    if same and entry.at - same[-1].at < min_spacing:
+        return tuple(fresh)
+    same.append(entry)
+    kept_same = same if len(same) <= ACCEPTANCE_WINDOWS_PER_CONFIG else [same[0], *same[-2:]]
+    others = [e for e in fresh if (e.config, e.bucket) != (entry.config, entry.bucket)]
+    merged = others + kept_same
+    newest: dict[ConfigKey, datetime] = {}
+    for e in merged:
+        newest[e.config] = max(newest.get(e.config, e.at), e.at)
+    keep = set(sorted(newest, key=lambda c: newest[c])[-ACCEPTANCE_CONFIGS_KEPT:])
+    return tuple(sorted((e for e in merged if e.config in keep), key=lambda e: (e.at, e.bucket)))

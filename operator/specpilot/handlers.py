@@ -568,12 +568,16 @@ def _idle_outcome(spec: v1alpha1.SpeculativeDeploymentSpec | None) -> AutotuneOu
 
 def _fingerprint(body: kopf.Body, indexes: Indexes, memory: ObjectMemory) -> tuple[Any, ...] | None:
     """What a reconcile of this object decides from, as resourceVersions; None while something is pending in time
-    (a write in its grace period, a refusal waiting out its backoff, a foreign holder or a PodMonitor to look up
-    again), which the periodic pass must handle even though no object changed."""
+    (a write in its grace period, a refusal waiting out its backoff, a foreign holder, a PodMonitor to look up
+    again, or a rollout whose deadline the operator times itself), which the periodic pass must handle even though
+    no object changed."""
     if memory.recent_applies or memory.failures or memory.foreign:
         return None
     if body.spec.get("monitoring", {}).get("podMonitor", False):
         return None
+    effective = (body.get("status") or {}).get("effective") or {}
+    if effective.get("configHash") and not effective.get("rolloutCompleted"):
+        return None  # a rollout in flight: its deadline passes with nothing changing (status.effective.rolloutStarted)
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     children = []
     for index, child in (

@@ -271,6 +271,18 @@ def positions(measurement: Measurement) -> dict[int, float]:
     return {int(k): v for k, v in measurement.by_label if k.isdigit()}
 
 
+def valid_value(measurements: Mapping[str, Measurement], name: str) -> float | None:
+    """The measured value when Valid, else None: NoData, Error and Unavailable are not numbers to decide on."""
+    m = measurements.get(name)
+    return m.value if m is not None and m.valid else None
+
+
+def why_not_valid(measurements: Mapping[str, Measurement], name: str) -> str:
+    """Why `name` gave no number to decide on, for a reason or a condition message."""
+    m = measurements.get(name)
+    return f"{name} not measured" if m is None else f"{name} is {m.klass.value} ({m.detail})"
+
+
 def count_errors(measurements: Mapping[str, Measurement]) -> list[Measurement]:
     return [m for m in measurements.values() if m.klass is MeasurementClass.ERROR]
 

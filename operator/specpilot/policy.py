@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from specpilot.agreement import keys_agree
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
@@ -40,6 +41,7 @@ from specpilot.api.v1alpha1 import (
 )
 from specpilot.baseline import (
     BaselineEntry,
+    BaselineSummary,
     CanaryOutcome,
     Mode,
     bucket_label,
@@ -53,18 +55,25 @@ from specpilot.baseline import (
     side_by_side,
     summary,
 )
-from specpilot.measurements import Measurement, count_errors, positions
+from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
 from specpilot.promql import LATENCY_SIGNALS, Signal, Window
 from specpilot.schedule import (
     FitSettings,
+    StepCostModel,
     ThresholdPlan,
     ThresholdSupport,
     fit_support,
+    k_for_batch,
+    model_consistency,
+    model_for_method,
     plan_threshold,
     profile_from_positions,
     profile_geometric,
     schedule_text,
+    speedup,
 )
+from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
+from specpilot.stepfit import StepSample, add_sample, fit_step_cost, sample_from_window
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
     SpeculationIntent,
@@ -166,6 +175,8 @@ class PolicyState:
     baseline: tuple[BaselineEntry, ...] = ()
     load: Mapping[int, float] = field(default_factory=dict)  # seconds per load bucket, decayed
     load_updated: datetime | None = None
+    step_samples: tuple[StepSample, ...] = ()  # (batch, K, step time) per settled window, for the online fit
+    step_sampled: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +222,8 @@ class PolicyState:
             "baseline": [e.to_dict() for e in self.baseline],
             "load": {str(b): round(w, 1) for b, w in sorted(self.load.items())},
             "loadUpdated": _t(self.load_updated),
+            "stepSamples": [s.to_dict() for s in self.step_samples],
+            "stepSampled": _t(self.step_sampled),
         }
 
     @classmethod
@@ -262,6 +275,8 @@ class PolicyState:
             baseline=tuple(BaselineEntry.from_dict(e) for e in raw.get("baseline") or ()),
             load={int(b): float(w) for b, w in (raw.get("load") or {}).items()},
             load_updated=_pt(raw.get("loadUpdated")),
+            step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
+            step_sampled=_pt(raw.get("stepSampled")),
         )
 
 
@@ -285,6 +300,8 @@ class PolicyInputs:
     measurements: Mapping[str, Measurement]
     window: Window
     paused: bool = False
+    # why: the pause annotation unless the shell says otherwise (automation halted after a failed rollout)
+    pause_reason: str = "annotation specpilot.dev/pause=true"
     reevaluate_token: str | None = None
     last_handled_reevaluate: str | None = None
     rollout_in_progress: bool = False
@@ -312,9 +329,12 @@ class Proposal:
     evidence: dict[str, Any]
     probe: bool = False
     off_kind: OffReason | None = None
+    advisory: bool = False  # published as a recommendation, never applied by Auto (evidence too weak to act on)
 
     def key(self) -> str:
-        return self.action.value + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
+        """Agreement key: an advisory proposal never agrees with one that may act (a mixed streak must not act)."""
+        action = self.action.value + (" (advisory)" if self.advisory else "")
+        return action + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -470,16 +490,6 @@ def _count(value: float | None) -> str:
     return f"{value:.0f}"
 
 
-def _valid(measurements: Mapping[str, Measurement], signal: Signal) -> float | None:
-    m = measurements.get(signal)
-    return m.value if m is not None and m.valid else None
-
-
-def _why(measurements: Mapping[str, Measurement], signal: Signal) -> str:
-    m = measurements.get(signal)
-    return f"{signal} not measured" if m is None else f"{signal} is {m.klass.value} ({m.detail})"
-
-
 EVIDENCE_SIGNALS = (
     Signal.ACCEPTANCE_RATE,
     Signal.MEAN_ACCEPTANCE_LENGTH,
@@ -528,17 +538,48 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     at = inputs.spec.autotune
     m = inputs.measurements
     w = inputs.window.promql()
-    acceptance = _valid(m, Signal.ACCEPTANCE_RATE)
-    drafted = _count(_valid(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+    acceptance = valid_value(m, Signal.ACCEPTANCE_RATE)
+    drafted = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
     below, above = at.acceptance.disable_below, at.acceptance.enable_above
     off_target = inputs.current.without_speculation()
-    batch = _valid(m, Signal.BATCH_SIZE)
+    batch = valid_value(m, Signal.BATCH_SIZE)
 
+    speed = _speed(inputs, state, now)
+    evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
+    faster = speed.outcome is Speed.FASTER
     if at.overrides.speculation is not SpeculationOverride.FORCE_ON:
-        if acceptance is not None and acceptance < below:
+        if acceptance is not None and acceptance < below and not faster:
             reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+            if speed.known:
+                return Proposal(
+                    Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
+                )
+            predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
+            evidence["predictedSpeed"] = {
+                "speedup": None if predicted is None else round(predicted, 3),
+                "note": prediction,
+            }
+            missing = speed.evidence.get("note", speed.reason)
+            if inputs.spec.speculation.adaptive_verification:
+                reason = (
+                    f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
+                    f"comparison yet ({missing}): recommended, not applied, until a plain baseline or canary at this "
+                    "load shows speculation is not faster"
+                )
+                return Proposal(
+                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
+                )
+            if predicted is not None and predicted >= 1 + FASTER_MARGIN:
+                reason = (
+                    f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
+                    "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
+                    "not faster"
+                )
+                return Proposal(
+                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
+                )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
-        if state.probe_started is not None and acceptance is not None and acceptance < above:
+        if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
                 f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
                 f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
@@ -553,7 +594,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
         if state.probe_started is not None and acceptance is None and now - state.probe_started > deadline:
             reason = (
                 f"probe since {format_time(state.probe_started)} found no acceptance evidence within "
-                f"{format_duration(deadline.total_seconds())} ({_why(m, Signal.ACCEPTANCE_RATE)})"
+                f"{format_duration(deadline.total_seconds())} ({why_not_valid(m, Signal.ACCEPTANCE_RATE)})"
             )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
         regression, regression_evidence = _latency_regression(inputs, state, now)
@@ -563,6 +604,11 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
             tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
             return Proposal(Action.DISABLE, off_target, f"{regression}{tail}", evidence, off_kind=kind)
+        if speed.outcome is Speed.SLOWER:
+            drafter_ok = acceptance is not None and acceptance >= below
+            kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
+            tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
+            return Proposal(Action.DISABLE, off_target, f"{speed.reason}{tail}", evidence, off_kind=kind)
         if inputs.canary is not None:
             verdict = compare_canary(
                 m,
@@ -578,13 +624,24 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 )
 
     if acceptance is None:
-        return _keep(inputs, f"holding: {_why(m, Signal.ACCEPTANCE_RATE)}", evidence)
-    summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+        return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
+    if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
+        summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+        if faster:
+            summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
+    else:
+        summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
-    plan = _plan(inputs, state, now, acceptance, batch)
+    step_fit = fit_step_cost(
+        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
+    )
+    evidence["stepFit"] = step_fit.to_dict()
+    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
+        if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
+            return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
         if plan.proposed is not None:
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
@@ -596,11 +653,11 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
     at = inputs.spec.autotune
     metric = at.latency.metric.value
     _, p99_signal = LATENCY_SIGNALS[metric]
-    p99 = _valid(inputs.measurements, p99_signal)
-    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    p99 = valid_value(inputs.measurements, p99_signal)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     if p99 is None or batch is None:
         missing = p99_signal if p99 is None else Signal.BATCH_SIZE
-        return "", {"note": f"no comparison: {_why(inputs.measurements, missing)}"}
+        return "", {"note": f"no comparison: {why_not_valid(inputs.measurements, missing)}"}
     bucket = load_bucket(batch)
     base = summary(state.baseline, mode=Mode.OFF, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
     if base is None:
@@ -608,7 +665,7 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
     p99_ms = p99 * 1000
     tolerance = at.latency.regression_tolerance
     evidence = {"offBaseline": base.to_dict(), "p99Ms": round(p99_ms, 3), "tolerance": tolerance}
-    requests = _count(_valid(inputs.measurements, Signal.REQUESTS_IN_WINDOW))
+    requests = _count(valid_value(inputs.measurements, Signal.REQUESTS_IN_WINDOW))
     name = f"P99 {metric.upper()}"
     if p99_ms > base.p99_ms * (1 + tolerance):
         return (
@@ -629,10 +686,94 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
     return "", evidence
 
 
+def _predicted_speedup(
+    inputs: PolicyInputs, state: PolicyState, acceptance: float, batch: float | None
+) -> tuple[float | None, str]:
+    """The cost model's speedup over plain at this batch and K, from the measured acceptance profile.
+
+    Only a model consistent with this deployment's measured TPOT (within FitSettings.modelTolerance) counts: the
+    fitted step-cost curve when there is one, else the assumed profile. Without it (no TPOT, an inconsistent model,
+    K = 0 here): None and why.
+    """
+    current = inputs.current
+    tpot = valid_value(inputs.measurements, Signal.TPOT_MEAN)
+    if batch is None or tpot is None:
+        return None, "no cost-model prediction: batch or mean TPOT not measured"
+    max_k = current.num_speculative_tokens
+    b = max(1, round(batch))
+    by_position = inputs.measurements.get(Signal.ACCEPTANCE_BY_POSITION)
+    if by_position is not None and by_position.valid and by_position.by_label:
+        measured = positions(by_position)
+        max_k = max_k or (max(measured) + 1)
+        profile = profile_from_positions(measured, max_k)
+    elif max_k is not None:
+        profile = profile_geometric(acceptance, max_k)
+    else:
+        return None, "no cost-model prediction: K unknown"
+    k = k_for_batch(current, b, max_k)
+    if k <= 0:
+        return None, f"no cost-model prediction: K = 0 at batch {b}"
+    method = inputs.spec.speculation.method.value
+    fitted = fit_step_cost(state.step_samples, model_for_method(inputs.fit.model, method)).model
+    model = fitted or model_for_method(inputs.fit.model, method)
+    ok, note = model_consistency(
+        model, profile, batch=b, k=k, tpot_ms=tpot * 1000, tolerance=inputs.fit.model_tolerance
+    )
+    if not ok:
+        return None, f"no cost-model prediction: {note}"
+    predicted = speedup(profile, model, b, k)
+    return predicted, f"the cost model ({note}) predicts {predicted:.2f}x over plain at batch {b}, K={k}"
+
+
+def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:
+    """Speculation's mean TPOT against plain at the same load: a plain canary first, else the baseline record."""
+    at = inputs.spec.autotune
+    m = inputs.measurements
+    tolerance = at.latency.regression_tolerance
+    tpot = valid_value(m, Signal.TPOT_MEAN)
+    tpot_ms = None if tpot is None else tpot * 1000
+    batch = valid_value(m, Signal.BATCH_SIZE)
+    if inputs.canary is not None and batch is not None:
+        plain_tpot = valid_value(inputs.canary, Signal.TPOT_MEAN)
+        plain_batch = valid_value(inputs.canary, Signal.BATCH_SIZE)
+        if plain_tpot is not None and plain_batch is not None and comparable_batches(batch, plain_batch):
+            detail = f"plain canary at batch {plain_batch:.1f} vs {batch:.1f}"
+            return compare_speed(
+                tpot_on_ms=tpot_ms, plain=PlainReference(plain_tpot * 1000, "canary", detail), tolerance=tolerance
+            )
+    if batch is None:
+        return compare_speed(
+            tpot_on_ms=tpot_ms, plain=None, tolerance=tolerance, missing=why_not_valid(m, Signal.BATCH_SIZE)
+        )
+    bucket = load_bucket(batch)
+    base = summary(
+        state.baseline, mode=Mode.OFF, bucket=bucket, metric=at.latency.metric.value, now=now, max_age=BASELINE_MAX_AGE
+    )
+    if base is None or base.tpot_mean_ms is None:
+        missing = f"no plain mean TPOT at batch {bucket_label(bucket)} (baseline record or canary) yet"
+        return compare_speed(tpot_on_ms=tpot_ms, plain=None, tolerance=tolerance, missing=missing)
+    detail = (
+        f"baseline at batch {bucket_label(bucket)}, {base.windows} window{'s' if base.windows != 1 else ''}, "
+        f"newest {format_time(base.newest)}"
+    )
+    return compare_speed(
+        tpot_on_ms=tpot_ms, plain=PlainReference(base.tpot_mean_ms, "baseline", detail), tolerance=tolerance
+    )
+
+
 def _plan(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, acceptance: float, batch: float | None
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    acceptance: float,
+    batch: float | None,
+    fitted: StepCostModel | None = None,
 ) -> ThresholdPlan | None:
-    """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope."""
+    """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope.
+
+    `fitted`: the step-cost curve fitted from this deployment's own windows (stepfit.py), used instead of the
+    assumed profile once the data allow it.
+    """
     spec = inputs.spec
     at = spec.autotune
     version = VllmVersion.parse(spec.engine.version)
@@ -652,7 +793,7 @@ def _plan(
     else:
         return None
     load = dict(state.load) or {load_bucket(batch): 1.0}
-    tpot_on = _valid(m, Signal.TPOT_MEAN)
+    tpot_on = valid_value(m, Signal.TPOT_MEAN)
     base = summary(
         state.baseline,
         mode=Mode.OFF,
@@ -673,7 +814,7 @@ def _plan(
         batch_now=batch,
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
-        settings=inputs.fit,
+        settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
     )
 
 
@@ -694,7 +835,7 @@ def _propose_while_off(
     on_target = complete_intent(inputs.current.with_speculation(), inputs.spec)
     metric = at.latency.metric.value
     tolerance = at.latency.regression_tolerance
-    batch = _valid(m, Signal.BATCH_SIZE)
+    batch = valid_value(m, Signal.BATCH_SIZE)
     off = state.off
 
     if inputs.canary is not None:
@@ -706,7 +847,7 @@ def _propose_while_off(
             return Proposal(Action.ENABLE, on_target, f"canary: {verdict.reason}", evidence)
 
     if batch is None:
-        return _keep(inputs, f"speculation off; holding: {_why(m, Signal.BATCH_SIZE)}", evidence)
+        return _keep(inputs, f"speculation off; holding: {why_not_valid(m, Signal.BATCH_SIZE)}", evidence)
     bucket = load_bucket(batch)
     since = f" since {format_time(off.at)} ({off.detail})" if off else ""
 
@@ -720,7 +861,7 @@ def _propose_while_off(
         )
 
     _, p99_signal = LATENCY_SIGNALS[metric]
-    p99 = _valid(m, p99_signal)
+    p99 = valid_value(m, p99_signal)
     on_record = summary(state.baseline, mode=Mode.ON, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
     if on_record is not None:
         evidence["onRecord"] = on_record.to_dict()
@@ -739,6 +880,21 @@ def _propose_while_off(
             f"{bucket_label(bucket)} (acceptance {on_record.acceptance:.2f}) vs {p99 * 1000:.1f} ms now without it",
             evidence,
         )
+
+    trap = _acceptance_gate_misread(inputs, off, on_record, batch)
+    if trap is not None:
+        evidence["speed"] = {"outcome": trap.outcome.value, "reason": trap.reason, **trap.evidence}
+        if trap.outcome is Speed.FASTER:
+            assert on_record is not None
+            assert on_record.acceptance is not None
+            return Proposal(
+                Action.ENABLE,
+                on_target,
+                f"the acceptance gate misread this drafter: with speculation at acceptance {on_record.acceptance:.2f} "
+                f"(below disableBelow {at.acceptance.disable_below:.2f}) at batch {bucket_label(bucket)}, "
+                f"{trap.reason}",
+                evidence,
+            )
 
     if off is None:
         origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
@@ -764,6 +920,31 @@ def _propose_while_off(
         f"(probeInterval {format_duration(probe_interval)})",
         evidence,
         probe=True,
+    )
+
+
+def _acceptance_gate_misread(
+    inputs: PolicyInputs, off: OffRecord | None, on_record: BaselineSummary | None, batch: float
+) -> SpeedVerdict | None:
+    """After an acceptance-driven disable: was speculation, at that low acceptance, faster than plain is now?
+
+    Only a record taken while acceptance was already below disableBelow counts (a record from before a drafter
+    degraded proves nothing about the degraded drafter); plain is this window's mean TPOT at the same load bucket.
+    """
+    if off is None or off.kind is not OffReason.ACCEPTANCE or on_record is None:
+        return None
+    if on_record.acceptance is None or on_record.acceptance >= inputs.spec.autotune.acceptance.disable_below:
+        return None
+    if on_record.tpot_mean_ms is None:
+        return None
+    plain = valid_value(inputs.measurements, Signal.TPOT_MEAN)
+    if plain is None:
+        return None
+    reference = PlainReference(plain * 1000, "this window", f"plain now at batch {batch:.1f}")
+    return compare_speed(
+        tpot_on_ms=on_record.tpot_mean_ms,
+        plain=reference,
+        tolerance=inputs.spec.autotune.latency.regression_tolerance,
     )
 
 
@@ -919,7 +1100,7 @@ def _settled(inputs: PolicyInputs, now: datetime) -> tuple[bool, str]:
 def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyState:
     """File this window into the load histogram and the baseline record."""
     at = inputs.spec.autotune
-    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     if batch is not None:
         interval = parse_duration(at.interval)
         elapsed = interval if state.load_updated is None else (now - state.load_updated).total_seconds()
@@ -934,9 +1115,17 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         min_requests=at.min_samples.requests,
         now=now,
     )
+    spacing = timedelta(seconds=inputs.window.seconds)
     if entry is not None:
-        spacing = timedelta(seconds=inputs.window.seconds)
         state = replace(state, baseline=record(state.baseline, entry, min_spacing=spacing, now=now))
+    if state.step_sampled is None or now - state.step_sampled >= spacing:  # overlapping windows repeat data
+        current = inputs.current
+        max_k = current.num_speculative_tokens or 1
+        sample = sample_from_window(
+            inputs.measurements, speculating=current.enabled, k_at=lambda b: k_for_batch(current, b, max_k)
+        )
+        if sample is not None:
+            state = replace(state, step_samples=add_sample(state.step_samples, sample), step_sampled=now)
     return state
 
 
@@ -954,7 +1143,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     at = inputs.spec.autotune
     state = _reset_on_spec_change(state, inputs.spec)
     events: list[PolicyEvent] = []
-    batch = _valid(inputs.measurements, Signal.BATCH_SIZE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
     handled = inputs.reevaluate_token if fresh_token else None
 
@@ -1002,14 +1191,17 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
-    acceptance = _valid(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
     if (
         inputs.current.enabled
         and state.probe_started is not None
-        and acceptance is not None
-        and acceptance >= at.acceptance.enable_above
+        and (
+            (acceptance is not None and acceptance >= at.acceptance.enable_above)
+            or _speed(inputs, state, now).outcome is Speed.FASTER
+        )
     ):
-        state = replace(state, probe_started=None, off=None)  # the probe confirmed the drafter: speculation stays
+        # the probe confirmed the drafter (acceptance, or measured speed against plain): speculation stays
+        state = replace(state, probe_started=None, off=None)
 
     if inputs.paused:
         if not state.paused:
@@ -1017,11 +1209,11 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
                 PolicyEvent(
                     "Normal",
                     "AutomationPaused",
-                    "annotation specpilot.dev/pause=true: measuring only, no recommendation or change",
+                    f"{inputs.pause_reason}: measuring only, no recommendation or change",
                 )
             )
         state = replace(state, paused=True, streak=None)
-        return hold("automation paused by annotation specpilot.dev/pause=true", "paused", state)
+        return hold(f"automation paused: {inputs.pause_reason}", "paused", state)
     state = replace(state, paused=False)
     if inputs.rollout_in_progress:
         return hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)
@@ -1060,7 +1252,8 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     window = timedelta(seconds=parse_duration(at.stabilization))
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
-    elif state.streak is not None and state.streak.key == key:
+    elif state.streak is not None and keys_agree(state.streak.key, key):
+        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py)
         streak = replace(state.streak, count=state.streak.count + 1)
     else:
         streak = Streak(key, proposal.action, 1, now)
@@ -1090,15 +1283,20 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         )
         return decision, state
 
-    if at.mode is AutotuneMode.RECOMMEND:
+    if at.mode is AutotuneMode.RECOMMEND or proposal.advisory:
         state = _note_recommendation(state, inputs, proposal, events, agreed=True)
+        gate = (
+            "mode Recommend: published, not applied"
+            if at.mode is AutotuneMode.RECOMMEND
+            else "advisory: published, not applied (no measured speed comparison to act on)"
+        )
         decision = Decision(
             proposal.action,
             proposal.target,
             proposal.reason,
             evidence,
             actuate=False,
-            gate="mode Recommend: published, not applied",
+            gate=gate,
             throttled=False,
             events=tuple(events),
             **common,
@@ -1182,9 +1380,10 @@ def _note_recommendation(
         return state
     key = proposal.key() if proposal.action is not Action.KEEP else Action.KEEP.value
     first_keep = state.last_recommendation is None and proposal.action is Action.KEEP
-    if key != state.last_recommendation and not first_keep:
+    changed = state.last_recommendation is None or not keys_agree(state.last_recommendation, key)
+    if changed and not first_keep:
         events.append(PolicyEvent("Normal", "RecommendationChanged", f"{proposal.action.value}: {proposal.reason}"))
-    return replace(state, last_recommendation=key)
+    return replace(state, last_recommendation=key if changed else state.last_recommendation)
 
 
 def evaluate_alone(inputs: PolicyInputs, state: PolicyState, now: datetime) -> Decision:
@@ -1226,5 +1425,5 @@ def evaluate_alone(inputs: PolicyInputs, state: PolicyState, now: datetime) -> D
         paused=False,
         probe=proposal.probe,
         off_kind=proposal.off_kind,
-        batch=_valid(inputs.measurements, Signal.BATCH_SIZE),
+        batch=valid_value(inputs.measurements, Signal.BATCH_SIZE),
     )

@@ -56,6 +56,8 @@ class Signal(StrEnum):
     KV_CACHE_USAGE = "kv_cache_usage"
     DRAFT_TOKENS_IN_WINDOW = "draft_tokens_in_window"
     REQUESTS_IN_WINDOW = "requests_in_window"
+    OUTPUT_SHORT_FRACTION = "output_short_fraction"
+    OUTPUT_TOKENS_P50 = "output_tokens_p50"
 
 
 # The evidence gates: a measurement listed here is NoData unless its gate counted enough samples in the same window.
@@ -70,6 +72,8 @@ EVIDENCE_GATES: dict[Signal, Signal] = {
     Signal.TTFT_P99: Signal.REQUESTS_IN_WINDOW,
     Signal.E2E_P50: Signal.REQUESTS_IN_WINDOW,
     Signal.E2E_P99: Signal.REQUESTS_IN_WINDOW,
+    Signal.OUTPUT_SHORT_FRACTION: Signal.REQUESTS_IN_WINDOW,
+    Signal.OUTPUT_TOKENS_P50: Signal.REQUESTS_IN_WINDOW,
 }
 
 # Latency signals by spec.autotune.latency.metric value.
@@ -398,7 +402,51 @@ def requests_in_window(names: MetricNames, scope: Selection, window: Window) -> 
     )
 
 
-def build_queries(names: MetricNames, scope: Selection, window: Window) -> tuple[Query, ...]:
+# vLLM's generation-token histogram uses 1-2-5 buckets (1, 2, 5, 10, 20, 50, 100, ...) up to max_model_len.
+def short_output_bound(tokens: int) -> int:
+    """The largest bucket bound <= `tokens`: "short" is counted exactly at a bucket edge, never interpolated."""
+    bound, scale = 1, 1
+    while True:
+        for step in (1, 2, 5):
+            if step * scale > tokens:
+                return bound
+            bound = step * scale
+        scale *= 10
+
+
+def output_short_fraction(
+    names: MetricNames, scope: Selection, window: Window, short_output_tokens: int, max_model_len: int | None = None
+) -> Query:
+    """Share of the window's finished requests that generated at most `short_output_bound(tokens)` tokens.
+
+    From the per-request generation-token histogram: the `le` bucket over the count, both rated. Prometheus 2
+    keeps the exposition's `le="50.0"`, Prometheus 3 may normalise it; the regex matches both spellings. vLLM's
+    buckets stop at the largest 1-2-5 value <= max_model_len (a real 0.32 scrape with 512 ends at 500): a bound
+    above it has no bucket, and since no response can be longer, every response counts (`le="+Inf"`).
+    """
+    hist = names.request_generation_tokens
+    bound = short_output_bound(short_output_tokens)
+    if max_model_len is not None and bound > short_output_bound(max_model_len):
+        selector = scope.selector()[:-1] + ',le="+Inf"}'
+    else:
+        selector = scope.selector()[:-1] + f',le=~"{bound}|{bound}[.]0"}}'
+    short = _agg("sum", f"rate({hist}_bucket{selector}[{window.promql()}])", scope)
+    total = f"({_agg('sum', _rate(f'{hist}_count', scope, window), scope)} > 0)"
+    return Query(Signal.OUTPUT_SHORT_FRACTION, f"{short} / {total}", "ratio")
+
+
+def output_tokens_p50(names: MetricNames, scope: Selection, window: Window) -> Query:
+    """Median response length in tokens (interpolated inside a 1-2-5 bucket: evidence to read, not to decide on)."""
+    return quantile(Signal.OUTPUT_TOKENS_P50, 0.5, names.request_generation_tokens, scope, window)
+
+
+def build_queries(
+    names: MetricNames,
+    scope: Selection,
+    window: Window,
+    short_output_tokens: int = 50,
+    max_model_len: int | None = None,
+) -> tuple[Query, ...]:
     """Every measurement of one evaluation; evidence gates first so their results are at hand for the others."""
     return (
         draft_tokens_in_window(names, scope, window),
@@ -421,4 +469,6 @@ def build_queries(names: MetricNames, scope: Selection, window: Window) -> tuple
         generation_token_rate(names, scope, window),
         preemption_rate(names, scope, window),
         kv_cache_usage(names, scope, window),
+        output_short_fraction(names, scope, window, short_output_tokens, max_model_len),
+        output_tokens_p50(names, scope, window),
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from specpilot import conditions as cond
@@ -233,11 +234,42 @@ def child_key(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
+@dataclass(frozen=True)
+class RolloutClock:
+    """When the operator first applied the desired config hash, and when all its replicas were first available.
+
+    The operator keeps its own rollout deadline beside the Deployment's progressDeadlineSeconds because Kubernetes'
+    does not always fire: a rollout back to a config that ran before reuses the old ReplicaSet, the Deployment's
+    Progressing condition keeps its earlier NewReplicaSetAvailable reason, and once replicas == updatedReplicas the
+    deployment controller treats the rollout as complete and never sets ProgressDeadlineExceeded, however long the
+    reused pods crash-loop (seen with an autotune re-enable that returns to the previous command line).
+    """
+
+    started: str
+    completed: str | None
+
+    @classmethod
+    def of(cls, previous_effective: Mapping[str, Any], desired_hash: str, now: str) -> RolloutClock:
+        if previous_effective.get("configHash") == desired_hash and previous_effective.get("rolloutStarted"):
+            return cls(str(previous_effective["rolloutStarted"]), previous_effective.get("rolloutCompleted"))
+        return cls(now, None)
+
+    def overdue(self, now: str, deadline_seconds: int) -> bool:
+        """Never completed, and older than the deadline."""
+        elapsed = (_parse_time(now) - _parse_time(self.started)).total_seconds()
+        return self.completed is None and elapsed > deadline_seconds
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def _rollout_conditions(
-    want: int, desired_hash: str, live: ObservedDeployment | None, applying: bool
+    want: int, desired_hash: str, live: ObservedDeployment | None, applying: bool, overdue: bool = False
 ) -> tuple[list[cond.ConditionUpdate], str]:
     """Ready, Progressing and Degraded from the main Deployment's own status (`want` replicas; the canary's one
-    replica is reported in status.effective.canary); returns the updates and a short summary."""
+    replica is reported in status.effective.canary); returns the updates and a short summary. `overdue`: the
+    operator's own clock says this config has not become available within its rollout deadline."""
     if live is None:
         progress = cond.ConditionUpdate(
             cond.PROGRESSING, "True", "RolloutStarted", f"creating {want} replicas of config {desired_hash}"
@@ -253,7 +285,7 @@ def _rollout_conditions(
         and live.available_replicas >= want
         and live.replicas <= want
     )
-    if on_new_config and live.progress_deadline_exceeded:
+    if on_new_config and (live.progress_deadline_exceeded or (overdue and not settled)):
         msg = f"config {desired_hash} did not become available before the progress deadline; {available}"
         return [
             cond.ConditionUpdate(cond.PROGRESSING, "False", "RolloutFailed", msg),
@@ -460,11 +492,16 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
             delete.append(key)
     applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
     want = manifests.main_replicas(spec, with_canary=canary is not None)
-    rollout, _ = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main)
+    clock = RolloutClock.of(inputs.status.get("effective") or {}, rendered.config_hash, inputs.now)
+    overdue = clock.overdue(inputs.now, manifests.rollout_deadline_seconds(spec))
+    rollout, summary = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main, overdue)
+    if summary == "settled" and clock.completed is None:
+        clock = replace(clock, completed=inputs.now)
 
     speculating = intent.enabled
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
-    spec_message = _speculation_message(spec, intent, source, autotune_status)
+    halt = inputs.autotune_fields.get("autotuneHalt", inputs.status.get("autotuneHalt")) or {}
+    spec_message = _speculation_message(spec, intent, source, autotune_status, halt.get("reason"))
     threshold = (
         cond.ConditionUpdate(cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered))
         if rendered.threshold_support == ThresholdSupport.UNSUPPORTED
@@ -490,6 +527,8 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
         "batchSchedule": [list(r) for r in rendered.batch_schedule] if rendered.batch_schedule else None,
         "thresholdSupport": rendered.threshold_support.value,
         "configHash": rendered.config_hash,
+        "rolloutStarted": clock.started,
+        "rolloutCompleted": clock.completed,
         "source": source,
         "canary": None
         if canary is None
@@ -528,7 +567,10 @@ def _speculation_message(
     intent: SpeculationIntent,
     source: str,
     autotune_status: Mapping[str, Any] | None,
+    halted: str | None = None,
 ) -> str:
+    if source == "autotune" and halted:
+        return f"autotune: {halted}"  # the running config is the one reverted to, not the last actuation's
     if source == "autotune":
         actuations = PolicyState.from_dict(autotune_status).actuations
         return f"autotune: {actuations[-1].reason}" if actuations else "chosen by autotune"

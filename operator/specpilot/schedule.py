@@ -45,6 +45,9 @@ DRAFTER_BY_METHOD: dict[str, Drafter] = {
     "draft_model": Drafter.DRAFT_MODEL,
     "ngram": Drafter.LOOKUP,
     "suffix": Drafter.LOOKUP,
+    "ngram_gpu": Drafter.LOOKUP,
+    "dflash": Drafter.PARALLEL,
+    "dspark": Drafter.PARALLEL,
 }
 
 
@@ -460,6 +463,7 @@ class ThresholdPlan:
     worth_installing: bool
     reason: str
     evidence: dict[str, Any]
+    disable: bool = False  # the K = 0 tax: speculation off beats the best schedule over the observed load (k0tax.py)
 
 
 @dataclass(frozen=True)
@@ -558,6 +562,21 @@ def plan_threshold(
 
     evidence["kByBatch"] = _k_table(profile, model, proposed, max_k, max_num_seqs)
     evidence["proposed"] = shown
+    if support is ThresholdSupport.SCHEDULE:
+        from specpilot.k0tax import compare_with_off  # k0tax builds on this module
+
+        off = compare_with_off(
+            profile,
+            model,
+            proposed,
+            max_k=max_k,
+            load=_load_batches(load),
+            restart_cost_s=settings.restart_cost_s,
+            horizon_s=settings.horizon_s,
+        )
+        evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
+        if off.off_wins:
+            return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True)
     if proposed == current:
         return no_change(f"{shown} already installed")
     gain = predicted_gain(

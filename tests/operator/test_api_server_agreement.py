@@ -29,15 +29,11 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from e2e.cluster.fixture import NAMESPACE_LABEL, KubeCluster
-from specpilot import manifests
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, is_positive_quantity, parse_quantity
 from specpilot.cli import validate_document
 from specpilot.connections import Registry
-from specpilot.reconcile import canary_command
-from specpilot.vllm.dialects import render_command
-from specpilot.vllm.intent import intent_from_spec
-from tests.k8s_specs import valid_resources
+from tests.k8s_specs import children_of, valid_resources
 from tests.unit import test_input_hygiene as hygiene
 
 pytestmark = pytest.mark.cluster
@@ -138,26 +134,11 @@ def served(dynamic: DynamicClient, api_version: str, kind: str) -> bool:
     return True
 
 
-def children(doc: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
-    spec = v1alpha1.parse_spec(doc["spec"])
-    owner = manifests.Owner(doc["metadata"]["name"], namespace, "0b5a9c34-7d1e-4f4e-9d0c-3c2f7a1e5b60")
-    intent = intent_from_spec(spec)
-    rendered = render_command(spec, intent)
-    return manifests.build_children(
-        spec,
-        owner,
-        command=rendered.argv,
-        config_hash=rendered.config_hash,
-        speculation=intent.enabled,
-        canary=canary_command(spec, intent),
-    )
-
-
 def check_document(dynamic: DynamicClient, doc: dict[str, Any], namespace: str) -> None:
     problems, _ = validate_document(doc)
     assert problems == [], problems
     assert dry_run(dynamic, {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}, namespace) is None
-    for child in children(doc, namespace):
+    for child in children_of(doc, namespace):
         if child["kind"] == "PodMonitor" and not served(dynamic, child["apiVersion"], "PodMonitor"):
             COUNTS["PodMonitor (API not served, skipped)"] = COUNTS.get("PodMonitor (API not served, skipped)", 0) + 1
             continue

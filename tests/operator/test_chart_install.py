@@ -53,7 +53,11 @@ def _reconciles(metrics_text: str) -> float:
     )
 
 
-def _token_works(cluster: KubeCluster, kubeconfig: Path, namespace: str) -> bool:
+def _token_authenticates(cluster: KubeCluster, kubeconfig: Path, namespace: str) -> bool:
+    """Whether the API server still accepts the token: allowed, or Forbidden (authenticated, but RBAC is gone).
+
+    After the ServiceAccount and pod are deleted the token stays valid for a few seconds (the API server caches
+    successful token reviews and reads ServiceAccounts from an informer), so callers poll for Unauthorized."""
     done = subprocess.run(
         [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "-n", namespace, "get", "specdeploy"],
         capture_output=True,
@@ -61,9 +65,11 @@ def _token_works(cluster: KubeCluster, kubeconfig: Path, namespace: str) -> bool
         timeout=60,
         check=False,
     )
-    if done.returncode != 0 and "Unauthorized" not in done.stderr:
-        raise AssertionError(f"unexpected kubectl failure: {done.stderr}")
-    return done.returncode == 0
+    if done.returncode == 0 or "Forbidden" in done.stderr:
+        return True
+    if "Unauthorized" in done.stderr:
+        return False
+    raise AssertionError(f"unexpected kubectl failure: {done.stderr}")
 
 
 def test_helm_install_runs_the_operator_pod_and_reconciles(
@@ -146,7 +152,12 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
     ).stdout
     assert leftovers.strip() == ""
     assert kube_cluster.kubectl("get", "crd", "speculativedeployments.specpilot.dev", check=False).returncode == 0
-    assert not _token_works(kube_cluster, first.kubeconfig, kube_namespace)
+    wait_for(
+        "the deleted pod's token to be rejected (Unauthorized)",
+        lambda: not _token_authenticates(kube_cluster, first.kubeconfig, kube_namespace),
+        60,
+        interval=2,
+    )
 
 
 def test_cluster_wide_install_leaves_no_cluster_scoped_objects(kube_cluster: KubeCluster) -> None:

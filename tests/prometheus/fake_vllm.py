@@ -95,6 +95,10 @@ TTFT_OBSERVATIONS = {0.02: 100}
 # E2E: 60 <= 0.3 s, 40 in (0.3, 0.5] s -> P50 0.25 s, P99 0.495 s
 E2E_OBSERVATIONS = {0.3: 60, 0.5: 40}
 REQUESTS, GENERATED = 100, 310
+# Generation tokens per request (vLLM's 1-2-5 buckets up to max_model_len): 10 of 1 token, 90 of 3.33 on average
+# (310 in all, as generation_tokens_total) -> all <= 50 tokens, median 2 + 3 x 40/90 = 3.333
+GENERATION_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
+GENERATION_OBSERVATIONS = {1.0: 10, 5.0: 90}
 RUNNING, WAITING, KV_USAGE = 8, 2, 0.25
 
 
@@ -209,6 +213,15 @@ class FakeVllm:
                 TTFT_BUCKETS,
                 TTFT_OBSERVATIONS,
                 1.5,
+                n,
+            )
+            lines += _histogram(
+                "vllm:request_generation_tokens",
+                "Number of generation tokens processed.",
+                e,
+                GENERATION_BUCKETS,
+                GENERATION_OBSERVATIONS,
+                GENERATED,
                 n,
             )
             lines += _histogram(

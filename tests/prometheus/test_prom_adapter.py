@@ -125,6 +125,8 @@ EXACT = {
     Signal.WAITING_REQUESTS: 2,
     Signal.KV_CACHE_USAGE: 0.25,
     Signal.PREEMPTION_RATE: 0.0,
+    Signal.OUTPUT_SHORT_FRACTION: 1.0,
+    Signal.OUTPUT_TOKENS_P50: 2 + 3 * 40 / 90,
 }
 
 

@@ -17,12 +17,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 
-from specpilot import manifests
 from specpilot.api import v1alpha1
-from specpilot.reconcile import canary_command
-from specpilot.vllm.dialects import render_command
-from specpilot.vllm.intent import intent_from_spec
-from tests.k8s_specs import valid_resources
+from tests.k8s_specs import children_of, valid_resources
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDORED = json.loads((ROOT / "tests" / "unit" / "testdata" / "k8s-openapi-v3.json").read_text())
@@ -70,21 +66,6 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in check.iter_errors(obj)]
 
 
-def children(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = v1alpha1.parse_spec(doc["spec"])
-    owner = manifests.Owner(doc["metadata"]["name"], "ns", "0b5a9c34-7d1e-4f4e-9d0c-3c2f7a1e5b60")
-    intent = intent_from_spec(spec)
-    rendered = render_command(spec, intent)
-    return manifests.build_children(
-        spec,
-        owner,
-        command=rendered.argv,
-        config_hash=rendered.config_hash,
-        speculation=intent.enabled,
-        canary=canary_command(spec, intent),
-    )
-
-
 EXAMPLES = [
     d
     for path in sorted((ROOT / "examples").glob("*.yaml"))
@@ -95,19 +76,19 @@ EXAMPLES = [
 
 @pytest.mark.parametrize("doc", EXAMPLES, ids=[d["metadata"]["name"] for d in EXAMPLES])
 def test_children_of_every_example_match_kubernetes_schemas(doc: dict[str, Any]) -> None:
-    for child in children(doc):
+    for child in children_of(doc, "ns"):
         assert schema_errors(child) == [], child["kind"]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_resources())
 def test_children_of_random_valid_specs_match_kubernetes_schemas(doc: dict[str, Any]) -> None:
-    for child in children(doc):
+    for child in children_of(doc, "ns"):
         assert schema_errors(child) == [], (child["kind"], schema_errors(child))
 
 
 def test_the_schema_check_catches_what_the_api_server_would_refuse() -> None:
-    deployment = next(c for c in children(EXAMPLES[0]) if c["kind"] == "Deployment")
+    deployment = next(c for c in children_of(EXAMPLES[0], "ns") if c["kind"] == "Deployment")
     broken = json.loads(json.dumps(deployment))
     container = broken["spec"]["template"]["spec"]["containers"][0]
     container["securityContext"]["allowPrivilegeEscalation"] = "false"
@@ -121,7 +102,7 @@ def test_the_schema_check_catches_what_the_api_server_would_refuse() -> None:
 
 def test_the_vllm_pod_is_hardened() -> None:
     for doc in EXAMPLES:
-        for child in children(doc):
+        for child in children_of(doc, "ns"):
             if child["kind"] != "Deployment":
                 continue
             pod = child["spec"]["template"]["spec"]

@@ -157,6 +157,28 @@ CEL_REFUSALS = [
     ("autotune.interval", "0s", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline must be greater"),
     ("autotune.rolloutDeadline", "0ms", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline"),
     ("autotune.latency", {"p99Target": "0s"}, "spec.autotune.latency.p99Target must be greater than 0s"),
+    (
+        "speculation.acceptance",
+        {"method": "Exact", "posteriorAlpha": 0.3},
+        "spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed",
+    ),
+    (
+        "speculation.acceptance",
+        {"posteriorThreshold": 0.2},  # method defaults to Exact
+        "spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed",
+    ),
+    (
+        "speculation",
+        {"method": "ngram", "numSpeculativeTokens": 3, "adaptiveVerification": True},
+        "spec.speculation.adaptiveVerification needs method draft_model, eagle, eagle3, mtp, dflash, dspark",
+    ),
+    ("speculation", {"method": "dflash", "numSpeculativeTokens": 3}, "spec.speculation.draft is required"),
+    ("speculation", {"method": "ngram_gpu"}, "spec.speculation.numSpeculativeTokens is required"),
+    (
+        "speculation",
+        {"method": "dspark", "draft": {"model": "d"}, "promptLookupMin": 2},
+        "spec.speculation.promptLookupMin and promptLookupMax are only allowed",
+    ),
 ]
 
 
@@ -181,6 +203,15 @@ ACCEPTED = [
     ("autotune.prometheus", {"url": "http://thanos-query.monitoring.svc.cluster.local:10902"}),
     ("autotune.prometheus", {"connection": "monitoring"}),
     ("autotune.probeInterval", "0s"),
+    ("speculation.acceptance", {"method": "Relaxed", "posteriorThreshold": 0.2, "posteriorAlpha": 0.4}),
+    ("speculation.acceptance", {"method": "Block", "draftSampling": "Probabilistic"}),
+    ("autotune.workload", {"shortOutputTokens": 100, "shortOutputFraction": 0.8, "tailWideningTolerance": 0.5}),
+    (
+        "speculation",
+        {"method": "eagle3", "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, "adaptiveVerification": True},
+    ),
+    ("speculation", {"method": "ngram_gpu", "numSpeculativeTokens": 3, "promptLookupMax": 4}),
+    ("speculation", {"method": "dspark", "draft": {"model": "example/dspark"}, "adaptiveVerification": True}),
 ]
 
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import (
     METHODS_NEEDING_DRAFT,
+    METHODS_NEEDING_K,
     QUANTIZATIONS_NEEDING_WEIGHT_BITS,
     Dtype,
     MemoryStatus,
@@ -578,7 +579,7 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
         if draft_tp is not None:
             draft["tensorParallelSize"] = draft_tp
         speculation["draft"] = draft
-    if method in (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM) or draw(st.booleans()):
+    if method in METHODS_NEEDING_K or draw(st.booleans()):
         speculation["numSpeculativeTokens"] = draw(st.integers(1, 16))
     max_num_seqs = draw(st.integers(1, 2048))
     return {

@@ -326,7 +326,7 @@ def test_rollouts_and_fresh_configs_hold(kw: dict[str, Any], gate: str) -> None:
 
 def test_settled_config_is_judged() -> None:
     spec = make_spec(agreeingEvaluations=1, stabilization="0s")
-    result = run(spec, [observed(acceptance=0.2)], config_since=T0 - 6 * MINUTE)
+    result = run(spec, [observed(acceptance=0.05)], config_since=T0 - 6 * MINUTE)
     assert result.acted == [0]
 
 

@@ -226,6 +226,7 @@ def test_grouped_queries_are_the_per_scope_queries_with_scope_labels_kept(versio
         assert grouped.promql is not None
         expected = (
             alone.promql.replace(SELECTOR, FLEET.selector())
+            .replace(SELECTOR[:-1] + ",", FLEET.selector()[:-1] + ",")  # a selector with a matcher added (le)
             .replace("sum(", f"sum by ({labels}) (")
             .replace("avg(", f"avg by ({labels}) (")
             .replace("max(", f"max by ({labels}) (")

@@ -208,6 +208,60 @@ def test_reconcile_progress_deadline_exceeded_is_degraded() -> None:
     assert ("Warning", "RolloutFailed") in [(e.type, e.reason) for e in result.events]
 
 
+@pytest.mark.parametrize(
+    ("minutes_later", "completed_once", "progressing"),
+    [
+        (10, False, "RolloutStarted"),  # inside the 30m deadline: still rolling
+        (31, False, "RolloutFailed"),  # past it and never available, although the Deployment never says so
+        (31, True, "RolloutStarted"),  # it was available once: a later crash is not a failed rollout
+    ],
+)
+def test_the_operators_own_rollout_deadline(minutes_later: int, completed_once: bool, progressing: str) -> None:
+    """A return to an earlier ReplicaSet never gets ProgressDeadlineExceeded from Kubernetes (its Progressing
+    condition keeps NewReplicaSetAvailable), so the operator times the rollout from status.effective.rolloutStarted."""
+    created = rec.reconcile(inputs(BASE_SPEC, now="2026-11-26T00:00:00Z"))
+    assert created.status_patch is not None
+    status = copy.deepcopy(created.status_patch)
+    assert status["effective"]["rolloutStarted"] == "2026-11-26T00:00:00Z"
+    assert "rolloutCompleted" not in status["effective"]
+    if completed_once:
+        status["effective"]["rolloutCompleted"] = "2026-11-26T00:05:00Z"
+    crash_looping = settled_deployment(created, available_replicas=0, ready_replicas=0)
+    result = rec.reconcile(
+        inputs(
+            BASE_SPEC,
+            status=status,
+            live_children=live_of(created),
+            deployment=crash_looping,
+            now=f"2026-11-26T00:{minutes_later:02d}:00Z",
+        )
+    )
+    assert result.status_patch is not None
+    assert condition(result.status_patch, cond.PROGRESSING)["reason"] == progressing
+    failed = progressing == "RolloutFailed"
+    assert (condition(result.status_patch, cond.DEGRADED)["status"] == "True") is failed
+    assert result.status_patch["effective"]["rolloutStarted"] == "2026-11-26T00:00:00Z", "the clock is kept"
+
+
+def test_the_rollout_clock_completes_on_settling_and_restarts_with_a_new_config() -> None:
+    steady, steady_inputs = converge(BASE_SPEC)
+    assert steady.status_patch is not None
+    assert steady.status_patch["effective"]["rolloutCompleted"] == "2026-11-26T00:00:00Z"
+    changed = rec.reconcile(
+        inputs(
+            spec_with(speculation__numSpeculativeTokens=2),
+            generation=2,
+            status=steady.status_patch,
+            live_children=steady_inputs.live_children,
+            deployment=steady_inputs.deployment,
+            now="2026-11-26T02:00:00Z",
+        )
+    )
+    assert changed.status_patch is not None
+    effective = changed.status_patch["effective"]
+    assert (effective["rolloutStarted"], effective.get("rolloutCompleted")) == ("2026-11-26T02:00:00Z", None)
+
+
 def test_reconcile_scaling_to_one_replica_deletes_the_disruption_budget() -> None:
     steady, steady_inputs = converge(BASE_SPEC)
     assert steady.status_patch is not None

@@ -136,3 +136,53 @@ def test_an_autotune_rollout_that_misses_its_deadline_is_reverted_and_automation
     for _ in range(5):
         cluster.advance(1)
         assert not cluster.evaluate(window_measurements(speculating=True, acceptance=0.2)).actuated
+
+
+def test_a_reenable_kubernetes_never_times_out_is_timed_out_by_the_operator() -> None:
+    """The probe returns to the config that ran first, so the Deployment reuses its old ReplicaSet and Kubernetes
+    never reports ProgressDeadlineExceeded; the operator's own clock (status.effective.rolloutStarted) fails the
+    rollout after rolloutDeadline, the autotuner reverts to off and halts, with one RolloutFailed warning each."""
+    from tests.seams import Cluster, evaluate_until_actuated, window_measurements
+
+    spec = {**ROUND_TRIP_SPEC, "autotune": {**ROUND_TRIP_SPEC["autotune"], "rolloutDeadline": "5m"}}
+    cluster = Cluster(json.loads(json.dumps(spec)))
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)
+    evaluate_until_actuated(cluster, window_measurements(speculating=True, acceptance=0.2))
+    cluster.settle()
+    argv_off = cluster.argv()
+    plain = window_measurements(speculating=False, acceptance=None)
+    probe_at = evaluate_until_actuated(cluster, plain)
+    cluster.unavailable_silently = True  # the re-enabled pods crash-loop
+    assert "--speculative-config" in cluster.argv()
+    started = cluster.status["effective"]["rolloutStarted"]
+    for _ in range(4):  # inside the deadline: still rolling out, nothing decided
+        cluster.advance(1)
+        cluster.evaluate(plain)
+        assert cluster.status["effective"]["rolloutStarted"] == started
+        degraded = next(c for c in cluster.status["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "False"
+    cluster.advance(2)  # past rolloutDeadline since the probe's rollout began
+    assert cluster.now - probe_at > timedelta(minutes=5)
+    cluster.reconcile()
+    degraded = next(c for c in cluster.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "RolloutFailed")
+    cluster.unavailable_silently = False  # the reverted (plain) pods serve
+    cluster.advance(1)
+    assert not cluster.evaluate(plain).actuated
+    assert cluster.argv() == argv_off, "reverted to the plain config that ran before the probe"
+    paused = next(c for c in cluster.status["conditions"] if c["type"] == "Paused")
+    assert (paused["status"], paused["reason"]) == ("True", "AutomationPaused")
+    for _ in range(3):
+        cluster.advance(1)
+        cluster.settle()
+        assert not cluster.evaluate(plain).actuated
+    ready = next(c for c in cluster.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Available")
+    active = next(c for c in cluster.status["conditions"] if c["type"] == "SpeculationActive")
+    assert "missed its deadline; reverted" in active["message"], "says why it runs, not the probe's old reason"
+    paused_events = [e.message for e in cluster.events if e.reason == "AutomationPaused"]
+    assert paused_events[0].startswith("halted: the EnableSpeculation rollout"), paused_events  # not "annotation"
+    failed = [(e.type, e.message[:60]) for e in cluster.events if e.reason == "RolloutFailed"]
+    assert [kind for kind, _ in failed] == ["Warning", "Warning"], failed  # the deadline, then the revert

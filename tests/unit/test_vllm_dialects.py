@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import (
     METHODS_NEEDING_DRAFT,
+    METHODS_NEEDING_K,
+    NGRAM_METHODS,
     QUANTIZATIONS_NEEDING_WEIGHT_BITS,
     Dtype,
     Quantization,
@@ -639,11 +641,11 @@ def valid_spec_dicts(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.booleans()):
             draft["revision"] = draw(NAMES)
         speculation["draft"] = draft
-    if method in (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM) or draw(st.booleans()):
+    if method in METHODS_NEEDING_K or draw(st.booleans()):
         speculation["numSpeculativeTokens"] = draw(st.integers(1, 32))
     if draw(st.booleans()):
         speculation["disableAboveBatchSize"] = draw(st.integers(2, max_num_seqs))
-    if method is SpeculationMethod.NGRAM:
+    if method in NGRAM_METHODS:
         low, high = sorted(draw(st.tuples(st.integers(1, 64), st.integers(1, 64))))
         if draw(st.booleans()):
             speculation["promptLookupMin"] = low

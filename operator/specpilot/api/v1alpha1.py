@@ -117,10 +117,36 @@ class SpeculationMethod(StrEnum):
     EAGLE3 = "eagle3"
     MTP = "mtp"
     SUFFIX = "suffix"
+    DFLASH = "dflash"  # parallel (block) drafter checkpoint; vLLM forces parallel_drafting
+    DSPARK = "dspark"  # DSpark draft checkpoint; Model Runner V2 only
+    NGRAM_GPU = "ngram_gpu"  # n-gram proposer on the GPU; no model
 
 
-METHODS_NEEDING_DRAFT = (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.EAGLE, SpeculationMethod.EAGLE3)
-METHODS_WITHOUT_DRAFT = (SpeculationMethod.NGRAM, SpeculationMethod.MTP, SpeculationMethod.SUFFIX)
+METHODS_NEEDING_DRAFT = (
+    SpeculationMethod.DRAFT_MODEL,
+    SpeculationMethod.EAGLE,
+    SpeculationMethod.EAGLE3,
+    SpeculationMethod.DFLASH,
+    SpeculationMethod.DSPARK,
+)
+METHODS_WITHOUT_DRAFT = (
+    SpeculationMethod.NGRAM,
+    SpeculationMethod.MTP,
+    SpeculationMethod.SUFFIX,
+    SpeculationMethod.NGRAM_GPU,
+)
+METHODS_NEEDING_K = (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM, SpeculationMethod.NGRAM_GPU)
+NGRAM_METHODS = (SpeculationMethod.NGRAM, SpeculationMethod.NGRAM_GPU)  # prompt_lookup_min/max apply
+# Methods whose Model Runner V2 speculator estimates acceptance (vLLM 0.33 DraftModelSpeculator subclasses); the
+# n-gram speculator has no estimator (vLLM ignores the flag) and suffix does not run on Model Runner V2 at all.
+METHODS_WITH_ADAPTIVE_VERIFICATION = (
+    SpeculationMethod.DRAFT_MODEL,
+    SpeculationMethod.EAGLE,
+    SpeculationMethod.EAGLE3,
+    SpeculationMethod.MTP,
+    SpeculationMethod.DFLASH,
+    SpeculationMethod.DSPARK,
+)
 
 
 class Quantization(StrEnum):
@@ -191,6 +217,21 @@ class LatencyMetric(StrEnum):
     TPOT = "tpot"
     TTFT = "ttft"
     E2E = "e2e"
+
+
+class AcceptanceMethod(StrEnum):
+    """How the target verifies draft tokens, by intent; vllm/acceptance.py compiles it per vLLM version."""
+
+    EXACT = "Exact"  # lossless token-by-token rejection sampling: vLLM's default on every version, renders nothing
+    BLOCK = "Block"  # lossless block verification: same output distribution, more tokens per step (vLLM 0.26+)
+    RELAXED = "Relaxed"  # lossy: typical acceptance (V0, 0.6.0-0.9.2) or FLy (0.33+); output may differ from target
+
+
+class DraftSampling(StrEnum):
+    """How the draft proposes tokens (vLLM's draft_sample_method, 0.22+)."""
+
+    GREEDY = "Greedy"  # one-hot draft distribution (vLLM's default)
+    PROBABILISTIC = "Probabilistic"  # full draft logits: higher acceptance on sampled requests, more memory
 
 
 class SpeculationOverride(StrEnum):
@@ -336,12 +377,34 @@ class DraftSpec(_Spec):
     architecture: ModelArchitecture | None = Field(None, description="Config numbers when the draft is not cataloged.")
 
 
+class AcceptanceMethodSpec(_Spec):
+    """The acceptance method by intent; the framework's lever for a quantized target near break-even."""
+
+    method: AcceptanceMethod = Field(
+        AcceptanceMethod.EXACT,
+        strict=False,
+        description="Exact (lossless, default), Block (lossless block verification, vLLM 0.26+) or Relaxed (lossy: "
+        "typical acceptance on the V0 engine of vLLM 0.6.0-0.9.2, FLy on vLLM 0.33+).",
+    )
+    posterior_threshold: float | None = Field(
+        None, gt=0, le=1, description="Relaxed on typical acceptance only: posterior threshold (vLLM default 0.09)."
+    )
+    posterior_alpha: float | None = Field(
+        None, gt=0, le=1, description="Relaxed on typical acceptance only: posterior alpha (vLLM default 0.3)."
+    )
+    draft_sampling: DraftSampling | None = Field(
+        None, strict=False, description="Greedy or Probabilistic draft sampling (draft_sample_method, vLLM 0.22+)."
+    )
+
+
 class SpeculationSpec(_Spec):
     method: SpeculationMethod = Field(description="Speculation method.", strict=False)
     enabled: bool = Field(True, description="Desired baseline; autotune may switch it within its policy.")
-    draft: DraftSpec | None = Field(None, description="Required for draft_model, eagle, eagle3; forbidden otherwise.")
+    draft: DraftSpec | None = Field(
+        None, description="Required for draft_model, eagle, eagle3, dflash, dspark; forbidden otherwise."
+    )
     num_speculative_tokens: int | None = Field(
-        None, ge=1, le=32, description="Tokens proposed per step (K); required for draft_model and ngram."
+        None, ge=1, le=32, description="Tokens proposed per step (K); required for draft_model, ngram, ngram_gpu."
     )
     disable_above_batch_size: int | None = Field(
         None,
@@ -349,8 +412,21 @@ class SpeculationSpec(_Spec):
         le=65536,
         description="Intent: stop speculating when this many requests run at once; compiled per vLLM version.",
     )
-    prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram: shortest match.")
-    prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram: longest match.")
+    prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: shortest match.")
+    prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: longest match.")
+    acceptance: AcceptanceMethodSpec | None = Field(
+        None,
+        description="How the target verifies draft tokens (intent; rendered per vLLM version, refused with the "
+        "alternatives where the version has no such choice). Omitted: vLLM's exact rejection sampling.",
+    )
+    adaptive_verification: bool = Field(
+        False,
+        description="vLLM >= 0.33 adaptive verification (enable_adaptive_verification): vLLM sizes each step's "
+        "verification budget from a start-up cost profile, so acceptance falls while speed rises and the autotuner "
+        "decides on measured speed instead. Methods "
+        + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + "; needs full CUDA graphs (no --enforce-eager), no LoRA, pipelineParallelSize 1.",
+    )
 
 
 class ParallelismSpec(_Spec):
@@ -418,6 +494,13 @@ class PrometheusSpec(_Spec):
 class AcceptanceSpec(_Spec):
     disable_below: float = Field(0.5, ge=0, le=1, description="Turn speculation off below this acceptance rate.")
     enable_above: float = Field(0.65, ge=0, le=1, description="Turn it back on above this (must exceed disableBelow).")
+    quantization_drop_tolerance: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="After a quantization change of target or draft, an acceptance drop beyond this (absolute, "
+        "0.05 = 5 points) at the same load sets QuantizationPenalty and recommends the next step.",
+    )
 
 
 class LatencySpec(_Spec):
@@ -427,6 +510,24 @@ class LatencySpec(_Spec):
     )
     regression_tolerance: float = Field(
         0.1, ge=0, le=10, description="Allowed P99 regression versus the non-speculative baseline (0.1 = 10%)."
+    )
+
+
+class WorkloadSpec(_Spec):
+    """Workload shapes where speculation does not pay for everyone (framework rules; framework_rules.py)."""
+
+    short_output_tokens: int = Field(
+        50, ge=1, le=100_000, description="A response shorter than this many tokens counts as short."
+    )
+    short_output_fraction: float = Field(
+        0.5, gt=0, le=1, description="Recommend speculation off when at least this share of responses is short."
+    )
+    tail_widening_tolerance: float = Field(
+        0.25,
+        ge=0,
+        le=10,
+        description="MixedWorkload when the P99/P50 latency ratio with speculation exceeds the one without it at "
+        "the same load by more than this (0.25 = 25%) while P50 improves.",
     )
 
 
@@ -477,6 +578,7 @@ class AutotuneSpec(_Spec):
     acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
     latency: LatencySpec = Field(default_factory=LatencySpec)
     batch_threshold: BatchThresholdSpec = Field(default_factory=BatchThresholdSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     min_samples: MinSamplesSpec = Field(default_factory=MinSamplesSpec)
     agreeing_evaluations: int = Field(3, ge=1, le=100, description="Consecutive evaluations that must agree.")
     stabilization: Duration = _duration("10m", "Every recommendation in this window must agree before acting.")
@@ -549,33 +651,49 @@ def _weight_bits_ok(quantization: Quantization, bits: int | None) -> bool:
 _RELATIONS: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         at=("speculation",),
-        cel="!(self.method in ['draft_model', 'eagle', 'eagle3']) || has(self.draft)",
-        message="spec.speculation.draft is required when spec.speculation.method is draft_model, eagle or eagle3",
+        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_NEEDING_DRAFT) + "]) || has(self.draft)",
+        message="spec.speculation.draft is required when spec.speculation.method is "
+        + ", ".join(m.value for m in METHODS_NEEDING_DRAFT),
         holds=lambda s: s.speculation.method not in METHODS_NEEDING_DRAFT or s.speculation.draft is not None,
     ),
     CrossFieldRule(
         at=("speculation",),
-        cel="!(self.method in ['ngram', 'mtp', 'suffix']) || !has(self.draft)",
-        message="spec.speculation.draft must be omitted when spec.speculation.method is ngram, mtp or suffix "
-        "(ngram and suffix need no model; mtp uses the target's own heads)",
+        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_WITHOUT_DRAFT) + "]) || !has(self.draft)",
+        message="spec.speculation.draft must be omitted when spec.speculation.method is "
+        + ", ".join(m.value for m in METHODS_WITHOUT_DRAFT)
+        + " (ngram, ngram_gpu and suffix need no model; mtp uses the target's own heads)",
         holds=lambda s: s.speculation.method not in METHODS_WITHOUT_DRAFT or s.speculation.draft is None,
     ),
     CrossFieldRule(
         at=("speculation",),
-        cel="!(self.method in ['draft_model', 'ngram']) || has(self.numSpeculativeTokens)",
+        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_NEEDING_K) + "]) || "
+        "has(self.numSpeculativeTokens)",
         message="spec.speculation.numSpeculativeTokens is required when spec.speculation.method is "
-        "draft_model or ngram (1-32)",
+        + ", ".join(m.value for m in METHODS_NEEDING_K)
+        + " (1-32)",
         holds=lambda s: (
-            s.speculation.method not in (SpeculationMethod.DRAFT_MODEL, SpeculationMethod.NGRAM)
-            or s.speculation.num_speculative_tokens is not None
+            s.speculation.method not in METHODS_NEEDING_K or s.speculation.num_speculative_tokens is not None
         ),
     ),
     CrossFieldRule(
         at=("speculation",),
-        cel="self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
-        message="spec.speculation.promptLookupMin and promptLookupMax are only allowed when method is ngram",
+        cel="!has(self.acceptance) || (has(self.acceptance.method) && self.acceptance.method == 'Relaxed') || "
+        "(!has(self.acceptance.posteriorThreshold) && !has(self.acceptance.posteriorAlpha))",
+        message="spec.speculation.acceptance.posteriorThreshold and posteriorAlpha are only allowed when "
+        "spec.speculation.acceptance.method is Relaxed",
         holds=lambda s: (
-            s.speculation.method == SpeculationMethod.NGRAM
+            s.speculation.acceptance is None
+            or s.speculation.acceptance.method is AcceptanceMethod.RELAXED
+            or (s.speculation.acceptance.posterior_threshold, s.speculation.acceptance.posterior_alpha) == (None, None)
+        ),
+    ),
+    CrossFieldRule(
+        at=("speculation",),
+        cel="self.method in ['ngram', 'ngram_gpu'] || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
+        message="spec.speculation.promptLookupMin and promptLookupMax are only allowed when method is ngram or "
+        "ngram_gpu",
+        holds=lambda s: (
+            s.speculation.method in NGRAM_METHODS
             or (s.speculation.prompt_lookup_min is None and s.speculation.prompt_lookup_max is None)
         ),
     ),
@@ -618,6 +736,27 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
             s.speculation.disable_above_batch_size is None
             or s.speculation.disable_above_batch_size <= s.engine.max_num_seqs
         ),
+    ),
+    CrossFieldRule(
+        at=("speculation",),
+        cel="!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method in ["
+        + ", ".join(f"'{m.value}'" for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + "]",
+        message="spec.speculation.adaptiveVerification needs method "
+        + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
+        + " (vLLM's n-gram speculator has no acceptance estimator and suffix does not run on Model Runner V2)",
+        holds=lambda s: (
+            not s.speculation.adaptive_verification or s.speculation.method in METHODS_WITH_ADAPTIVE_VERIFICATION
+        ),
+    ),
+    CrossFieldRule(
+        at=(),
+        cel="!has(self.speculation.adaptiveVerification) || !self.speculation.adaptiveVerification || "
+        "!has(self.parallelism) || !has(self.parallelism.pipelineParallelSize) || "
+        "self.parallelism.pipelineParallelSize == 1",
+        message="spec.speculation.adaptiveVerification needs spec.parallelism.pipelineParallelSize 1 (vLLM: "
+        "adaptive verification is not currently compatible with pipeline parallelism)",
+        holds=lambda s: not s.speculation.adaptive_verification or s.parallelism.pipeline_parallel_size == 1,
     ),
     CrossFieldRule(
         at=("target",),
@@ -859,6 +998,14 @@ class EffectiveStatus(_Model):
     )
     threshold_support: str | None = Field(None, description="How the threshold is expressed for this vLLM version.")
     config_hash: str = Field(description="Hash of the rendered vLLM command line on the pod template.")
+    rollout_started: str | None = Field(
+        None,
+        description="When the operator first applied configHash; its own rollout deadline (rolloutDeadline) counts "
+        "from here, also where the Deployment never reports ProgressDeadlineExceeded (a return to an old ReplicaSet).",
+    )
+    rollout_completed: str | None = Field(
+        None, description="When every replica of configHash was first available (the deadline no longer applies)."
+    )
     source: str | None = Field(None, description="Where the running intent comes from: spec, autotune or override.")
     canary: CanaryStatus | None = Field(None, description="The canary replica, while spec.autotune.canary runs one.")
 

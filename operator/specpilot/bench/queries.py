@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from specpilot.measurements import RawResult
-from specpilot.promql import Query, Scope, Signal, Window, build_queries
+from specpilot.promql import Query, Scope, Signal, Window, build_queries, short_output_bound
 from specpilot.sim.metrics import MetricsState
 from specpilot.vllm.metrics import MetricNames
 
@@ -99,13 +99,25 @@ def histogram_quantile(q: float, bounds: tuple[float, ...], cumulative: list[flo
 class SimQueryClient:
     """A QueryClient (specpilot.evaluate) over one ScrapeHistory, for one scope and window."""
 
-    def __init__(self, names: MetricNames, scope: Scope, window: Window, history: ScrapeHistory, clock: Any) -> None:
+    def __init__(
+        self,
+        names: MetricNames,
+        scope: Scope,
+        window: Window,
+        history: ScrapeHistory,
+        clock: Any,
+        short_output_tokens: int = 50,
+        max_model_len: int | None = None,
+    ) -> None:
         self.names = names
+        self.short_output_tokens = short_output_tokens
         self.window = window
         self.history = history
         self.clock = clock  # datetime -> virtual seconds
         self.by_promql: dict[str, Query] = {
-            q.promql: q for q in build_queries(names, scope, window) if q.promql is not None
+            q.promql: q
+            for q in build_queries(names, scope, window, short_output_tokens, max_model_len)
+            if q.promql is not None
         }
 
     def query(self, promql: str, at: datetime | None = None) -> RawResult:
@@ -190,7 +202,24 @@ class SimQueryClient:
             return _rate(s, n.generation_tokens)
         if signal is Signal.PREEMPTION_RATE:
             return _rate(s, n.preemptions)
+        if signal in (Signal.OUTPUT_SHORT_FRACTION, Signal.OUTPUT_TOKENS_P50):
+            return self._output_length(signal, s)
         return None
+
+    def _output_length(self, signal: Signal, s: list[Sample]) -> float | None:
+        """The generation-token histogram: the share at or below the short bound (a bucket edge), or the median."""
+        parts = _hist_parts(s, self.names.request_generation_tokens)
+        if parts is None:
+            return None
+        bounds, cumulative, _, count = parts
+        if signal is Signal.OUTPUT_TOKENS_P50:
+            return histogram_quantile(0.5, bounds, cumulative)
+        bound = short_output_bound(self.short_output_tokens)
+        if bound > bounds[-1]:
+            return _ratio(cumulative[-1], count)
+        if float(bound) not in bounds:
+            return None  # no such bucket: an empty result, as Prometheus gives for a bucket edge that is not there
+        return _ratio(cumulative[bounds.index(float(bound))], count)
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

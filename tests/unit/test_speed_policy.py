@@ -1,0 +1,282 @@
+"""Deciding on measured speed, not acceptance (issue 13 item 3) and agreeing on a decision, not on its jitter.
+
+The adaptive-verification trap: acceptance falls while speculation gets faster (keep); its mirror: acceptance high
+while speculation is slower than plain at the same load (disable); an acceptance collapse with no speed comparison
+under adaptive verification is published as a recommendation with its reason, never applied. Plus the agreement key:
+fitted schedules whose boundaries jitter by a batch size or two between windows still agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+import tests.unit.test_policy as tp
+from specpilot.agreement import boundary_close, intents_agree, keys_agree
+from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
+from specpilot.baseline import Mode
+from specpilot.policy import Action, OffReason, OffRecord, PolicyState, Proposal, Streak, decide, evaluate_alone
+from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
+from specpilot.vllm.intent import SpeculationIntent
+
+T0, MINUTE, ON, OFF = tp.T0, tp.MINUTE, tp.ON, tp.OFF
+
+
+def spec_with(*, adaptive: bool = False, **autotune: Any) -> SpeculativeDeploymentSpec:
+    raw = tp.make_spec(**autotune).model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["speculation"]["adaptiveVerification"] = adaptive
+    return parse_spec(raw)
+
+
+def plain_baseline(tpot_mean_ms: float, *, bucket: int = 5, p99_ms: float = 40.0) -> PolicyState:
+    """A plain (speculation off) record at batch [16,32) with this mean TPOT; P99 high enough not to regress."""
+    return PolicyState(baseline=(tp.baseline(Mode.OFF, bucket, p99_ms, tpot_mean_ms=tpot_mean_ms),))
+
+
+# ------------------------------------------------------------------------------------------------ the verdict
+
+
+@pytest.mark.parametrize(
+    ("on_ms", "plain_ms", "tolerance", "outcome"),
+    [
+        (10.0, 15.0, 0.1, Speed.FASTER),
+        (15.0 / (1 + FASTER_MARGIN) - 0.01, 15.0, 0.1, Speed.FASTER),
+        (14.5, 15.0, 0.1, Speed.EVEN),  # 3% faster: inside the noise margin
+        (16.4, 15.0, 0.1, Speed.EVEN),  # 9% slower: inside the tolerance
+        (16.6, 15.0, 0.1, Speed.SLOWER),
+        (15.5, 15.0, 0.0, Speed.SLOWER),
+        (None, 15.0, 0.1, Speed.UNKNOWN),
+    ],
+)
+def test_speed_verdict_table(on_ms: float | None, plain_ms: float, tolerance: float, outcome: Speed) -> None:
+    verdict = compare_speed(
+        tpot_on_ms=on_ms, plain=PlainReference(plain_ms, "baseline", "baseline at batch [16,32)"), tolerance=tolerance
+    )
+    assert verdict.outcome is outcome
+    if outcome is not Speed.UNKNOWN:
+        assert verdict.evidence["plainTpotMs"] == plain_ms
+        assert "plain (baseline at batch [16,32))" in verdict.reason
+
+
+def test_no_reference_says_why() -> None:
+    verdict = compare_speed(tpot_on_ms=12.0, plain=None, tolerance=0.1, missing="no plain mean TPOT at batch [16,32)")
+    assert verdict.outcome is Speed.UNKNOWN
+    assert verdict.reason == "no measured speed comparison: no plain mean TPOT at batch [16,32)"
+
+
+# ------------------------------------------------------------------------------------------------ the trap table
+
+
+@pytest.mark.parametrize(
+    ("case", "adaptive", "acceptance", "tpot_on_s", "state", "action", "in_reason"),
+    [
+        # the adaptive-verification trap: acceptance down, speed up -> keep
+        ("trap", True, 0.20, 0.010, plain_baseline(15.0), Action.KEEP, "kept: mean TPOT 10.00 ms with speculation"),
+        # the benchmark's fault (a): EAGLE-3 K=3 at aggregate acceptance 0.36, faster than plain -> keep
+        ("eagle3-0.36", False, 0.36, 0.011, plain_baseline(15.0), Action.KEEP, "acceptance is a warning here"),
+        # the mirror: acceptance high, slower than plain at this load -> disable
+        ("mirror", True, 0.85, 0.0175, plain_baseline(15.0), Action.DISABLE, "0.86x, slower beyond the tolerance 10%"),
+        ("mirror-plain", False, 0.85, 0.0175, plain_baseline(15.0), Action.DISABLE, "0.86x, slower beyond"),
+        # low acceptance and no measured gain: acceptance decides, with the comparison in the reason
+        ("even", False, 0.30, 0.0145, plain_baseline(15.0), Action.DISABLE, "within -5%/+10%"),
+        # high acceptance, no gain and no loss: nothing to do
+        ("even-high", False, 0.80, 0.0145, plain_baseline(15.0), Action.KEEP, ">= disableBelow"),
+        # no comparison, and the cost model (consistent with the measured TPOT) says speculation still pays
+        ("no-evidence", False, 0.30, 0.010, PolicyState(), Action.DISABLE, "predicts 1.43x over plain at batch 20"),
+        # no comparison, and the model says it does not pay: the acceptance gate acts as before
+        ("collapse", False, 0.05, 0.010, PolicyState(), Action.DISABLE, "acceptance 0.05 < disableBelow 0.50"),
+        # no comparison under adaptive verification: a recommendation with its reason (tested for mode Auto below)
+        ("no-evidence-adaptive", True, 0.30, 0.010, PolicyState(), Action.DISABLE, "recommended, not applied"),
+    ],
+)
+def test_decide_on_measured_speed(
+    case: str,
+    adaptive: bool,
+    acceptance: float,
+    tpot_on_s: float,
+    state: PolicyState,
+    action: Action,
+    in_reason: str,
+) -> None:
+    spec = spec_with(adaptive=adaptive)
+    measurements = tp.observed(acceptance=acceptance, batch=20, p99=0.030, tpot_s=tpot_on_s)
+    decision = evaluate_alone(tp.inputs(spec, measurements), state, T0)
+    assert decision.action is action, decision.reason
+    assert in_reason in decision.reason
+    speed = decision.evidence["speed"]
+    if not state.baseline:
+        assert speed["outcome"] == "Unknown"
+    if case.startswith("mirror"):
+        assert decision.off_kind is OffReason.LOAD, "the drafter is fine: the load is the problem"
+        assert speed["outcome"] == "Slower"
+
+
+def test_collapse_without_speed_evidence_is_a_recommendation_in_auto_mode() -> None:
+    spec = spec_with(adaptive=True, agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=0.25, batch=20)] * 3)
+    assert result.acted == [], "acceptance alone never switches off an adaptive-verification deployment"
+    decision = result.decisions[-1]
+    assert decision.action is Action.DISABLE
+    assert not decision.actuate
+    assert decision.gate.startswith("advisory: published, not applied")
+    assert "adaptive verification lowers acceptance by design" in decision.reason
+    assert "no plain mean TPOT at batch [16,32)" in decision.reason
+    assert result.current == ON
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "tpot_s", "acts", "words"),
+    [
+        (0.30, 0.010, False, "the cost model (model llama8b-h100 predicts TPOT 5.50 ms"),  # consistent: 1.43x
+        (0.05, 0.010, True, "acceptance 0.05 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model: 0.87x
+        (0.30, 0.030, True, "acceptance 0.30 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model off by x5
+    ],
+)
+def test_without_measured_speed_a_plain_deployment_acts_only_when_the_model_agrees(
+    acceptance: float, tpot_s: float, acts: bool, words: str
+) -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=acceptance, batch=20, tpot_s=tpot_s)])
+    decision = result.decisions[0]
+    assert decision.action is Action.DISABLE
+    assert decision.actuate is acts
+    assert words in decision.reason
+    if not acts:
+        assert decision.gate.startswith("advisory: published, not applied")
+        assert decision.evidence["predictedSpeed"]["speedup"] == pytest.approx(1.43, abs=0.01)
+    else:
+        assert decision.reason.startswith(words)
+
+
+def test_advisory_and_acting_proposals_never_agree() -> None:
+    """Found by the benchmark: at a borderline prediction advisory and acting proposals alternate; mixed, they acted."""
+    spec = spec_with(agreeingEvaluations=2, stabilization="0s")
+    advisory = tp.observed(acceptance=0.30, batch=20, tpot_s=0.010)  # the model predicts 1.43x: recommend only
+    acting = tp.observed(acceptance=0.05, batch=20, tpot_s=0.010)  # the model predicts 0.87x: may act
+    mixed = tp.run(spec, [advisory, acting, advisory, acting])
+    assert mixed.acted == []
+    assert [d.evidence["agreement"]["count"] for d in mixed.decisions] == [1, 1, 1, 1]
+    assert tp.run(spec, [acting, acting]).acted == [1]
+
+
+def test_the_same_collapse_acts_once_plain_is_measured_not_faster() -> None:
+    spec = spec_with(adaptive=True, agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=0.25, batch=20, tpot_s=0.0149)], state=plain_baseline(15.0))
+    assert result.acted == [0]
+    assert "mean TPOT 14.90 ms with speculation vs 15.00 ms plain" in result.decisions[0].reason
+
+
+def test_a_plain_canary_is_the_reference_at_the_same_load() -> None:
+    spec = spec_with(adaptive=True)
+    main = tp.observed(acceptance=0.2, batch=20, tpot_s=0.010)
+    canary = tp.observed(on=False, batch=22, tpot_s=0.016, p99=0.030)
+    decision = evaluate_alone(tp.inputs(spec, main, canary=canary), PolicyState(), T0)
+    assert decision.action is Action.KEEP
+    assert "16.00 ms plain (plain canary at batch 22.0 vs 20.0)" in decision.reason
+    far = tp.observed(on=False, batch=60, tpot_s=0.016, p99=0.030)  # not comparable load: no reference
+    again = evaluate_alone(tp.inputs(spec, main, canary=far), PolicyState(), T0)
+    assert again.action is Action.DISABLE
+    assert again.gate.startswith("dry run")
+
+
+def test_force_on_keeps_and_says_acceptance_is_below() -> None:
+    spec = spec_with(overrides={"speculation": "ForceOn"})
+    decision = evaluate_alone(tp.inputs(spec, tp.observed(acceptance=0.2, batch=20)), PolicyState(), T0)
+    assert decision.action is Action.KEEP
+    assert decision.reason.startswith("acceptance 0.20 < disableBelow 0.50")
+
+
+# ------------------------------------------------------------------------------------------------ while off
+
+
+def test_an_acceptance_disable_is_undone_when_speculation_at_that_acceptance_was_faster() -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    record = tp.baseline(Mode.ON, 4, 20.0, acceptance=0.36, tpot_mean_ms=10.0)
+    off = OffRecord(OffReason.ACCEPTANCE, T0 - 5 * MINUTE, 10, "acceptance 0.36 < disableBelow 0.50")
+    state = PolicyState(baseline=(record,), off=off, selected=OFF)
+    plain_now = tp.observed(on=False, batch=10, p99=0.030, tpot_s=0.015)
+    decision = evaluate_alone(tp.inputs(spec, plain_now, OFF), state, T0)
+    assert decision.action is Action.ENABLE
+    assert decision.reason.startswith(
+        "the acceptance gate misread this drafter: with speculation at acceptance 0.36 (below disableBelow 0.50) "
+        "at batch [8,16), mean TPOT 10.00 ms with speculation vs 15.00 ms plain (plain now at batch 10.0): 1.50x"
+    )
+    # a record from before the drafter degraded (acceptance 0.8) proves nothing about the degraded drafter
+    stale = replace(state, baseline=(replace(record, acceptance=0.8),))
+    assert evaluate_alone(tp.inputs(spec, plain_now, OFF), stale, T0).action is Action.KEEP
+    # at that low acceptance speculation was not faster: the disable was right
+    slow = replace(state, baseline=(replace(record, tpot_mean_ms=14.8),))
+    assert evaluate_alone(tp.inputs(spec, plain_now, OFF), slow, T0).action is Action.KEEP
+
+
+def test_a_probe_is_confirmed_by_measured_speed() -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    state = replace(plain_baseline(15.0), probe_started=T0 - 30 * MINUTE)
+    result = tp.run(spec, [tp.observed(acceptance=0.4, batch=20, tpot_s=0.010)], state=state)
+    assert result.acted == []
+    assert result.state.probe_started is None, "faster than plain at this load: the probe keeps speculation"
+
+
+# ------------------------------------------------------------------------------------------------ agreement
+
+
+S = SpeculationIntent(True, 3, 24, ((1, 23, 3), (24, 256, 0)))
+
+
+@pytest.mark.parametrize(
+    ("other", "agree"),
+    [
+        (S, True),
+        (replace(S, disable_above_batch_size=25, batch_schedule=((1, 24, 3), (25, 256, 0))), True),
+        (replace(S, disable_above_batch_size=22, batch_schedule=((1, 21, 3), (22, 256, 0))), True),
+        (replace(S, disable_above_batch_size=30, batch_schedule=((1, 29, 3), (30, 256, 0))), False),
+        (replace(S, batch_schedule=((1, 23, 2), (24, 256, 0))), False),  # another K: another decision
+        (replace(S, batch_schedule=((1, 10, 3), (11, 23, 1), (24, 256, 0))), False),  # another shape
+        (replace(S, num_speculative_tokens=4), False),
+        (replace(S, enabled=False), False),
+        (replace(S, batch_schedule=None), False),
+    ],
+)
+def test_intents_agree_with_a_tolerance_on_boundaries(other: SpeculationIntent, agree: bool) -> None:
+    assert intents_agree(S, other) is agree
+    assert intents_agree(other, S) is agree
+
+
+@pytest.mark.parametrize(("a", "b", "close"), [(24, 26, True), (24, 27, False), (200, 219, True), (200, 223, False)])
+def test_boundary_tolerance_is_two_batches_or_ten_percent(a: int, b: int, close: bool) -> None:
+    assert boundary_close(a, b) is close
+
+
+def test_keys_agree_needs_the_same_action() -> None:
+    on = SpeculationIntent(True, 3)
+    assert keys_agree("Keep:x", "Keep:x")
+    assert not keys_agree("ChangeBatchThreshold:" + "{}", "DisableSpeculation:{}")
+    assert not keys_agree("garbage", "DisableSpeculation:{}")
+    assert keys_agree(Proposal(Action.ENABLE, on, "", {}).key(), Proposal(Action.ENABLE, on, "x", {}).key())
+
+
+def test_jittering_fitted_schedules_reach_agreement_and_install() -> None:
+    """Fault (b) of the benchmark: the streak survives a fitted boundary that moved by one since its first window."""
+    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
+    measurements = tp.tuned_observation(batch=180)
+    first = evaluate_alone(tp.inputs(spec, measurements), state, T0)
+    assert first.action is Action.CHANGE_THRESHOLD
+    schedule = first.target.batch_schedule
+    assert schedule is not None
+    assert len(schedule) >= 2
+    lo, hi, k = schedule[-1]
+    shifted = (*schedule[:-2], (schedule[-2][0], schedule[-2][1] + 1, schedule[-2][2]), (lo + 1, hi, k))
+    threshold = first.target.disable_above_batch_size
+    jittered = replace(first.target, batch_schedule=shifted, disable_above_batch_size=threshold and threshold + 1)
+    anchor = Proposal(Action.CHANGE_THRESHOLD, jittered, "", {}).key()
+    streak = Streak(anchor, Action.CHANGE_THRESHOLD, 2, T0 - 5 * MINUTE)
+    decision, after = decide(tp.inputs(spec, measurements), replace(state, streak=streak), T0)
+    assert after.streak is not None
+    assert after.streak.count == 3, "the jittered boundary is the same decision"
+    assert after.streak.key == anchor, "the streak keeps its first proposal as the anchor"
+    assert decision.actuate
+    assert decision.target == first.target, "the newest fit is installed"

@@ -1,0 +1,112 @@
+"""The online step-cost fit recovers the simulator's true T(B, k) from windows, and falls back while data are thin."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import tests.unit.test_policy as tp
+from specpilot.measurements import MeasurementClass
+from specpilot.policy import PolicyState, evaluate_alone
+from specpilot.promql import Signal
+from specpilot.schedule import LLAMA8B_H100, StepCostModel
+from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
+from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
+from specpilot.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
+from specpilot.vllm.versions import v
+
+CONTEXT = 1000  # mean context of running requests: the profile's L-bar
+# A profile wrong by a lot: target step x1.6, drafter x0.4, 3 ms overhead (what an uncalibrated GPU guess looks like).
+WRONG = replace(LLAMA8B_H100, verify_base_ms=5.886 * 1.6, kv_read_ns_per_token=39.26 * 1.6, draft_ms=0.712 * 0.4,
+                draft_kv_ns_per_token=2.38 * 0.4, sched_ms=3.0)  # fmt: skip
+
+
+def sim_step_ms(batch: int, k: int, *, speculating: bool) -> float:
+    """The simulator's true step time (staircase over CUDA-graph sizes, drafter, overhead) for B decodes at K."""
+    spec = SpecConfig("eagle3", 3) if speculating else None
+    engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "fit", 512, speculation=spec), seed=1)
+    return engine.step_ms(batch * (k + 1), batch * CONTEXT, batch, k)
+
+
+def windows(batches: list[int]) -> list[StepSample]:
+    out: list[StepSample] = []
+    for i, batch in enumerate(batches):
+        noise = 1 + 0.03 * ((-1) ** i)  # +-3%: the window-to-window scatter of a mean TPOT
+        out.append(StepSample(batch, 3, True, round(sim_step_ms(batch, 3, speculating=True) * noise, 3)))
+        out.append(StepSample(batch, 0, False, round(sim_step_ms(batch, 0, speculating=False) * noise, 3)))
+    return out
+
+
+def worst_error(model: StepCostModel, batches: list[int]) -> float:
+    errors = []
+    for batch in batches:
+        for k, on in ((3, True), (0, False)):
+            errors.append(abs(model.step_ms(batch, k, configured=on) / sim_step_ms(batch, k, speculating=on) - 1))
+    return max(errors)
+
+
+def test_the_fit_recovers_the_simulators_curve_from_a_wrong_profile() -> None:
+    fit = fit_step_cost(windows([2, 6, 12, 24, 48, 96, 160]), WRONG)
+    assert fit.model is not None, fit.note
+    held_out = [4, 32, 64, 128, 200]
+    assert worst_error(WRONG, held_out) > 0.25, "the wrong profile really is wrong"
+    assert worst_error(fit.model, held_out) < 0.06, fit.note
+    assert fit.verify_scale == pytest.approx(1 / 1.6, rel=0.1)
+    assert fit.rms_error is not None
+    assert fit.rms_error < 0.06
+    shown = fit.to_dict()
+    assert shown["used"] is True
+    assert shown["note"].startswith("fitted from this deployment: verify x0.6")
+
+
+def test_thin_data_fall_back_to_the_profile_and_say_so() -> None:
+    thin = windows([8, 9])  # 4 windows, one load bucket
+    fit = fit_step_cost(thin, WRONG)
+    assert fit.model is None
+    assert fit.note == f"profile {WRONG.name} used: 4 windows over 1 load buckets (a fit needs {MIN_SAMPLES} over 3)"
+
+
+def test_a_fit_that_misses_its_own_points_is_not_used() -> None:
+    chaotic = [
+        StepSample(b, 0, False, ms) for b, ms in ((2, 5.0), (5, 40.0), (12, 6.0), (30, 60.0), (70, 7.0), (150, 9.0))
+    ]
+    fit = fit_step_cost(chaotic, LLAMA8B_H100)
+    assert fit.model is None
+    assert "profile used" in fit.note
+
+
+def test_a_window_gives_a_point_from_tpot_and_acceptance_length() -> None:
+    on = tp.observed(batch=20, tpot_s=0.010)
+    on[Signal.MEAN_ACCEPTANCE_LENGTH] = tp.m(Signal.MEAN_ACCEPTANCE_LENGTH, 2.5)
+    sample = sample_from_window(on, speculating=True, k_at=lambda b: 3)
+    assert sample == StepSample(20, 3, True, 25.0)
+    off = sample_from_window(tp.observed(on=False, batch=20, tpot_s=0.012), speculating=False, k_at=lambda b: 3)
+    assert off == StepSample(20, 0, False, 12.0)
+    on[Signal.MEAN_ACCEPTANCE_LENGTH] = tp.m(Signal.MEAN_ACCEPTANCE_LENGTH, None, MeasurementClass.NO_DATA)
+    assert sample_from_window(on, speculating=True, k_at=lambda b: 3) is None
+    assert len(add_sample(tuple(windows(list(range(1, 40)))), off)) == 48
+    assert StepSample.from_dict(off.to_dict()) == off
+
+
+def test_the_policy_fits_from_its_own_windows_and_reports_the_fit() -> None:
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True, "min": 4, "max": 256})
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    thin = PolicyState(load={8: 7200.0}, load_updated=tp.T0 - tp.MINUTE)
+    before = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=180)), thin, tp.T0)
+    assert before.evidence["stepFit"]["used"] is False
+    assert before.evidence["threshold"]["model"]["name"] == "llama8b-h100"
+    rich = replace(thin, step_samples=tuple(windows([2, 6, 12, 24, 48, 96, 160])))
+    after = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=180)), rich, tp.T0)
+    assert after.evidence["stepFit"]["used"] is True
+    assert after.evidence["threshold"]["model"]["name"] == "llama8b-h100 (fitted online)"
+    restored = PolicyState.from_dict(rich.to_dict())
+    assert restored.step_samples == rich.step_samples
+
+
+def test_settled_windows_feed_the_samples_once_per_window() -> None:
+    spec = tp.make_spec()
+    on = tp.observed(batch=20, tpot_s=0.010)
+    on[Signal.MEAN_ACCEPTANCE_LENGTH] = tp.m(Signal.MEAN_ACCEPTANCE_LENGTH, 2.5)
+    result = tp.run(spec, [on] * 7)  # one per minute, window 5m: minutes 0 and 5
+    assert [s.step_ms for s in result.state.step_samples] == [25.0, 25.0]
