@@ -23,6 +23,7 @@ from specpilot.api.durations import parse_duration
 from specpilot.evaluate import QueryClient, effective_window, measure
 from specpilot.measurements import Measurement, MeasurementClass
 from specpilot.policy import (
+    PAUSED_BY_ANNOTATION,
     Action,
     PolicyInputs,
     PolicyState,
@@ -282,7 +283,7 @@ def conclude(
         measurements=measurements,
         window=window,
         paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
-        pause_reason=f"halted: {halted}" if halted else "annotation specpilot.dev/pause=true",
+        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
         reevaluate_token=token,
         last_handled_reevaluate=status.get("lastHandledReevaluate"),
         rollout_in_progress=in_progress,

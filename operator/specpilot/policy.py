@@ -291,6 +291,9 @@ def _pt(text: Any) -> datetime | None:
 # ------------------------------------------------------------------------------------------------ inputs, outputs
 
 
+PAUSED_BY_ANNOTATION = "annotation specpilot.dev/pause=true"
+
+
 @dataclass(frozen=True)
 class PolicyInputs:
     """Everything one evaluation may look at. The shell gathers it; nothing here reads a clock, env or cluster."""
@@ -301,7 +304,7 @@ class PolicyInputs:
     window: Window
     paused: bool = False
     # why: the pause annotation unless the shell says otherwise (automation halted after a failed rollout)
-    pause_reason: str = "annotation specpilot.dev/pause=true"
+    pause_reason: str = PAUSED_BY_ANNOTATION
     reevaluate_token: str | None = None
     last_handled_reevaluate: str | None = None
     rollout_in_progress: bool = False

@@ -12,12 +12,12 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from specpilot import conditions as cond
 from specpilot import manifests
 from specpilot.api import v1alpha1
+from specpilot.baseline import parse_time
 from specpilot.catalog import UnknownArchitecture
 from specpilot.plan import GIB, MemoryPlan, plan_memory
 from specpilot.policy import PolicyState, desired_intent
@@ -256,12 +256,8 @@ class RolloutClock:
 
     def overdue(self, now: str, deadline_seconds: int) -> bool:
         """Never completed, and older than the deadline."""
-        elapsed = (_parse_time(now) - _parse_time(self.started)).total_seconds()
+        elapsed = (parse_time(now) - parse_time(self.started)).total_seconds()
         return self.completed is None and elapsed > deadline_seconds
-
-
-def _parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _rollout_conditions(
