@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -194,6 +195,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
 
+    election = None
+    if args.leader_elect:
+        from specpilot.adapters.lease import default_namespace
+        from specpilot.leadership import LeaseSettings
+
+        election = LeaseSettings(
+            name=args.leader_election_lease,
+            namespace=args.leader_election_namespace or default_namespace(),
+            identity=args.leader_election_identity or os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", ""),
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+        problems = election.problems()
+        if problems:
+            print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+            return 1
+
     run_operator(
         namespaces=args.namespace,
         metrics_port=args.metrics_port,
@@ -201,8 +220,67 @@ def _cmd_run(args: argparse.Namespace) -> int:
         bind_address=args.bind_address,
         log_level=args.log_level,
         tick_seconds=args.tick_seconds,
+        leader_election=election,
     )
     return 0
+
+
+def _env_flag(name: str) -> bool:
+    value = os.environ.get(name, "")
+    if value.lower() in ("", "0", "false", "no"):
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    raise SystemExit(f"error: {name}={value!r}: expected true or false")
+
+
+def _add_leader_election_arguments(p_run: argparse.ArgumentParser) -> None:
+    """Flags of `specpilot run` for high availability; each also read from the environment variable it names."""
+    env = os.environ.get
+    group = p_run.add_argument_group(
+        "leader election",
+        "run several replicas, one acting (a coordination.k8s.io/v1 Lease; see README 'High availability')",
+    )
+    group.add_argument(
+        "--leader-elect",
+        action="store_true",
+        default=_env_flag("SPECPILOT_LEADER_ELECT"),
+        help="act only while holding the Lease; wait as a candidate otherwise (env SPECPILOT_LEADER_ELECT)",
+    )
+    group.add_argument(
+        "--leader-election-lease",
+        default=env("SPECPILOT_LEADER_ELECTION_LEASE", "specpilot-leader"),
+        help="name of the Lease (env SPECPILOT_LEADER_ELECTION_LEASE; default: specpilot-leader)",
+    )
+    group.add_argument(
+        "--leader-election-namespace",
+        default=env("SPECPILOT_LEADER_ELECTION_NAMESPACE", ""),
+        help="namespace of the Lease (env SPECPILOT_LEADER_ELECTION_NAMESPACE; default: POD_NAMESPACE, or the "
+        "in-cluster service account's namespace)",
+    )
+    group.add_argument(
+        "--leader-election-identity",
+        default=env("SPECPILOT_LEADER_ELECTION_IDENTITY", ""),
+        help="this replica's name in the Lease; unique per replica (default: POD_NAME, else HOSTNAME)",
+    )
+    group.add_argument(
+        "--lease-duration",
+        type=int,
+        default=env("SPECPILOT_LEASE_DURATION", "15"),
+        help="seconds a candidate waits, after the Lease last changed, before taking it over (default 15)",
+    )
+    group.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=env("SPECPILOT_RENEW_DEADLINE", "10"),
+        help="seconds a leader keeps acting without a successful renewal before it exits (default 10)",
+    )
+    group.add_argument(
+        "--retry-period",
+        type=float,
+        default=env("SPECPILOT_RETRY_PERIOD", "2"),
+        help="seconds between a candidate's tries and a leader's renewals (default 2)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON file of the Prometheus connections (with credentials) SpeculativeDeployments may name; written "
         "by the chart from its prometheusConnections value",
     )
+    _add_leader_election_arguments(p_run)
     p_run.set_defaults(func=_cmd_run)
     add_evaluate_command(sub)
     # --- specpilot report (issue 11): logic in specpilot/report/, imported lazily (matplotlib is slow to load) ---

@@ -26,6 +26,10 @@ ROUND_SIZE = Histogram(
 ROUND_SECONDS = Histogram("specpilot_round_duration_seconds", "Time one evaluation round took")
 DECISIONS = Counter("specpilot_decisions_total", "Autotune decisions", ["action", "mode"])
 ACTUATIONS = Counter("specpilot_actuations_total", "Autotune actuations applied", ["action", "result"])
+LEADER = Gauge(
+    "specpilot_leader",
+    "1 while this replica acts (holds the leader Lease, or runs without leader election), 0 while it waits",
+)
 RECOMMENDATION = Gauge(
     "specpilot_recommendation", "Current recommendation (1 for the active action)", ["namespace", "name", "action"]
 )
