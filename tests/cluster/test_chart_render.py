@@ -31,6 +31,11 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     "listed-namespaces-monitoring-no-dashboard": {**LISTED, **MONITORING, "dashboard": {"enabled": False}},
     "rule-labels": {"prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     "own-rbac-and-service-account": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}},
+    "two-replicas-own-lease": {
+        "replicas": 2,
+        "leaderElection": {"leaseName": "ops-leader", "leaseDuration": 30, "renewDeadline": 20, "retryPeriod": 4},
+    },
+    "no-leader-election": {"leaderElection": {"enabled": False}},
     "debug-fast-ticks": {"logLevel": "debug", "tickSeconds": 2, "image": {"tag": "0.1.0-rc1", "pullPolicy": "Always"}},
 }
 
@@ -97,3 +102,48 @@ def test_schema_rejects_what_the_chart_cannot_render(kube_cluster: KubeCluster) 
     bad = _helm(kube_cluster, "template", "specpilot", str(CHART), values={"prometheusRule": {"enabled": "yes"}})
     assert bad.returncode != 0
     assert "prometheusRule.enabled" in bad.stderr or "prometheusRule" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        ({"replicas": 2, "leaderElection": {"enabled": False}}, "leaderElection/enabled"),
+        ({"leaderElection": {"renewDeadline": 15}}, "retryPeriod < renewDeadline < leaseDuration"),
+        ({"leaderElection": {"retryPeriod": 10}}, "retryPeriod < renewDeadline < leaseDuration"),
+    ],
+)
+def test_chart_refuses_two_acting_operators(kube_cluster: KubeCluster, values: dict[str, Any], why: str) -> None:
+    """Several replicas without a Lease, or timings where a leader could still act after another took over."""
+    bad = _helm(kube_cluster, "template", "specpilot", str(CHART), values=values)
+    assert bad.returncode != 0
+    assert why in bad.stderr, bad.stderr
+
+
+def test_leader_election_rbac_is_one_lease_in_the_release_namespace(kube_cluster: KubeCluster) -> None:
+    rendered = _helm(kube_cluster, "template", "sp", str(CHART), "-n", "ops", values={"watchNamespaces": ["ml"]})
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    lease_rules = [
+        (d["metadata"]["namespace"], r)
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+        for r in d["rules"]
+        if "coordination.k8s.io" in r["apiGroups"]
+    ]
+    assert lease_rules == [
+        ("ops", {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}),
+        (
+            "ops",
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": ["sp-specpilot-leader"],
+                "verbs": ["get", "update"],
+            },
+        ),
+    ]
+    operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {"--leader-elect", "--leader-election-lease=sp-specpilot-leader", "--leader-election-namespace=ops"} <= set(
+        operator["args"]
+    )
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in operator["env"]
