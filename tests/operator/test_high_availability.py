@@ -17,7 +17,8 @@ The measured hand-over times are printed.
 
 And a leader that cannot keep the Lease stops acting: when its renewals are refused (its Lease permission revoked)
 it exits at the renew deadline, before the lease duration after its last renewal (when another may take over);
-when another replica's name is in the Lease it exits at its next renewal.
+when another replica's name is in the Lease it exits at its next renewal. A leader stopped cleanly (SIGTERM)
+releases the Lease, so a candidate takes over at its next try instead of waiting the lease duration out.
 """
 
 from __future__ import annotations
@@ -239,16 +240,25 @@ def test_a_leader_that_cannot_keep_the_lease_stops_before_anyone_may_take_over(
     exited = datetime.strptime(exit_line[:23], "%Y-%m-%d %H:%M:%S,%f").astimezone(UTC)
     assert (exited - last_renewal).total_seconds() < LEASE_SECONDS, (exit_line, last_renewal)
 
-    # Someone else's name in the Lease (say, after a partition healed): the leader stops at its next renewal.
+    # A clean stop (SIGTERM, as at a pod's deletion) releases the Lease: the candidate need not wait it out.
     a2 = candidate(start_operator, "replica-a2")
     takes_over(kube_cluster, a2, "replica-a2", time.monotonic(), LEASE_SECONDS + 10)
+    a3 = candidate(start_operator, "replica-a3")
+    terminated = time.monotonic()
+    a2.process.terminate()
+    released_handover = takes_over(kube_cluster, a3, "replica-a3", terminated, LEASE_SECONDS + 10)
+    assert a2.process.wait(timeout=30) == 0, a2.log_tail()
+    assert "released lease" in a2.log_tail()
+
+    # Someone else's name in the Lease (say, after a partition healed): the leader stops at its next renewal.
     kube_cluster.kubectl("-n", OPERATOR_NAMESPACE, "patch", "lease", LEASE, "--type=merge", "-p",
                          json.dumps({"spec": {"holderIdentity": "intruder"}}))  # fmt: skip
     overwritten = time.monotonic()
-    gone = wait_for_exit(a2, "A2 to stop when the Lease names another", 10)
-    assert a2.process.returncode == LOST_LEADERSHIP_EXIT, a2.log_tail()
-    assert "the lease is held by 'intruder'" in a2.log_tail()
+    gone = wait_for_exit(a3, "A3 to stop when the Lease names another", 10)
+    assert a3.process.returncode == LOST_LEADERSHIP_EXIT, a3.log_tail()
+    assert "the lease is held by 'intruder'" in a3.log_tail()
     print(
         f"\nlease loss: renewals refused -> leader exited {stopped - revoked:.1f} s later (renew deadline "
-        f"{RENEW_DEADLINE:g} s); Lease overwritten -> leader exited {gone - overwritten:.1f} s later"
+        f"{RENEW_DEADLINE:g} s); SIGTERM -> Lease released, candidate leads {released_handover:.1f} s later; Lease "
+        f"overwritten -> leader exited {gone - overwritten:.1f} s later"
     )
