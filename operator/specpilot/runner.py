@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -35,10 +35,13 @@ class Health:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.leader = False
+        self.electing: Callable[[], bool] = lambda: True
 
     def check(self) -> tuple[bool, dict[str, Any]]:
         loop = self.loop
         if loop is None:
+            if not self.electing():
+                return False, {"leader": self.leader, "operator": "leader election stopped"}
             return True, {"leader": self.leader, "operator": "waiting for leadership"}
         try:
             asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(timeout=LOOP_ANSWER_SECONDS)
@@ -116,6 +119,7 @@ def run_operator(
             leader_election.lease_duration, leader_election.renew_deadline, leader_election.retry_period,
         )  # fmt: skip
         elector.start()
+        health.electing = elector.alive
         elector.wait_until_leading()
 
     async def operate() -> None:

@@ -81,6 +81,10 @@ class LeaderElector:
     def leading(self) -> bool:
         return self._leading.is_set()
 
+    def alive(self) -> bool:
+        """Whether the election thread still runs (a candidate whose thread died would wait forever)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="specpilot-leader-election", daemon=True)
         self._thread.start()
@@ -91,6 +95,14 @@ class LeaderElector:
     # ------------------------------------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
+        try:
+            self._elect_and_renew()
+        except BaseException as err:  # a leader nobody renews for must not go on acting
+            log.exception("leader election failed")
+            if self._leading.is_set():
+                self._lose(f"the election thread failed: {err!r}")
+
+    def _elect_and_renew(self) -> None:
         s = self.settings
         started = time.monotonic()
         while not self._stopping.is_set() and not self._leading.is_set():
@@ -116,8 +128,9 @@ class LeaderElector:
                 self._lose(f"not renewed within the renew deadline ({s.renew_deadline:g} s)")
                 return
             try:
+                # No request may outlive the deadline: the check above must run on time.
                 remaining = self._last_renewal_sent + s.renew_deadline - time.monotonic()
-                if not self._try_take(timeout=max(0.2, min(s.retry_period, remaining))):
+                if not self._try_take(timeout=max(0.01, min(s.retry_period, remaining))):
                     holder = self._record.holder if self._record else None
                     if holder != s.identity:
                         self._lose(f"the lease is held by {holder!r}")
