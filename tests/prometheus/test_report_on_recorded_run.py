@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.report_data import DEPLOYMENT, NAMESPACE, PLAIN_HASH, SPECULATING_HASH
+from e2e.report_data import DEPLOYMENT, NAMESPACE, PLAIN_HASH, SPECULATING_HASH, example_cr
 from specpilot.cli import main
 from tests.prometheus.conftest import Replay
 
@@ -20,22 +20,8 @@ STEP = 15
 
 
 def _cr(tmp_path: Path, replay: Replay) -> Path:
-    at = datetime.fromtimestamp(replay.switch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    doc = {
-        "apiVersion": "specpilot.dev/v1alpha1",
-        "kind": "SpeculativeDeployment",
-        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
-        "spec": {
-            "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0", "maxModelLen": 512},
-            "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
-            "speculation": {"method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
-                            "numSpeculativeTokens": 3},
-            "autotune": {"mode": "Off", "scrapeInterval": "1s"},
-        },
-        "status": {"actuations": [{"at": at, "action": "DisableSpeculation", "reason": "switched off for a baseline"}]},
-    }  # fmt: skip
     path = tmp_path / "chat.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(example_cr(replay.switch)))  # the same CR as `python -m e2e.report_data example`
     return path
 
 
