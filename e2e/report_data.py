@@ -130,13 +130,14 @@ def _read(recording: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
 
-def _openmetrics(recording: Path, offset: float) -> tuple[str, float, float]:
-    """OpenMetrics text with every time moved by `offset`; also the first and last sample time."""
+def _openmetrics(recording: Path, offset: float, namespace: str = NAMESPACE) -> tuple[str, float, float]:
+    """OpenMetrics text with every time moved by `offset` (and the series moved to `namespace`); also the first and
+    last sample time."""
     _, rows = _read(recording)
     by_name: dict[str, list[str]] = {}
     first, last = float("inf"), float("-inf")
     for row in rows:
-        labels = dict(row["labels"])
+        labels = {**row["labels"], "namespace": namespace}
         name = labels.pop("__name__")
         rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for t, v in row["points"]:
@@ -147,12 +148,15 @@ def _openmetrics(recording: Path, offset: float) -> tuple[str, float, float]:
     return "\n".join([*lines, "# EOF", ""]), first, last
 
 
-def load_recording(recording: Path, promtool: Path, data_dir: Path, *, ago: float = 120.0) -> dict[str, float]:
-    """Backfill the recording into `data_dir` so its last sample is `ago` s old; return switch/start/end times."""
+def load_recording(
+    recording: Path, promtool: Path, data_dir: Path, *, ago: float = 120.0, namespace: str = NAMESPACE
+) -> dict[str, float]:
+    """Backfill the recording into `data_dir` so its last sample is `ago` s old; return switch/start/end times.
+    `namespace` relabels the series, for a test whose live SpeculativeDeployment lives in a fresh namespace."""
     _, rows = _read(recording)
     last_relative = max(float(row["points"][-1][0]) for row in rows)
     switch = time.time() - ago - last_relative
-    text, first, last = _openmetrics(recording, switch)
+    text, first, last = _openmetrics(recording, switch, namespace)
     data_dir.mkdir(parents=True, exist_ok=True)
     source = data_dir.parent / "recording.om"
     source.write_text(text)
