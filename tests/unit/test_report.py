@@ -189,3 +189,33 @@ def test_report_names_the_file_and_field_of_a_bad_resource(tmp_path: Path, capsy
     (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": {"target": {"model": "m"}}}))
     assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9"]) == 1
     assert f"{tmp_path / 'cr.yaml'}: spec.engine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "expected"),
+    [
+        ("missing", "no usable kubeconfig"),  # no such file
+        ("unreachable", "cannot reach the API server"),  # a kubeconfig whose server does not answer
+    ],
+)
+def test_report_of_a_live_object_explains_a_missing_cluster(
+    kubeconfig: str,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """NAME -n NAMESPACE without a usable cluster: one line naming the object, never a traceback (the API server's
+    own answers, e.g. 404, are tests/prometheus/test_report_on_recorded_run.py's)."""
+    path = tmp_path / "kubeconfig"
+    if kubeconfig == "unreachable":
+        cluster = {"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}
+        context = {"name": "c", "context": {"cluster": "c", "user": "u"}}
+        doc = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "contexts": [context],
+               "users": [{"name": "u", "user": {}}], "current-context": "c"}  # fmt: skip
+        path.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert main(["report", "chat", "-n", "ml", "--prometheus", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: SpeculativeDeployment ml/chat: {expected}"), err
+    assert "Traceback" not in err

@@ -7,6 +7,7 @@ so a report needs no cluster, like `evaluate`. NAME reads the live object throug
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -57,11 +58,23 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     if not args.namespace:
         raise ValueError(f"{args.target}: not a file; a live object needs -n NAMESPACE")
     from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
 
-    config.load_kube_config()  # type: ignore[no-untyped-call]
-    obj: Any = client.CustomObjectsApi().get_namespaced_custom_object(
-        v1alpha1.GROUP, v1alpha1.VERSION, args.namespace, "speculativedeployments", args.target
-    )
+    where = f"SpeculativeDeployment {args.namespace}/{args.target}"
+    try:
+        # KUBECONFIG as it is now: the client reads the variable once, when it is imported
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        obj: Any = client.CustomObjectsApi().get_namespaced_custom_object(
+            v1alpha1.GROUP, v1alpha1.VERSION, args.namespace, "speculativedeployments", args.target
+        )
+    except ConfigException as err:
+        raise ValueError(f"{where}: no usable kubeconfig ({err}); pass a FILE to work without a cluster") from err
+    except ApiException as err:  # NotFound, Forbidden, Unauthorized: the API server's own words
+        raise ValueError(f"{where}: the API server answered {err.status} {err.reason}") from err
+    except (HTTPError, OSError) as err:  # the API server is unreachable (urllib3 gave up retrying)
+        raise ValueError(f"{where}: cannot reach the API server ({err})") from err
     return {str(k): v for k, v in dict(obj).items()}
 
 
