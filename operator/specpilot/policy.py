@@ -39,6 +39,7 @@ from specpilot.api.v1alpha1 import (
     SpeculationOverride,
     SpeculativeDeploymentSpec,
 )
+from specpilot.backlog import BacklogVerdict, proposal_gain, restart_under_backlog
 from specpilot.baseline import (
     BaselineEntry,
     BaselineSummary,
@@ -55,7 +56,9 @@ from specpilot.baseline import (
     side_by_side,
     summary,
 )
+from specpilot.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
+from specpilot.plan import plan_memory
 from specpilot.promql import LATENCY_SIGNALS, Signal, Window
 from specpilot.schedule import (
     FitSettings,
@@ -177,6 +180,7 @@ class PolicyState:
     load_updated: datetime | None = None
     step_samples: tuple[StepSample, ...] = ()  # (batch, K, step time) per settled window, for the online fit
     step_sampled: datetime | None = None
+    backlog_since: datetime | None = None  # an agreed restart first deferred because requests queued (backlog.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -224,6 +228,7 @@ class PolicyState:
             "loadUpdated": _t(self.load_updated),
             "stepSamples": [s.to_dict() for s in self.step_samples],
             "stepSampled": _t(self.step_sampled),
+            "backlogSince": _t(self.backlog_since),
         }
 
     @classmethod
@@ -277,6 +282,7 @@ class PolicyState:
             load_updated=_pt(raw.get("loadUpdated")),
             step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
             step_sampled=_pt(raw.get("stepSampled")),
+            backlog_since=_pt(raw.get("backlogSince")),
         )
 
 
@@ -818,7 +824,25 @@ def _plan(
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
         settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
+        drafter_memory=drafter_memory(spec, m),
     )
+
+
+def drafter_memory(spec: SpeculativeDeploymentSpec, m: Mapping[str, Measurement]) -> DrafterMemory | None:
+    """The drafter's memory for the K = 0 comparison: KV capacity without it (memory plan) and whether this window
+    was KV-bound; None where the plan cannot size the models (an uncataloged model without an inline architecture)."""
+    try:
+        gain = drafter_kv_gain(plan_memory(spec))
+    except ValueError:  # catalog.UnknownArchitecture and plan refusals
+        return None
+    if gain is None:
+        return None
+    bound, detail = kv_bound(
+        valid_value(m, Signal.KV_CACHE_USAGE),
+        valid_value(m, Signal.WAITING_REQUESTS),
+        valid_value(m, Signal.PREEMPTION_RATE),
+    )
+    return DrafterMemory(gain, bound, detail, spec.engine.max_num_seqs)
 
 
 def _propose_while_off(
@@ -1064,6 +1088,7 @@ def record_actuation(
         last_probe=last_probe,
         streak=None,
         throttled=False,
+        backlog_since=None,
     )
 
 
@@ -1248,7 +1273,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             events=tuple(events),
             **common,
         )
-        return decision, replace(state, streak=None, throttled=False)
+        return decision, replace(state, streak=None, throttled=False, backlog_since=None)
 
     key = proposal.key()
     needed = at.agreeing_evaluations
@@ -1323,6 +1348,22 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             **common,
         )
         return decision, state
+    backlog, state = backlog_gate(inputs, state, proposal, now)
+    if backlog.evidence:
+        evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
+    if backlog.hold:
+        decision = Decision(
+            proposal.action,
+            proposal.target,
+            proposal.reason,
+            evidence,
+            actuate=False,
+            gate=f"backlog: {backlog.reason}",
+            throttled=False,
+            events=tuple(events),
+            **common,
+        )
+        return decision, replace(state, throttled=False)
     decision = Decision(
         proposal.action,
         proposal.target,
@@ -1335,6 +1376,26 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         **common,
     )
     return decision, replace(state, throttled=False)
+
+
+def backlog_gate(
+    inputs: PolicyInputs, state: PolicyState, proposal: Proposal, now: datetime
+) -> tuple[BacklogVerdict, PolicyState]:
+    """An agreed, budgeted restart waits while requests queue until waiting has cost what the restart would drop
+    (backlog.py); the first deferral's time is kept in the state so the wait is bounded across evaluations."""
+    gain, source = proposal_gain(proposal.evidence, inputs.spec.autotune.latency.regression_tolerance)
+    verdict = restart_under_backlog(
+        inputs.measurements,
+        restart_cost_s=inputs.fit.restart_cost_s,
+        gain=gain,
+        gain_source=source,
+        deferred_since=state.backlog_since,
+        now=now,
+        horizon_s=inputs.fit.horizon_s,
+    )
+    if verdict.hold:
+        return verdict, replace(state, backlog_since=state.backlog_since or now)
+    return verdict, replace(state, backlog_since=None)
 
 
 def rendered_hash(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> str | None:

@@ -29,6 +29,7 @@ from specpilot.schedule import (
     fit_schedule,
     fit_support,
     fit_threshold,
+    k0_step_ms,
     k_for_batch,
     model_consistency,
     plan_threshold,
@@ -37,6 +38,7 @@ from specpilot.schedule import (
     profile_geometric,
     representative_batch,
     speedup,
+    tokens_per_ms,
 )
 from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import SpeculationIntent
@@ -92,18 +94,32 @@ def test_70b_speculation_stops_paying_at_301_for_alpha_half() -> None:
     assert b_off == 301
 
 
-def test_fit_schedule_turns_off_at_the_crossover() -> None:
-    fit = fit_schedule(geometric(0.5, 5), PAPER_70B, max_k=5, max_num_seqs=512, bounds=(4, 512), prefer_within=0.0)
-    assert fit.threshold == 301
+def test_fit_schedule_turns_off_where_k0_pays_with_its_tax() -> None:
+    """The paper's crossover (301 for alpha 0.5 on 70B) treats K = 0 as plain; under a schedule a K = 0 step still
+    runs one drafter forward (the K = 0 tax), so K = 1 keeps winning until 368, where K = 0 with the tax beats it."""
+    profile = geometric(0.5, 5)
+    fit = fit_schedule(profile, PAPER_70B, max_k=5, max_num_seqs=512, bounds=(4, 512), prefer_within=0.0)
+    taxed = next(
+        b
+        for b in range(1, 513)
+        if 1 / k0_step_ms(PAPER_70B, b) >= max(tokens_per_ms(profile, PAPER_70B, b, k) for k in range(1, 6))
+    )
+    assert taxed == 368
+    assert fit.threshold == taxed
     assert fit.schedule[0][:2] == (1, fit.schedule[0][1])
     assert fit.schedule[0][2] == 3
-    assert fit.schedule[-1] == (301, 512, 0)
+    assert fit.schedule[-1] == (368, 512, 0)
+    untaxed = fit_schedule(
+        profile, replace(PAPER_70B, draft_ms=0.0), max_k=5, max_num_seqs=512, bounds=(4, 512), prefer_within=0.0
+    )
+    assert untaxed.threshold is not None
+    assert untaxed.threshold < 368, "a free drafter forward brings the crossover back toward the untaxed one"
 
 
 @pytest.mark.parametrize(
     ("bounds", "threshold", "tail"),
     [
-        ((4, 512), 301, [(301, 512, 0)]),
+        ((4, 512), 368, [(368, 512, 0)]),
         ((4, 256), 256, [(256, 512, 0)]),  # max caps the threshold: speculation stops earlier than the model says
         ((400, 512), 400, [(400, 512, 0)]),  # min keeps K = 1 up to the bound instead of 0
     ],
@@ -114,15 +130,16 @@ def test_fit_schedule_respects_user_bounds(
     fit = fit_schedule(geometric(0.5, 5), PAPER_70B, max_k=5, max_num_seqs=512, bounds=bounds, prefer_within=0.0)
     assert fit.threshold == threshold
     assert list(fit.schedule[-len(tail) :]) == tail
-    if bounds[0] > 301:
+    if bounds[0] > 368:
         assert fit.schedule[-2][2] == 1
         assert fit.schedule[-2][1] == threshold - 1
 
 
 def test_fit_schedule_low_acceptance_keeps_k1_below_min() -> None:
-    fit = fit_schedule(geometric(0.02, 3), PAPER_8B, max_k=3, max_num_seqs=64, bounds=(4, 64))
-    assert fit.schedule == ((1, 3, 1), (4, 64, 0))
-    assert fit.threshold == 4
+    # acceptance 0.02: K = 0 (with its drafter tax) wins from batch 33, under batchThreshold.min 40 -> K = 1 to 39
+    fit = fit_schedule(geometric(0.02, 3), PAPER_8B, max_k=3, max_num_seqs=64, bounds=(40, 64))
+    assert fit.schedule == ((1, 39, 1), (40, 64, 0))
+    assert fit.threshold == 40
 
 
 @settings(max_examples=60, deadline=None)
