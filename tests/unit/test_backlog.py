@@ -105,3 +105,52 @@ def test_no_queue_no_gate() -> None:
     result = tp.run(spec, [queue(0.0)])
     assert result.acted == [0]
     assert "backlog" not in result.decisions[0].evidence
+
+
+# ------------------------------------------------------------------------------------------------ in the simulator
+
+
+def test_a_flash_crowd_keeps_its_backlog_instead_of_losing_it_to_a_restart() -> None:
+    """The spike scenario in small (the CPU preset, virtual clock, seed 1): 4 QPS with a 30 QPS crowd for 4 minutes,
+    past capacity, while specpilot agrees on an acceptance-driven disable (EAGLE-3 acceptance ~0.39 < 0.50).
+
+    Before this rule the agreed disable restarted the pod at once (the counterfactual below replays exactly that: the
+    same arrivals, the restart at the moment specpilot first wanted it); now it waits while requests queue. Full size:
+    `specpilot bench --scenario spike` (`make bench`)."""
+    from specpilot.bench import oracles
+    from specpilot.bench.runner import Replica, run_specpilot
+    from specpilot.bench.scenarios import Lengths, Scenario, arrivals
+    from specpilot.sim.presets import CPU_TINY
+
+    crowd = ((0.0, 4.0), (240.0, 4.0), (241.0, 30.0), (480.0, 30.0), (481.0, 4.0))
+    scenario = Scenario(
+        "spike-small", "CPU preset, flash crowd", "cpu-tiny", "eagle3", 3, 1200.0, crowd, ((0.0, 0.2),),
+        lengths=Lengths(4.0, 0.5, 4.5, 0.6, 1024, 512), max_model_len=2048, max_num_seqs=64, tpot_slo_ms=200.0,
+        ttft_slo_s=600.0,
+    )  # fmt: skip
+    items = arrivals(scenario, 1)
+    replica, controller = run_specpilot(scenario, 1, items)
+    wanted = [d for d in controller.decisions if d["action"] == "DisableSpeculation"]
+    assert wanted, "the policy proposed the disable"
+    first = wanted[0]
+    assert first["gate"].startswith("backlog: restart deferred while requests queue")
+    assert all(not d["actuate"] for d in controller.decisions)
+
+    now_restart = Replica(scenario, CPU_TINY, controller.initial_intent(), 1)
+    now_restart.run_until(first["t"], items)
+    now_restart.restart(oracles.off(), first["t"])
+    now_restart.run_until(scenario.duration_s, items)
+
+    def figures(outcomes: list[oracles.Outcome]) -> tuple[int, float]:
+        return sum(1 for o in outcomes if o.failed), oracles.goodput(outcomes, scenario.duration_s, 0.2, 600.0)
+
+    dropped_before, goodput_before = figures(now_restart.outcomes)
+    dropped_after, goodput_after = figures(replica.outcomes)
+    print(
+        f"\nflash crowd, disable agreed at {first['t']:.0f}s: restart at once (before) dropped {dropped_before} "
+        f"requests, goodput {goodput_before:.0f} tok/s; deferred while queued (after) dropped {dropped_after}, "
+        f"goodput {goodput_after:.0f} tok/s"
+    )
+    assert dropped_before > 1000
+    assert dropped_after == 0
+    assert goodput_after > goodput_before
