@@ -74,6 +74,7 @@ from specpilot.schedule import (
     profile_geometric,
     schedule_text,
     speedup,
+    with_output_length,
 )
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
 from specpilot.stepfit import StepSample, add_sample, fit_step_cost, sample_from_window
@@ -719,6 +720,7 @@ def _predicted_speedup(
         profile = profile_geometric(acceptance, max_k)
     else:
         return None, "no cost-model prediction: K unknown"
+    profile = with_output_length(profile, mean_output_tokens(inputs.measurements))
     k = k_for_batch(current, b, max_k)
     if k <= 0:
         return None, f"no cost-model prediction: K = 0 at batch {b}"
@@ -732,6 +734,14 @@ def _predicted_speedup(
         return None, f"no cost-model prediction: {note}"
     predicted = speedup(profile, model, b, k)
     return predicted, f"the cost model ({note}) predicts {predicted:.2f}x over plain at batch {b}, K={k}"
+
+
+def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
+    """Tokens per response in the window: generated tokens per second over finished requests per second."""
+    tokens, requests = valid_value(m, Signal.GENERATION_TOKEN_RATE), valid_value(m, Signal.REQUEST_RATE)
+    if tokens is None or requests is None or requests <= 0 or tokens <= 0:
+        return None
+    return tokens / requests
 
 
 def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:
@@ -801,6 +811,7 @@ def _plan(
         profile = profile_geometric(acceptance, k)
     else:
         return None
+    profile = with_output_length(profile, mean_output_tokens(m))
     load = dict(state.load) or {load_bucket(batch): 1.0}
     tpot_on = valid_value(m, Signal.TPOT_MEAN)
     base = summary(

@@ -178,16 +178,32 @@ def model_for_method(model: StepCostModel, method: str) -> StepCostModel:
 # ------------------------------------------------------------------------------------------------ acceptance
 
 
+TAIL_WASTE_STEPS = 0.5  # share of one verification step wasted past the end of a response (assumed)
+
+
 @dataclass(frozen=True)
 class AcceptanceProfile:
     """Unconditional survival r_1..r_K: probability that draft position j is accepted in a verification step."""
 
     survival: tuple[float, ...]
     source: str
+    mean_output_tokens: float | None = None  # tokens per response (None: long enough not to matter)
 
     def expected_tokens(self, k: int) -> float:
-        """E_k = 1 + r_1 + ... + r_k tokens per step (the bonus/correction token included)."""
-        return 1.0 + sum(self.survival[: max(0, k)])
+        """E_k = 1 + r_1 + ... + r_k tokens per step (the bonus/correction token included), per response length.
+
+        With `mean_output_tokens` n set, short responses shrink the gain: the first token comes from the prefill
+        (speculation does not touch it), and the last verification step of each response runs past its end, wasting
+        on average TAIL_WASTE_STEPS of a step (assumed). Over many responses a speculative config takes
+        (n - 1)/E_k + TAIL_WASTE_STEPS steps where plain takes n - 1, so the effective tokens per step are
+        (n - 1) / ((n - 1)/E_k + TAIL_WASTE_STEPS); long responses keep E_k, a 10-token one loses a fifth of it.
+        """
+        raw = 1.0 + sum(self.survival[: max(0, k)])
+        n = self.mean_output_tokens
+        if n is None or k <= 0:
+            return raw
+        decoded = max(n - 1, 1.0)
+        return decoded / (decoded / raw + TAIL_WASTE_STEPS)
 
     @property
     def max_k(self) -> int:
@@ -209,6 +225,17 @@ def profile_from_positions(by_position: Mapping[int, float], num_speculative_tok
         ceiling = r
     shown = ", ".join(f"{r:.2f}" for r in survival)
     return AcceptanceProfile(tuple(survival), f"measured per position [{shown}]")
+
+
+def with_output_length(profile: AcceptanceProfile, mean_output_tokens: float | None) -> AcceptanceProfile:
+    """The same acceptance, priced for responses of this mean length (see AcceptanceProfile.expected_tokens)."""
+    if mean_output_tokens is None or mean_output_tokens <= 0:
+        return profile
+    return replace(
+        profile,
+        mean_output_tokens=mean_output_tokens,
+        source=f"{profile.source}; responses of {mean_output_tokens:.0f} tokens on average (short outputs shrink E_k)",
+    )
 
 
 def profile_geometric(acceptance_rate: float, num_speculative_tokens: int) -> AcceptanceProfile:
@@ -549,7 +576,12 @@ def plan_threshold(
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
         "support": support.value,
-        "acceptance": {"survival": [round(r, 4) for r in profile.survival], "source": profile.source},
+        "acceptance": {
+            "survival": [round(r, 4) for r in profile.survival],
+            "source": profile.source,
+            "meanOutputTokens": None if profile.mean_output_tokens is None else round(profile.mean_output_tokens, 1),
+            "tokensPerStep": [round(profile.expected_tokens(k), 3) for k in range(1, profile.max_k + 1)],
+        },
         "load": {str(b): round(w, 1) for b, w in sorted(load.items())},
         "batchNow": round(batch_now, 2),
         "settings": settings.to_dict(),

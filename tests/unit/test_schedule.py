@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from specpilot.schedule import (
     LLAMA8B_H100,
     LLAMA70B_4XH100,
+    TAIL_WASTE_STEPS,
     AcceptanceProfile,
     Drafter,
     FitSettings,
@@ -39,6 +40,7 @@ from specpilot.schedule import (
     representative_batch,
     speedup,
     tokens_per_ms,
+    with_output_length,
 )
 from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import SpeculationIntent
@@ -377,3 +379,71 @@ def test_batch_threshold_max_bounds_a_fit_without_crossover() -> None:
     assert capped.threshold == 32
     assert capped.schedule[-1] == (32, 64, 0)
     assert fit_threshold(geometric(0.9, 3), PAPER_8B, k=3, max_num_seqs=64, bounds=(2, 32)) == 32
+
+
+# ------------------------------------------------------------------------------------------------ short outputs
+
+
+@pytest.mark.parametrize(
+    ("mean_tokens", "k", "expected"),
+    [
+        (None, 3, 1 + 0.7 + 0.49 + 0.343),  # long enough not to matter: E_3 as measured
+        (2000.0, 3, 2.531),  # 2,000 tokens: the wasted tail is noise
+        (50.0, 3, 2.469),
+        (10.0, 3, 2.221),  # 9 decoded tokens: 9 / (9/2.533 + 0.5)
+        (10.0, 1, 1.553),  # 9 / (9/1.7 + 0.5)
+        (10.0, 0, 1.0),  # no speculation, no waste
+        (1.0, 3, 1 / (1 / 2.533 + 0.5)),  # one token, all from the prefill: nothing left to accelerate
+    ],
+)
+def test_short_outputs_shrink_tokens_per_step(mean_tokens: float | None, k: int, expected: float) -> None:
+    profile = with_output_length(geometric(0.7, 3), mean_tokens)
+    assert profile.expected_tokens(k) == pytest.approx(expected, abs=0.002)
+    if mean_tokens is not None:
+        assert f"responses of {mean_tokens:.0f} tokens" in profile.source
+
+
+def test_the_tail_waste_matches_the_simulators_steps_per_response() -> None:
+    """Batch 1, Llama 8B + EAGLE-3 K=3 in the simulator: decode steps per response against (n - 1)/E + the tail
+    waste, with E the mean acceptance length the simulator's own counters report (what the operator measures),
+    within 5%."""
+    from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+    from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
+
+    for n in (10, 50, 300):
+        steps = drafts = accepted = 0.0
+        for i in range(40):
+            engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "m", 8, speculation=SpecConfig("eagle3", 3)), seed=i)
+            engine.submit(SimRequest(f"r{i}", 0.0, 300, n, n))
+            while engine.has_work():
+                engine.step()
+                steps += 1
+            drafts += engine.metrics.counter("vllm:spec_decode_num_drafts")
+            accepted += engine.metrics.counter("vllm:spec_decode_num_accepted_tokens")
+        simulated = steps / 40 - 1  # the prefill step emits the first token
+        measured_e = 1 + accepted / drafts
+        modeled = (n - 1) / measured_e + TAIL_WASTE_STEPS
+        print(f"n={n}: simulator {simulated:.2f} decode steps per response, model {modeled:.2f} (E {measured_e:.2f})")
+        assert simulated == pytest.approx(modeled, rel=0.05)
+
+
+def test_short_outputs_enter_the_threshold_fit_and_the_k0_comparison() -> None:
+    """The same acceptance with 10-token responses: the fit picks no larger K at any batch and turns K = 0 on no
+    later; the schedule's gain over plain shrinks, so speculation off wins the K = 0 comparison sooner."""
+    from specpilot.k0tax import compare_with_off
+
+    long, short = geometric(0.7, 5), with_output_length(geometric(0.7, 5), 10.0)
+    fits = [fit_schedule(p, LLAMA8B_H100, max_k=5, max_num_seqs=512, bounds=(4, 512)) for p in (long, short)]
+    ks = [[k_for_batch(SpeculationIntent(True, 5, None, f.schedule), b, 5) for b in range(1, 513)] for f in fits]
+    assert all(s <= lg for s, lg in zip(ks[1], ks[0], strict=True))
+    assert ks[1] != ks[0]
+    schedule = SpeculationIntent(True, 5, 128, ((1, 127, 3), (128, 512, 0)))
+    load = {8: 0.3, 181: 0.7}
+
+    def net(profile: AcceptanceProfile) -> float:
+        result = compare_with_off(
+            profile, LLAMA8B_H100, schedule, max_k=5, load=load, restart_cost_s=90.0, horizon_s=3600.0
+        )
+        return float(result.evidence["netSeconds"])
+
+    assert net(short) > net(long) + 100, "less gain at low load to pay for the K = 0 tax"
