@@ -634,6 +634,9 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 )
 
     if acceptance is None:
+        at_k0 = _k0_window_proposal(inputs, state, now, batch, off_target, evidence)
+        if at_k0 is not None:
+            return at_k0
         return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
     if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
         summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
@@ -656,6 +659,44 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
     return _keep(inputs, summary_text, evidence)
+
+
+def _k0_window_proposal(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    batch: float | None,
+    off_target: SpeculationIntent,
+    evidence: dict[str, Any],
+) -> Proposal | None:
+    """A window spent entirely in a K = 0 range drafts nothing, so acceptance is NoData; yet that is exactly when
+    the K = 0 tax is paid. Found in the simulator: a schedule with K = 0 above 64 at a sustained batch of 181 held
+    ("acceptance NoData") forever. The K = 0 comparison then runs with the newest acceptance the baseline record
+    kept for this deployment, or enableAbove (generous to the K > 0 ranges, so off wins only on the tax), and may
+    only propose off; nothing else is decided on a window without acceptance."""
+    current = inputs.current
+    max_k = current.num_speculative_tokens
+    if batch is None or not max_k or k_for_batch(current, max(1, round(batch)), max_k) > 0:
+        return None
+    recorded = [e for e in state.baseline if e.mode is Mode.ON and e.acceptance is not None]
+    if recorded:
+        newest = max(recorded, key=lambda e: e.at)
+        assert newest.acceptance is not None
+        acceptance, source = newest.acceptance, f"the baseline record's newest ({format_time(newest.at)})"
+    else:
+        acceptance, source = inputs.spec.autotune.acceptance.enable_above, "enableAbove (none recorded)"
+    step_fit = fit_step_cost(
+        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
+    )
+    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
+    if plan is None:
+        return None
+    evidence["threshold"] = {"reason": plan.reason, "acceptanceAtK0": {"value": acceptance, "source": source},
+                             **plan.evidence}  # fmt: skip
+    if plan.disable and inputs.spec.autotune.overrides.speculation is not SpeculationOverride.FORCE_ON:
+        reason = f"{plan.reason} (this window ran at K=0 only: acceptance {acceptance:.2f} from {source})"
+        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.LOAD)
+    return None
 
 
 def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[str, dict[str, Any]]:
