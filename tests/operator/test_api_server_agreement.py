@@ -208,6 +208,39 @@ def test_the_api_server_accepts_what_validate_accepts(
     assert dry_run(dynamic, cr(spec), namespace) is None
 
 
+def _with_metadata(metadata: dict[str, Any], namespace: str) -> tuple[dict[str, Any], str]:
+    """The object that carries `metadata` to the API server, and the word its refusal must name.
+
+    A namespace is tried as the name of a Namespace (the request's namespace must match an object's own)."""
+    if "namespace" in metadata:
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": metadata["namespace"]}}, "name"
+    body = cr(hygiene.BASE, name="meta")
+    body["metadata"].update(metadata)
+    return body, next(iter(metadata))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "_problem"), hygiene.METADATA_REFUSALS, ids=[p.split(":")[0] for _, p in hygiene.METADATA_REFUSALS]
+)
+def test_the_api_server_refuses_the_metadata_validate_refuses(
+    dynamic: DynamicClient, namespace: str, metadata: dict[str, Any], _problem: str
+) -> None:
+    assert hygiene.metadata_refusals(metadata), "validate refuses it"
+    body, field = _with_metadata(metadata, namespace)
+    message = dry_run(dynamic, body, namespace)
+    assert message is not None, "the API server refuses it too"
+    assert field.lower() in message.lower(), f"refused for another reason: {message}"
+
+
+@pytest.mark.parametrize("metadata", hygiene.METADATA_ACCEPTED, ids=[",".join(m) for m in hygiene.METADATA_ACCEPTED])
+def test_the_api_server_accepts_the_metadata_validate_accepts(
+    dynamic: DynamicClient, namespace: str, metadata: dict[str, Any]
+) -> None:
+    assert hygiene.metadata_refusals(metadata) == []
+    body, _ = _with_metadata(metadata, namespace)
+    assert dry_run(dynamic, body, namespace) is None
+
+
 @pytest.mark.parametrize(("text", "_value"), hygiene.QUANTITIES, ids=[repr(t) for t, _ in hygiene.QUANTITIES])
 def test_quantities_parse_like_the_api_server(
     dynamic: DynamicClient, namespace: str, text: str, _value: object
