@@ -71,6 +71,16 @@ SCHEMA_REFUSALS = [
     ("target.model", "org/model\n--x", "spec.target.model: must be printable ASCII"),
     ("target.revision", "-main", "spec.target.revision: must be printable ASCII"),
     ("target.revision", "main\t", "spec.target.revision: must be printable ASCII"),
+    (
+        "speculation",
+        {"method": "draft_model", "draft": {"model": "--enforce-eager"}, "numSpeculativeTokens": 3},
+        "spec.speculation.draft.model: must be printable ASCII",
+    ),
+    (
+        "speculation",
+        {"method": "draft_model", "draft": {"model": "org/d", "revision": "v1 --x"}, "numSpeculativeTokens": 3},
+        "spec.speculation.draft.revision: must be printable ASCII",
+    ),
     ("engine.servedModelName", "-api", "spec.engine.servedModelName: must be printable ASCII"),
     ("engine.servedModelName", "chat\x1b[2J", "spec.engine.servedModelName: must be printable ASCII"),
     ("engine.image", "vllm/vllm-openai:v0.33.0 --privileged", "spec.engine.image: must be printable ASCII"),
