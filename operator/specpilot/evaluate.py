@@ -209,12 +209,10 @@ def _first_loc(err: ValidationError) -> str:
 
 def _policy_state(status: SpeculativeDeploymentStatus | None, notes: list[str]) -> PolicyState:
     """status.autotune as the policy reads it; a malformed one is reported and replaced by a fresh state."""
-    raw = status.autotune if status else None
-    try:
-        return PolicyState.from_dict(raw)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
-        notes.append(f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored")
-        return PolicyState()
+    state, problem = PolicyState.from_status(status.autotune if status else None)
+    if problem:
+        notes.append(problem)
+    return state
 
 
 def _read_secret_file(path: Path | None, what: str) -> str | None:
