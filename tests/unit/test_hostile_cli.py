@@ -7,6 +7,7 @@ was printed: exactly one error line per bad input that names the file and the pr
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpilot.cli import main
+from specpilot.cli import build_parser, main
 from specpilot.evaluate import EXIT_INVALID_INPUT, EXIT_PROMETHEUS_FAILED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +86,30 @@ def test_paths_that_cannot_be_read(
     assert len(lines) == 1, lines
     assert str(path) in lines[0]
     assert problem in lines[0]
+    _no_traceback(out + err)
+
+
+@pytest.mark.parametrize("command", ["validate", "render", "plan", "evaluate"])
+def test_a_file_without_read_permission(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Mode 000. Root reads anything, so as root the read runs under an unprivileged effective uid (restored after);
+    the parser is built first, since that uid cannot read the interpreter's own lazily imported modules."""
+    path = tmp_path / "locked.yaml"
+    path.write_text(GOOD)
+    path.chmod(0)
+    build_parser()
+    root = os.geteuid() == 0
+    if root:
+        os.seteuid(65534)
+    try:
+        code = main([command, str(path)])
+    finally:
+        if root:
+            os.seteuid(0)
+    out, err = capsys.readouterr()
+    assert code != 0
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert f"{path}: permission denied" in lines[0]
     _no_traceback(out + err)
 
 
