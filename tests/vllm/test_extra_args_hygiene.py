@@ -136,6 +136,10 @@ def test_kv_cache_dtype_enum_is_exactly_vllms_closed_set(outcome: dict[str, dict
     assert listed == {d.value for d in v1alpha1.KvCacheDtype}
 
 
+def test_dtype_enum_is_exactly_vllms_choices(outcome: dict[str, dict[str, Any]]) -> None:
+    assert set(outcome["options"]["choices"]["dtype"]) == {d.value for d in v1alpha1.Dtype}
+
+
 def test_a_name_starting_with_a_dash_becomes_a_flag_so_the_api_refuses_it(
     outcome: dict[str, dict[str, Any]],
 ) -> None:
