@@ -224,6 +224,16 @@ def _read_secret_file(path: Path | None, what: str) -> str | None:
         raise ValueError(f"{what} {path}: cannot read it ({type(err).__name__})") from None
 
 
+def _timeout_seconds(flag: str | None, spec_timeout: str) -> float:
+    """--timeout if given (named in the error: the spec's own timeout was checked when the spec was parsed)."""
+    if flag is None:
+        return parse_duration(spec_timeout)
+    try:
+        return parse_duration(flag)
+    except ValueError as err:
+        raise ValueError(f"--timeout: {err}") from None
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     try:
         loaded = _load(args.file)
@@ -262,7 +272,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
         connection = PrometheusConnection(
             url=url,
-            timeout_s=parse_duration(args.timeout or (prom.timeout if prom else "10s")),
+            timeout_s=_timeout_seconds(args.timeout, prom.timeout if prom else "10s"),
             bearer_token=_read_secret_file(args.bearer_token_file, "--bearer-token-file"),
             username=args.username,
             password=_read_secret_file(args.password_file, "--password-file"),
