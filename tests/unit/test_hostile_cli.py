@@ -38,6 +38,7 @@ BAD_INPUTS: list[tuple[str, bytes, str]] = [
     ("laughs", LAUGHS.encode(), "expands to more than 100000 nodes through aliases"),
     ("recursive", b"&a [*a]\n", "recursive alias"),
     ("duplicate", b"kind: SpeculativeDeployment\nkind: Deployment\n", "duplicate key 'kind' at line 2"),
+    ("huge", b"kind: SpeculativeDeployment\n" + b"#" * (4 * 1024 * 1024), "larger than 4 MiB"),
     ("empty", b"", "no SpeculativeDeployment documents found"),
     ("other-kind", b"apiVersion: v1\nkind: ConfigMap\n", "no SpeculativeDeployment documents found"),
 ]
