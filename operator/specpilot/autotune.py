@@ -264,7 +264,8 @@ def conclude(
             events.append(Event("Warning" if decision.action == Action.DISABLE else "Normal", reason, decision.reason))
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
-    framework = (status.get("autotune") or {}).get("framework")
+    stored = status.get("autotune")
+    framework = stored.get("framework") if isinstance(stored, Mapping) else None
     findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
     verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
     if not inputs.paused:

@@ -854,7 +854,19 @@ def test_a_malformed_autotune_status_is_reported_and_ignored(raw: object) -> Non
     assert problem.endswith("); ignored")
 
 
-def test_the_operator_survives_a_malformed_autotune_status_warns_once_and_stores_a_fresh_one() -> None:
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ({"version": STATE_VERSION, "streak": {"key": "k"}}, "KeyError: 'action'"),
+        ({"version": STATE_VERSION, "framework": ["x"], "load": {"4": "many"}}, "ValueError"),
+        ("paused", "a str, not an object"),
+        ([STATE_VERSION], "a list, not an object"),
+    ],
+    ids=["bad-streak", "bad-framework-and-load", "string", "list"],
+)
+def test_the_operator_survives_a_malformed_autotune_status_warns_once_and_stores_a_fresh_one(
+    stored: object, problem: str
+) -> None:
     """Through the operator's pure seams (reconcile, then an evaluation): no exception, one Warning event, and the
     stored status.autotune is readable again afterwards."""
     from tests.seams import ROUND_TRIP_SPEC, Cluster, window_measurements
@@ -863,12 +875,12 @@ def test_the_operator_survives_a_malformed_autotune_status_warns_once_and_stores
     cluster.reconcile()
     cluster.settle()
     cluster.advance(4)
-    cluster.status["autotune"] = {"version": STATE_VERSION, "streak": {"key": "k"}}
+    cluster.status["autotune"] = stored
     cluster.reconcile()
     outcome = cluster.evaluate(window_measurements(speculating=True, acceptance=0.8))
     warnings = [e for e in outcome.events if e.reason == "MalformedAutotuneStatus"]
     assert [w.type for w in warnings] == ["Warning"]
-    assert "KeyError: 'action'" in warnings[0].message
+    assert problem in warnings[0].message
     assert PolicyState.from_status(cluster.status["autotune"])[1] is None
     cluster.advance(1)
     later = cluster.evaluate(window_measurements(speculating=True, acceptance=0.8))
