@@ -31,9 +31,7 @@ RELEASE = "specpilot"
 def crd_installed(kube_cluster: KubeCluster) -> None:
     """Install (or update) the generated CRD the way the README says: server-side apply of crds/."""
     kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    kube_cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/speculativedeployments.specpilot.dev", "--timeout=60s"
-    )
+    kube_cluster.wait_established("speculativedeployments.specpilot.dev")
 
 
 def chart_rbac(kube_cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:

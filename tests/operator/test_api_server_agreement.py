@@ -67,7 +67,7 @@ class SharedCrd:
                 return
             self.reapplied += 1
             self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-            self.cluster.kubectl("wait", "--for=condition=Established", f"crd/{v1alpha1.PLURAL}.{v1alpha1.GROUP}")
+            self.cluster.wait_established(f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}")
             time.sleep(1)  # the API server reloads the schema asynchronously after Established
         raise AssertionError("another session keeps replacing the CRD")
 
