@@ -1,6 +1,6 @@
 """`specpilot validate` agrees with the real API server, and the chart's security pieces work there.
 
-- every example and 50 random valid specs (tests/k8s_specs.py): the CR and every rendered child (Service, Deployment,
+- every example and 200 random valid specs (tests/k8s_specs.py): the CR and every rendered child (Service, Deployment,
   canary Deployment, PDB, PodMonitor) pass a server-side dry run;
 - the refusals of tests/unit/test_input_hygiene.py: the CRD (schema and CEL) refuses each one too, and accepts the
   accepted ones;
@@ -39,7 +39,7 @@ from tests.unit import test_input_hygiene as hygiene
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-RANDOM_SPECS = 50
+RANDOM_SPECS = 200
 COUNTS: dict[str, int] = {}
 
 
