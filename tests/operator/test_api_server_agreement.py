@@ -4,6 +4,8 @@
   canary Deployment, PDB, PodMonitor) pass a server-side dry run;
 - the refusals of tests/unit/test_input_hygiene.py: the CRD (schema and CEL) refuses each one too, and accepts the
   accepted ones;
+- metadata (labels, annotations, namespace, finalizers), which the API server checks outside any CRD: it refuses what
+  validate refuses (for that field) and accepts what validate accepts;
 - quantities: the API server's ParseQuantity (a Pod's cpu limit, and CEL's isQuantity in the CRD) against
   specpilot.api.quantity;
 - the chart: RBAC grants no Secret access, the connections file it writes is the one the operator loads, and the
