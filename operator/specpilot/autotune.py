@@ -263,13 +263,15 @@ def conclude(
     Pure: everything it reads is in its arguments, so the seam from stored status to the next render is tested
     with exactly what the API server stores.
     """
-    state = PolicyState.from_dict(status.get("autotune"))
+    state, malformed = PolicyState.from_status(status.get("autotune"))
     halt = status.get("autotuneHalt") or {}
     halted = halt.get("reason")
     token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
     if halted and token and token != halt.get("token"):
         halted = None  # a human asked for a fresh evaluation: resume
     state, rollback_message, events = rollback_after_failed_rollout(status, state)
+    if malformed:
+        events.insert(0, Event("Warning", "MalformedAutotuneStatus", f"{malformed}: starting from a fresh state"))
     if rollback_message:
         halted = rollback_message
     current = running_intent(status, spec)
@@ -302,7 +304,8 @@ def conclude(
             events.append(Event("Warning" if decision.action == Action.DISABLE else "Normal", reason, decision.reason))
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
-    framework = (status.get("autotune") or {}).get("framework")
+    stored = status.get("autotune")
+    framework = stored.get("framework") if isinstance(stored, Mapping) else None
     findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
     verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
     if not inputs.paused:

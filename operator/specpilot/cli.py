@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -81,6 +83,7 @@ def validate_document(
     name = resource.metadata.get("name")
     if not isinstance(name, str) or not crd.name_is_valid(name):
         problems.append(f"metadata.name: {crd.NAME_RULE['message']} (got {name!r})")
+    problems.extend(v1alpha1.metadata_problems(resource.metadata))
     problems.extend(v1alpha1.duration_problems(spec))
     overcommit = allow_overcommit or _allows_overcommit(resource)
     try:
@@ -179,7 +182,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_crd(args: argparse.Namespace) -> int:
     text = crd.render_api_docs() if args.docs else crd.render_crd_yaml()
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as err:
+            print(f"{args.output}: cannot write: {err.strerror or err}", file=sys.stderr)
+            return 1
     else:
         sys.stdout.write(text)
     return 0
@@ -357,6 +364,21 @@ def _add_simulator_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; output that cannot be written (a closed pipe, a full disk) is one line, not a traceback."""
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a buffered write fails here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (`specpilot render x.yaml | head`): nothing is left to tell it. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail a second time.
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"specpilot {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code

@@ -285,12 +285,10 @@ def _first_loc(err: ValidationError) -> str:
 
 def _policy_state(status: SpeculativeDeploymentStatus | None, notes: list[str]) -> PolicyState:
     """status.autotune as the policy reads it; a malformed one is reported and replaced by a fresh state."""
-    raw = status.autotune if status else None
-    try:
-        return PolicyState.from_dict(raw)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
-        notes.append(f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored")
-        return PolicyState()
+    state, problem = PolicyState.from_status(status.autotune if status else None)
+    if problem:
+        notes.append(problem)
+    return state
 
 
 def _read_secret_file(path: Path | None, what: str) -> str | None:
@@ -300,6 +298,16 @@ def _read_secret_file(path: Path | None, what: str) -> str | None:
         return path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{what} {path}: cannot read it ({type(err).__name__})") from None
+
+
+def _timeout_seconds(flag: str | None, spec_timeout: str) -> float:
+    """--timeout if given (named in the error: the spec's own timeout was checked when the spec was parsed)."""
+    if flag is None:
+        return parse_duration(spec_timeout)
+    try:
+        return parse_duration(flag)
+    except ValueError as err:
+        raise ValueError(f"--timeout: {err}") from None
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -340,7 +348,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
         connection = PrometheusConnection(
             url=url,
-            timeout_s=parse_duration(args.timeout or (prom.timeout if prom else "10s")),
+            timeout_s=_timeout_seconds(args.timeout, prom.timeout if prom else "10s"),
             bearer_token=_read_secret_file(args.bearer_token_file, "--bearer-token-file"),
             username=args.username,
             password=_read_secret_file(args.password_file, "--password-file"),

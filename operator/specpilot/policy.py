@@ -286,6 +286,21 @@ class PolicyState:
             backlog_since=_pt(raw.get("backlogSince")),
         )
 
+    @classmethod
+    def from_status(cls, raw: object) -> tuple[PolicyState, str | None]:
+        """status.autotune as stored, or a fresh state and why it could not be read.
+
+        The CRD keeps status.autotune free-form (newer operators add evidence), so the API server accepts whatever a
+        status edit, a foreign operator build or a bad write left there: a malformed document is reported by the
+        caller and ignored, never a crash in the reconcile or the evaluation that reads it.
+        """
+        if raw is not None and not isinstance(raw, Mapping):
+            return cls(), f"status.autotune is malformed (a {type(raw).__name__}, not an object); ignored"
+        try:
+            return cls.from_dict(raw), None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
+            return cls(), f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored"
+
 
 def _t(at: datetime | None) -> str | None:
     return None if at is None else format_time(at)
