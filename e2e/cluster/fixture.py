@@ -97,22 +97,6 @@ class KubeCluster:
             )
         return proc
 
-    def wait_established(self, crd: str, timeout: float = 60) -> None:
-        """Wait until CustomResourceDefinition `crd` is Established.
-
-        Not `kubectl wait --for=condition=Established`: right after the first apply on a fresh cluster the CRD has no
-        status.conditions yet, and kubectl 1.37 then exits 1 at once ("accessor error: <nil>") instead of waiting.
-        """
-        deadline = time.monotonic() + timeout
-        path = '{.status.conditions[?(@.type=="Established")].status}'
-        while True:
-            proc = self.kubectl("get", f"crd/{crd}", "-o", f"jsonpath={path}", check=False)
-            if proc.returncode == 0 and proc.stdout.strip() == "True":
-                return
-            if time.monotonic() > deadline:
-                raise KubectlError(f"crd/{crd} not Established after {timeout:.0f} s: {proc.stdout}{proc.stderr}")
-            time.sleep(0.2)
-
     def kubectl_json(self, *args: str, timeout: float = 120) -> Any:
         """Run ``kubectl <args> -o json`` and return the parsed output."""
         return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)
