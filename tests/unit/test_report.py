@@ -219,3 +219,27 @@ def test_report_of_a_live_object_explains_a_missing_cluster(
     err = capsys.readouterr().err
     assert err.startswith(f"error: SpeculativeDeployment ml/chat: {expected}"), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\xff\xfe not text", "not UTF-8 text (invalid byte 0xff at offset 0)"),
+        (b"kind: [unclosed", "YAML error"),
+        (b"a: &a [1]\nb: *missing\n", "YAML error"),
+        (b"kind: SpeculativeDeployment\nkind: Other\n", "duplicate key"),
+        (b"kind: ConfigMap\nmetadata: {name: x}\n", "no SpeculativeDeployment document"),
+    ],
+)
+def test_report_reads_its_file_with_the_hardened_loader(
+    content: bytes, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report's FILE goes through the same loader as validate/render/plan: one line naming the file."""
+    path = tmp_path / "cr.yaml"
+    path.write_bytes(content)
+    assert main(["report", str(path), "--prometheus", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: "), err
+    assert expected in err, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -14,11 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.baseline import parse_time
+from specpilot.loading import STDIN, load_documents, speculative_deployments
 from specpilot.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
 from specpilot.report.queries import build_range_queries
@@ -48,13 +47,13 @@ def add_report_command(sub: Any) -> None:
 
 def _load(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.target)
-    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        docs = [
-            d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == v1alpha1.KIND
-        ]
+    if args.target == STDIN or path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        # The same hardened loader as validate/render/plan: one line naming the file for unreadable, non-UTF-8,
+        # malformed or hostile YAML (LoadError is a ValueError).
+        docs = speculative_deployments(load_documents(args.target), v1alpha1.KIND)
         if not docs:
-            raise ValueError(f"{path}: no {v1alpha1.KIND} document")
-        return docs[0]
+            raise ValueError(f"{args.target}: no {v1alpha1.KIND} document")
+        return docs[0].body
     if not args.namespace:
         raise ValueError(f"{args.target}: not a file; a live object needs -n NAMESPACE")
     from kubernetes import client, config
