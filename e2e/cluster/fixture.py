@@ -270,3 +270,16 @@ def kube_namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) ->
         yield name
     finally:
         kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(kube_cluster: KubeCluster) -> None:
+    """prometheus-operator's ServiceMonitor, PodMonitor, PrometheusRule CRDs (e2e/toolchain/get-monitoring-crds.sh)."""
+    script = Path(__file__).resolve().parents[1] / "toolchain" / "get-monitoring-crds.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    folder = done.stdout.strip().splitlines()[-1]
+    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", folder)
+    kube_cluster.wait_established(
+        *(f"{kind}.monitoring.coreos.com" for kind in ("servicemonitors", "podmonitors", "prometheusrules"))
+    )

@@ -84,19 +84,6 @@ def _substitute(values: Any, namespace: str) -> Any:
     return namespace if values == "$NS" else values
 
 
-@pytest.fixture(scope="session")
-def monitoring_crds(kube_cluster: KubeCluster) -> None:
-    """prometheus-operator's ServiceMonitor, PodMonitor, PrometheusRule CRDs (e2e/toolchain/get-monitoring-crds.sh)."""
-    script = ROOT / "e2e" / "toolchain" / "get-monitoring-crds.sh"
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    folder = done.stdout.strip().splitlines()[-1]
-    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", folder)
-    kube_cluster.wait_established(
-        *(f"{kind}.monitoring.coreos.com" for kind in ("servicemonitors", "podmonitors", "prometheusrules"))
-    )
-
-
 def _helm(cluster: KubeCluster, *args: str, values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(cluster.bin_dir / "helm"), *args, "-f", "-"],
