@@ -120,11 +120,24 @@ def test_chart_lints_strictly_and_passes_a_server_side_dry_run(
     assert dry.stdout.count("(server dry run)") == len(docs), dry.stdout
 
 
+def _kind_of(doc: dict[str, Any]) -> str:
+    """The kind, told apart where one kind serves two toggles (the dashboard ConfigMap, the leader-election Role)."""
+    kind, name = doc["kind"], doc["metadata"]["name"]
+    if kind == "ConfigMap" and name.endswith("-dashboard"):
+        return "ConfigMap-dashboard"
+    if kind in ("Role", "RoleBinding") and name.endswith("-leader-election"):
+        return f"{kind}-leader-election"
+    return str(kind)
+
+
 def _rendered_kinds(values: dict[str, Any]) -> dict[str, bool]:
     """Which optional objects `values` asks for (what each toggle switches)."""
+    leader_election = bool(values.get("leaderElection", {}).get("enabled", True))
     return {
         "ClusterRole": not values.get("watchNamespaces"),
         "Role": bool(values.get("watchNamespaces")),
+        "Role-leader-election": leader_election,
+        "RoleBinding-leader-election": leader_election,
         "ServiceMonitor": bool(values.get("metrics", {}).get("serviceMonitor", {}).get("enabled")),
         "PrometheusRule": bool(values.get("prometheusRule", {}).get("enabled")),
         "ConfigMap-dashboard": values.get("dashboard", {}).get("enabled", True),
@@ -150,11 +163,7 @@ def test_every_toggle_combination_lints_and_passes_one_server_side_dry_run(
         rendered = _helm(kube_cluster, "template", release, str(CHART), "-n", kube_namespace, values=values)
         assert rendered.returncode == 0, f"{label}: {rendered.stderr}"
         docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
-        present = {d["kind"] for d in docs} | {
-            "ConfigMap-dashboard"
-            for d in docs
-            if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")
-        }
+        present = {_kind_of(d) for d in docs} | {d["kind"] for d in docs if d["kind"] not in ("Role", "RoleBinding")}
         wanted = _rendered_kinds(values)
         assert {k for k, on in wanted.items() if on} <= present, label
         assert not {k for k, on in wanted.items() if not on} & present, label
