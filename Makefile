@@ -43,7 +43,7 @@ demo: deps toolchain vllm-install ## the main job: local cluster, Prometheus, re
 	$(RUN) python -m e2e.demo
 
 bench: deps toolchain ## operator scale benchmark; simulator calibration; decision benchmark (report in bench-report/)
-	$(RUN) python -m e2e.bench.operator_scale --count 200
-	$(RUN) python -m e2e.bench.operator_scale --count 200 --rate 10
+	$(RUN) python -m e2e.bench.operator_scale --counts 200,500,1000
+	$(RUN) python -m e2e.bench.operator_scale --counts 200,500,1000 --rate 10
 	$(RUN) specpilot bench --calibration
 	$(RUN) specpilot bench --report bench-report

@@ -112,6 +112,24 @@ def rewrite_mount_paths(text: str, mounts: dict[str, str]) -> str:
     return pattern.sub(lambda found: local[found.group(0)], text)
 
 
+DOWNWARD_FIELDS = {"metadata.name": "name", "metadata.namespace": "namespace", "metadata.uid": "uid"}
+
+
+def downward_env(pod: Any, container: Any) -> dict[str, str]:
+    """Environment variables the kubelet fills from the pod's own fields (`valueFrom.fieldRef`), e.g. POD_NAME."""
+    out: dict[str, str] = {}
+    for var in container.env or []:
+        ref = var.value_from.field_ref if var.value_from is not None else None
+        if ref is None:
+            continue
+        if ref.field_path not in DOWNWARD_FIELDS:
+            raise ValueError(
+                f"pod {pod.metadata.name}: env {var.name}: fieldRef {ref.field_path} is not supported here"
+            )
+        out[var.name] = str(getattr(pod.metadata, DOWNWARD_FIELDS[ref.field_path]))
+    return out
+
+
 def pod_token(core: Any, pod: Any) -> str:
     """A TokenRequest for the pod's service account, bound to the pod object, as the kubelet's projected volume."""
     body = client.AuthenticationV1TokenRequest(
@@ -247,6 +265,7 @@ class OperatorPodRunner:
         mounts = self._mount_volumes(pod, container)
         args = [rewrite_mount_paths(a, mounts) for a in args]
         env = {e.name: rewrite_mount_paths(e.value, mounts) for e in container.env or [] if e.value is not None}
+        env.update(downward_env(pod, container))
         environment = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),

@@ -130,13 +130,14 @@ def _read(recording: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
 
-def _openmetrics(recording: Path, offset: float) -> tuple[str, float, float]:
-    """OpenMetrics text with every time moved by `offset`; also the first and last sample time."""
+def _openmetrics(recording: Path, offset: float, namespace: str = NAMESPACE) -> tuple[str, float, float]:
+    """OpenMetrics text with every time moved by `offset` (and the series moved to `namespace`); also the first and
+    last sample time."""
     _, rows = _read(recording)
     by_name: dict[str, list[str]] = {}
     first, last = float("inf"), float("-inf")
     for row in rows:
-        labels = dict(row["labels"])
+        labels = {**row["labels"], "namespace": namespace}
         name = labels.pop("__name__")
         rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for t, v in row["points"]:
@@ -147,12 +148,15 @@ def _openmetrics(recording: Path, offset: float) -> tuple[str, float, float]:
     return "\n".join([*lines, "# EOF", ""]), first, last
 
 
-def load_recording(recording: Path, promtool: Path, data_dir: Path, *, ago: float = 120.0) -> dict[str, float]:
-    """Backfill the recording into `data_dir` so its last sample is `ago` s old; return switch/start/end times."""
+def load_recording(
+    recording: Path, promtool: Path, data_dir: Path, *, ago: float = 120.0, namespace: str = NAMESPACE
+) -> dict[str, float]:
+    """Backfill the recording into `data_dir` so its last sample is `ago` s old; return switch/start/end times.
+    `namespace` relabels the series, for a test whose live SpeculativeDeployment lives in a fresh namespace."""
     _, rows = _read(recording)
     last_relative = max(float(row["points"][-1][0]) for row in rows)
     switch = time.time() - ago - last_relative
-    text, first, last = _openmetrics(recording, switch)
+    text, first, last = _openmetrics(recording, switch, namespace)
     data_dir.mkdir(parents=True, exist_ok=True)
     source = data_dir.parent / "recording.om"
     source.write_text(text)
@@ -168,13 +172,62 @@ def load_recording(recording: Path, promtool: Path, data_dir: Path, *, ago: floa
     return {"switch": switch, "start": first, "end": last}
 
 
+RECORDING = Path(__file__).resolve().parents[1] / "tests" / "testdata" / "vllm-cpu-run.jsonl.gz"
+
+
+def example_cr(switch: float) -> dict[str, Any]:
+    """The SpeculativeDeployment of the recorded run, with the switch to plain serving as its one actuation."""
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(switch))
+    return {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+        "spec": {
+            "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0", "maxModelLen": 512},
+            "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculation": {
+                "method": "draft_model",
+                "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+                "numSpeculativeTokens": 3,
+            },
+            "autotune": {"mode": "Off", "scrapeInterval": "1s"},
+        },
+        "status": {"actuations": [{"at": at, "action": "DisableSpeculation", "reason": "switched off for a baseline"}]},
+    }
+
+
+def example(out: Path, *, recording: Path = RECORDING, step: str = "15s") -> int:
+    """`specpilot report` on the recorded run, replayed into real Prometheus: what docs/report-example/ shows."""
+    import tempfile
+
+    import yaml
+
+    from e2e.prometheus.fixture import PrometheusServer, find_prometheus, find_promtool
+    from specpilot.cli import main as specpilot
+
+    work = Path(tempfile.mkdtemp(prefix="specpilot-report-example-"))
+    times = load_recording(recording, find_promtool(), work / "data", ago=120)
+    cr = work / "chat.yaml"
+    cr.write_text(yaml.safe_dump(example_cr(times["switch"])))
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(times["end"] + 30))
+    with PrometheusServer(find_prometheus(), work, []) as prometheus:
+        prometheus.start()
+        args = [str(cr), "--prometheus", prometheus.url, "--since", "15m", "--until", until, "--step", step]
+        return specpilot(["report", *args, "-o", str(out)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.report_data", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record", help="record a real vLLM CPU run (about 5 minutes)")
     rec.add_argument("out", type=Path)
     rec.add_argument("--phase-seconds", type=float, default=120.0)
+    ex = sub.add_parser("example", help="`specpilot report` on the recorded run replayed into real Prometheus")
+    ex.add_argument("out", type=Path, help="folder for report.md and the PNGs")
+    ex.add_argument("--recording", type=Path, default=RECORDING)
     args = parser.parse_args(argv)
+    if args.cmd == "example":
+        return example(args.out, recording=args.recording)
     record(args.out, phase_s=args.phase_seconds)
     return 0
 

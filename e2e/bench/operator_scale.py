@@ -1,12 +1,19 @@
 """Benchmark: many SpeculativeDeployments against the local API server (a script that prints figures, not a test).
 
-Creates --count CRs in a fresh namespace with the real operator running, then reports:
-- create → Deployment latency (p50/p99), measured from the client's create call to the Deployment's ADDED watch event;
-- API writes per reconcile: write requests the API server counted for our resources (CRs incl. status, Deployments,
-  Services, PDBs; from kube-apiserver's own apiserver_request_total) plus the Events the operator posted;
-- writes per idle CR per hour, over --idle-seconds once every CR is settled;
-- the operator's RSS after creation and after the idle window.
-Usage: python -m e2e.bench.operator_scale --count 200 [--rate 10] [--idle-seconds 120] [--tick-seconds 10]
+Creates --count CRs (or each of --counts in turn) in a fresh namespace with the real operator running, every CR in
+autotune mode Recommend against one real Prometheus (no vLLM pods behind it: every measurement NoData, as for idle
+deployments; the query load is the same), then reports:
+- create → Deployment latency (p50/p99), measured from the client's create call to the Deployment's ADDED watch event,
+  beside the operator's own reconcile time (its queueing is the rest);
+- API writes per CR: write requests the API server counted for our resources (CRs incl. status, Deployments,
+  Services, PDBs; from kube-apiserver's own apiserver_request_total, which other users of a shared cluster inflate)
+  plus the Events the operator posted, and the writes the operator itself counted;
+- writes per idle CR per hour over --idle-seconds once every CR is settled (the operator's count, and how many CRs'
+  resourceVersions moved: that catches writes by anyone, kopf included);
+- Prometheus queries per evaluation round and per CR-hour (Prometheus' own prometheus_http_requests_total);
+- the operator's RSS and CPU (share of one core) while creating and while idle;
+- a restart with every CR in place: writes (the operator's count, and CRs or Deployments whose resourceVersion moved).
+Usage: python -m e2e.bench.operator_scale --counts 200,500,1000 [--rate 10] [--idle-seconds 150] [--interval 60s]
 (--rate paces the creations, CRs per second; without it all are created as fast as the client can: a burst, where the
 latency mostly measures the queue behind the other creations on this machine.)
 """
@@ -15,18 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import secrets
+import shutil
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from kubernetes import client, config, watch
 
-from e2e.operator_process import launch_operator
+from e2e.operator_process import RunningOperator, launch_operator
+from e2e.prometheus.fixture import PrometheusServer, find_prometheus
 from e2e.stack import cluster_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +105,7 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def manifest(name: str) -> dict[str, Any]:
+def manifest(name: str, prometheus_url: str, interval: str) -> dict[str, Any]:
     return {
         "apiVersion": "specpilot.dev/v1alpha1",
         "kind": "SpeculativeDeployment",
@@ -103,6 +115,14 @@ def manifest(name: str) -> dict[str, Any]:
             "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxNumSeqs": 64},
             "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
             "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+            # A 1m window: a new config's metrics are trusted 1m + 2 scrapes after its rollout (the settling gate),
+            # so the idle window (after --settle-seconds) starts once every CR has left it and holds steady.
+            "autotune": {
+                "mode": "Recommend",
+                "prometheus": {"url": prometheus_url},
+                "interval": interval,
+                "window": "1m",
+            },
         },
     }
 
@@ -112,23 +132,49 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--idle-seconds", type=float, default=120)
-    parser.add_argument("--tick-seconds", type=float, default=10)
-    parser.add_argument("--rate", type=float, default=0.0, help="CRs created per second (0: as fast as possible)")
-    args = parser.parse_args()
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (from /proc/PID/stat, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+
+def prometheus_queries(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line
+    )
+
+
+def metric(operator: RunningOperator, prefix: str, contains: str = "") -> float:
+    return sum(v for k, v in operator.metrics().items() if k.startswith(prefix) and contains in k)
+
+
+def versions(kubectl: list[str], namespace: str, kind: str) -> dict[str, str]:
+    """name -> resourceVersion of every object of `kind` in the namespace (one LIST)."""
+    out = subprocess.run(
+        [*kubectl, "-n", namespace, "get", kind, "-o", "json"], capture_output=True, text=True, check=True
+    ).stdout
+    return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in json.loads(out)["items"]}
+
+
+def moved(before: dict[str, str], after: dict[str, str]) -> int:
+    return sum(1 for name, version in before.items() if after.get(name) != version)
+
+
+def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]:
     kubeconfig, bin_dir, _ = cluster_up()
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig)]
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")], check=True)
-    add_gpu_nodes(kubectl, (args.count + 7) // 8)
+    add_gpu_nodes(kubectl, (count + 7) // 8)
     namespace = f"bench-{secrets.token_hex(3)}"
     subprocess.run([*kubectl, "create", "namespace", namespace], check=True, capture_output=True)
     config.load_kube_config(str(kubeconfig))  # type: ignore[no-untyped-call]
     api = client.ApiClient()
     custom = client.CustomObjectsApi(api)
+    work = Path(tempfile.mkdtemp(prefix="specpilot-bench-prom-"))
+    prometheus = PrometheusServer(find_prometheus(), work, []).start()
 
     seen: dict[str, float] = {}
     stop = threading.Event()
@@ -145,96 +191,207 @@ def main() -> None:
     watcher.start()
     log = Path(f"/tmp/specpilot-bench-{namespace}.log")
     operator = launch_operator(kubeconfig, [namespace], log, tick_seconds=args.tick_seconds)
+    restarted: RunningOperator | None = None
     try:
         writes_start = apiserver_writes(kubectl)
+        cpu_start = cpu_seconds(operator.process.pid)
         created: dict[str, float] = {}
         t0 = time.monotonic()
-        for i in range(args.count):
-            if args.rate > 0:
-                time.sleep(max(0.0, t0 + i / args.rate - time.monotonic()))
+        for i in range(count):
+            if rate > 0:
+                time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
             name = f"sd-{i:04d}"
             created[name] = time.monotonic()
             custom.create_namespaced_custom_object(
-                "specpilot.dev", "v1alpha1", namespace, "speculativedeployments", manifest(name)
-            )
-        deadline = time.monotonic() + 600
-        while len([n for n in created if n in seen]) < args.count and time.monotonic() < deadline:
+                "specpilot.dev", "v1alpha1", namespace, "speculativedeployments",
+                manifest(name, prometheus.url, args.interval),
+            )  # fmt: skip
+        deadline = time.monotonic() + 900
+        while len([n for n in created if n in seen]) < count and time.monotonic() < deadline:
             time.sleep(0.2)
         create_seconds = time.monotonic() - t0
         latencies = [seen[n] - created[n] for n in created if n in seen]
+        create_reconcile = metric(operator, "specpilot_reconcile_duration_seconds_sum", 'trigger="create"')
+        create_reconciles = metric(operator, "specpilot_reconcile_duration_seconds_count", 'trigger="create"')
 
-        def all_settled() -> bool:
+        def settled() -> int:
             listing: Any = custom.list_namespaced_custom_object(
                 "specpilot.dev", "v1alpha1", namespace, "speculativedeployments"
             )
-            ready = 0
             items: list[dict[str, Any]] = listing["items"]
+            ready = 0
             for item in items:
-                conds = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
-                if conds.get("Progressing", {}).get("reason") == "RolloutCompleted":
+                status = item.get("status", {})
+                conds = {c["type"]: c for c in status.get("conditions", [])}
+                if conds.get("Progressing", {}).get("reason") == "RolloutCompleted" and status.get("recommendation"):
                     ready += 1
-            return bool(ready == args.count)
+            return ready
 
-        deadline = time.monotonic() + 900
-        while not all_settled() and time.monotonic() < deadline:
-            time.sleep(2)
+        deadline = time.monotonic() + 1200
+        while settled() < count and time.monotonic() < deadline:
+            time.sleep(5)
         settle_seconds = time.monotonic() - t0
+        cpu_create = cpu_seconds(operator.process.pid) - cpu_start
+        # one more interval for the spread evaluations that record their first numbers
+        time.sleep(args.settle_seconds)
         writes_created = apiserver_writes(kubectl) - writes_start
-        events_posted = sum(
-            v
-            for k, v in operator.metrics().items()
-            if k.startswith("specpilot_events_total{") and 'result="posted"' in k
-        )
-        reconciles = sum(v for k, v in operator.metrics().items() if k.startswith("specpilot_reconciles_total{"))
+        events_posted = metric(operator, "specpilot_events_total{", 'result="posted"')
+        operator_writes_created = operator.writes()
         rss_after_create = rss_mib(operator.process.pid)
 
+        # idle window
         idle_start_counts = apiserver_write_counts(kubectl)
-        idle_events_start = events_posted
-        time.sleep(args.idle_seconds)
-        idle_breakdown = delta(apiserver_write_counts(kubectl), idle_start_counts)
-        idle_writes = sum(idle_breakdown.values())
-        idle_events = (
-            sum(
-                v
-                for k, v in operator.metrics().items()
-                if k.startswith("specpilot_events_total{") and 'result="posted"' in k
-            )
-            - idle_events_start
+        crs_before, deployments_before = (
+            versions(kubectl, namespace, "specdeploy"),
+            versions(kubectl, namespace, "deploy"),
         )
+        operator_writes_before = operator.writes()
+        queries_before = prometheus_queries(prometheus.url)
+        operator_queries_before = metric(operator, "specpilot_prometheus_queries_total")
+        rounds_before = metric(operator, "specpilot_round_deployments_count")
+        evaluations_before = metric(operator, "specpilot_round_deployments_sum")
+        skipped_before = metric(operator, "specpilot_reconciles_total{", "unchanged")
+        cpu_idle_start, idle_t0 = cpu_seconds(operator.process.pid), time.monotonic()
+        time.sleep(args.idle_seconds)
+        idle_s = time.monotonic() - idle_t0
+        cpu_idle = cpu_seconds(operator.process.pid) - cpu_idle_start
+        idle_breakdown = delta(apiserver_write_counts(kubectl), idle_start_counts)
+        idle_operator_writes = operator.writes() - operator_writes_before
+        idle_crs_moved = moved(crs_before, versions(kubectl, namespace, "specdeploy"))
+        queries = prometheus_queries(prometheus.url) - queries_before
+        operator_queries = metric(operator, "specpilot_prometheus_queries_total") - operator_queries_before
+        rounds = metric(operator, "specpilot_round_deployments_count") - rounds_before
+        evaluations = metric(operator, "specpilot_round_deployments_sum") - evaluations_before
+        skipped = metric(operator, "specpilot_reconciles_total{", "unchanged") - skipped_before
         rss_after_idle = rss_mib(operator.process.pid)
+
+        # restart with every CR in place
+        operator.stop()
+        restarted = launch_operator(
+            kubeconfig, [namespace], log.with_suffix(".restart.log"), tick_seconds=args.tick_seconds
+        )
+        restart_t0 = time.monotonic()
+        deadline = restart_t0 + 600
+        while (
+            metric(restarted, "specpilot_reconciles_total{", 'trigger="resume"') < count and time.monotonic() < deadline
+        ):
+            time.sleep(1)
+        resumed_s = time.monotonic() - restart_t0
+        time.sleep(2 * args.tick_seconds + 5)
+        restart_writes = restarted.writes()
+        restart_crs_moved = moved(crs_before, versions(kubectl, namespace, "specdeploy"))
+        restart_deployments_moved = moved(deployments_before, versions(kubectl, namespace, "deploy"))
+        rss_after_restart = rss_mib(restarted.process.pid)
     finally:
         stop.set()
         # delete while the operator runs: kopf's timers hold a finalizer that only a running operator removes
         subprocess.run(
-            [*kubectl, "-n", namespace, "delete", "speculativedeployments", "--all", "--timeout=300s"],
+            [*kubectl, "-n", namespace, "delete", "speculativedeployments", "--all", "--timeout=600s"],
             check=False,
             capture_output=True,
         )
         operator.stop()
+        if restarted is not None:
+            restarted.stop()
+        prometheus.stop()
+        shutil.rmtree(work, ignore_errors=True)
         subprocess.run([*kubectl, "delete", "namespace", namespace, "--wait=false"], check=False, capture_output=True)
 
-    per_hour = (idle_writes + idle_events) / args.count * 3600 / args.idle_seconds
-    report = {
-        "crs": args.count,
-        "create_rate_per_s": args.rate or "burst",
+    hours = idle_s / 3600
+    return {
+        "crs": count,
+        "create_rate_per_s": rate or "burst",
         "deployments_seen": len(latencies),
         "create_to_deployment_p50_s": round(statistics.median(latencies), 3) if latencies else None,
         "create_to_deployment_p99_s": round(percentile(latencies, 0.99), 3) if latencies else None,
+        "operator_create_reconcile_mean_s": round(create_reconcile / create_reconciles, 3)
+        if create_reconciles
+        else None,
         "create_phase_s": round(create_seconds, 1),
-        "all_rollouts_completed_s": round(settle_seconds, 1),
-        "api_writes_during_create_and_rollout": writes_created + events_posted,
-        "api_writes_per_cr": round((writes_created + events_posted) / args.count, 2),
-        "reconciles_run": reconciles,
-        "idle_window_s": args.idle_seconds,
-        "idle_api_writes": idle_writes + idle_events,
-        "idle_api_writes_by_resource": idle_breakdown,
-        "writes_per_idle_cr_per_hour": round(per_hour, 3),
+        "all_settled_s": round(settle_seconds, 1),
+        "api_writes_per_cr": round((writes_created + events_posted) / count, 2),
+        "operator_writes_per_cr": round(operator_writes_created / count, 2),
+        "idle_window_s": round(idle_s),
+        "idle_api_writes_by_resource (shared cluster)": idle_breakdown,
+        "idle_operator_writes": idle_operator_writes,
+        "idle_crs_written": idle_crs_moved,
+        "writes_per_idle_cr_per_hour": round(idle_operator_writes / count / hours, 3),
+        "idle_evaluations": evaluations,
+        "idle_rounds_with_evaluations": rounds,
+        "idle_skipped_periodic_passes": skipped,
+        "prometheus_queries_idle": queries,
+        "operator_counted_queries_idle": operator_queries,
+        "queries_per_round": round(operator_queries / rounds, 2) if rounds else None,
+        "queries_per_evaluation": round(operator_queries / evaluations, 3) if evaluations else None,
+        "queries_per_cr_hour": round(queries / count / hours, 2),
         "operator_rss_mib_after_create": round(rss_after_create, 1),
         "operator_rss_mib_after_idle": round(rss_after_idle, 1),
+        "operator_rss_mib_after_restart": round(rss_after_restart, 1),
+        "operator_cpu_create_core_share": round(cpu_create / settle_seconds, 3),
+        "operator_cpu_idle_core_share": round(cpu_idle / idle_s, 3),
+        "restart_resume_s": round(resumed_s, 1),
+        "restart_operator_writes": restart_writes,
+        "restart_crs_written": restart_crs_moved,
+        "restart_deployments_written": restart_deployments_moved,
         "tick_seconds": args.tick_seconds,
+        "evaluation_interval": args.interval,
         "operator_log": str(log),
     }
-    print(json.dumps(report, indent=2))
+
+
+COLUMNS = [
+    ("CRs", "crs"),
+    ("create", "create_rate_per_s"),
+    ("p50 s", "create_to_deployment_p50_s"),
+    ("p99 s", "create_to_deployment_p99_s"),
+    ("reconcile s", "operator_create_reconcile_mean_s"),
+    ("API writes/CR", "api_writes_per_cr"),
+    ("op writes/CR", "operator_writes_per_cr"),
+    ("idle writes/CR-h", "writes_per_idle_cr_per_hour"),
+    ("idle CRs written", "idle_crs_written"),
+    ("queries/round", "queries_per_round"),
+    ("queries/CR-h", "queries_per_cr_hour"),
+    ("RSS MiB", "operator_rss_mib_after_idle"),
+    ("CPU create", "operator_cpu_create_core_share"),
+    ("CPU idle", "operator_cpu_idle_core_share"),
+    ("restart writes", "restart_operator_writes"),
+    ("restart CRs written", "restart_crs_written"),
+]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cells = [[h for h, _ in COLUMNS], *[[str(r.get(k)) for _, k in COLUMNS] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = [" | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--counts", help="comma-separated counts, one run each (overrides --count)")
+    parser.add_argument("--idle-seconds", type=float, default=150)
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=160,
+        help="wait after every rollout completed and every CR was evaluated, before idling (settling gate + interval)",
+    )
+    parser.add_argument("--tick-seconds", type=float, default=10)
+    parser.add_argument("--interval", default="60s", help="spec.autotune.interval of every CR")
+    parser.add_argument("--rate", type=float, default=0.0, help="CRs created per second (0: as fast as possible)")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")] if args.counts else [args.count]
+    rows = []
+    for count in counts:
+        row = run_one(args, count, args.rate)
+        print(json.dumps(row, indent=2), flush=True)
+        rows.append(row)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

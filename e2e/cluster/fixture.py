@@ -101,6 +101,31 @@ class KubeCluster:
         """Run ``kubectl <args> -o json`` and return the parsed output."""
         return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Until every named CRD (`plural.group`) has condition Established=True.
+
+        Not `kubectl wait --for=condition=Established`: on a CRD created a moment ago the API server has not yet
+        written status.conditions, and kubectl wait then fails at once ("status.conditions accessor error: <nil>")
+        instead of waiting (seen on a fresh cluster, i.e. a clean clone's first `make test`).
+        """
+        deadline = time.monotonic() + timeout
+        pending = list(crds)
+        while pending:
+            found = self.kubectl("get", "crd", *pending, "-o", "json", check=False)
+            answer = json.loads(found.stdout) if found.returncode == 0 else {}
+            items = answer.get("items", []) if answer.get("kind") == "List" else [answer] if answer else []
+            established = {
+                i["metadata"]["name"]
+                for i in items
+                for c in (i.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Established" and c.get("status") == "True"
+            }
+            pending = [c for c in pending if c not in established]
+            if pending and time.monotonic() > deadline:
+                raise KubectlError(f"CRDs not Established after {timeout:.0f}s: {pending}\n{found.stderr}")
+            if pending:
+                time.sleep(0.3)
+
 
 def _parse_export_line(stdout: str) -> tuple[Path, Path]:
     """Return (kubeconfig, bin dir) from the last line of ``up.sh``'s output."""
@@ -245,3 +270,16 @@ def kube_namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) ->
         yield name
     finally:
         kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(kube_cluster: KubeCluster) -> None:
+    """prometheus-operator's ServiceMonitor, PodMonitor, PrometheusRule CRDs (e2e/toolchain/get-monitoring-crds.sh)."""
+    script = Path(__file__).resolve().parents[1] / "toolchain" / "get-monitoring-crds.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    folder = done.stdout.strip().splitlines()[-1]
+    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", folder)
+    kube_cluster.wait_established(
+        *(f"{kind}.monitoring.coreos.com" for kind in ("servicemonitors", "podmonitors", "prometheusrules"))
+    )

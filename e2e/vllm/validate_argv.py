@@ -23,6 +23,10 @@ Output (stdout): one JSON object per case, in input order, one per line::
      "error": null | "<ExceptionType>: <message>", "exit_code": null | int (argparse exits),
      "engine": {...resolved fields...} | null, "warnings": [vLLM warnings logged during the case], "vllm": "0.33.0"}
 
+A case ``{"id": ..., "options": true}`` answers ``{"id": ..., "ok": true, "options": {dest: [option strings]},
+"choices": {dest: [values]}}`` instead: every flag spelling of ``vllm serve`` and the closed sets argparse enforces,
+for tests that must cover all of them.
+
 Stages: ``parse`` = argparse (unknown/legacy flags, bad choices, malformed JSON: ``SystemExit`` 2 with argparse's
 message); ``serve_args`` = ``validate_parsed_serve_args``; ``engine_args`` = ``AsyncEngineArgs.from_cli_args``;
 ``engine_config`` = ``create_engine_config()`` (the real validator: speculative config, quantization, parallelism).
@@ -162,6 +166,21 @@ def _build_parser() -> tuple[Any, Any]:
     cmd = ServeSubcommand()
     cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
     return parser, cmd
+
+
+def option_strings() -> dict[str, dict[str, list[str]]]:
+    """Every option string of ``vllm serve`` by the attribute (dest) it sets (what extraArgs could spell), and the
+    closed sets argparse itself enforces (``choices``), by dest."""
+    parser, _ = _build_parser()
+    serve = next(a for a in parser._actions if isinstance(getattr(a, "choices", None), dict)).choices["serve"]
+    found: dict[str, list[str]] = {}
+    choices: dict[str, list[str]] = {}
+    for action in serve._actions:
+        if action.option_strings:
+            found.setdefault(action.dest, []).extend(action.option_strings)
+        if action.choices is not None and not isinstance(action.choices, dict):
+            choices[action.dest] = [str(c) for c in action.choices]
+    return {"options": found, "choices": choices}
 
 
 def _g(obj: Any, name: str) -> Any:
@@ -360,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             if not isinstance(case, Mapping):
                 res: dict[str, Any] = {"id": None, "ok": False, "stage": "input", "error": "case must be an object"}
+            elif case.get("options"):
+                res = {"id": case.get("id"), "ok": True, "vllm": vllm_version, **option_strings()}
             else:
                 t0 = time.monotonic()
                 try:

@@ -9,6 +9,8 @@ path (one Deployment write, one replica at a time) as a user's edit.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -72,19 +74,46 @@ def format_time(at: datetime) -> str:
 
 
 def is_due(
-    spec: v1alpha1.SpeculativeDeploymentSpec, status: Mapping[str, Any], annotations: Mapping[str, str], now: datetime
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    now: datetime,
+    *,
+    phase_key: str | None = None,
+    evaluated_at: datetime | None = None,
 ) -> bool:
-    """Evaluate every `interval`, and at once when a new reevaluate token arrives."""
+    """Evaluate once every `interval`, and at once when a new reevaluate token arrives.
+
+    With `phase_key` (the object's UID) each object is due once per interval slot, at its own offset within the
+    interval (a stable hash of the key): deployments created in one burst spread over the interval after their
+    first evaluation instead of all falling due in the same round forever. `evaluated_at` is this process's own
+    record of the last evaluation, for when the watch has not yet delivered the status that says so.
+    """
     if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
         return False
     token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
     if token and token != status.get("lastHandledReevaluate"):
         return True
-    last = (status.get("observed") or {}).get("evaluatedAt")
-    if not last:
+    recorded = (status.get("observed") or {}).get("evaluatedAt")
+    candidates = [t for t in (baseline.parse_time(str(recorded)) if recorded else None, evaluated_at) if t]
+    if not candidates:
         return True
-    elapsed = (now - baseline.parse_time(str(last))).total_seconds()
-    return elapsed >= parse_duration(spec.autotune.interval)
+    last = max(candidates)
+    interval = parse_duration(spec.autotune.interval)
+    elapsed = (now - last).total_seconds()
+    if phase_key is None:
+        return elapsed >= interval
+    offset = phase_offset(phase_key, interval)
+    slot = math.floor((now.timestamp() - offset) / interval)
+    # evaluatedAt is stored in whole seconds, so the last evaluation may read up to a second early: counted a second
+    # late instead, it can never look like one from the previous slot (which would evaluate twice in a row).
+    return slot > math.floor((last.timestamp() + 1 - offset) / interval)
+
+
+def phase_offset(key: str, interval_s: float) -> float:
+    """A stable offset in [0, interval) for `key`: the same in every process and after every restart."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * interval_s
 
 
 def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | None) -> tuple[bool, datetime | None]:
@@ -176,6 +205,20 @@ def rollback_after_failed_rollout(
     return state, message, [Event("Warning", "RolloutFailed", message)]
 
 
+def evaluation_scopes(
+    spec: v1alpha1.SpeculativeDeploymentSpec, *, name: str, namespace: str, status: Mapping[str, Any]
+) -> tuple[Scope, Scope | None] | None:
+    """What one evaluation measures: the pods of the running config, and the canary replica's (other mode, same
+    Service, told apart by its config hash alone); None before a config has been rendered."""
+    effective = status.get("effective") or {}
+    effective_hash = effective.get("configHash")
+    if running_intent(status, spec) is None or effective_hash is None:
+        return None
+    scope = Scope(namespace=namespace, deployment=name, config_hash=effective_hash)
+    canary_hash = (effective.get("canary") or {}).get("configHash")
+    return scope, scope.with_config_hash(str(canary_hash)) if canary_hash else None
+
+
 def run_autotune(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     *,
@@ -188,15 +231,12 @@ def run_autotune(
     client: QueryClient,
 ) -> AutotuneOutcome:
     """Measure (Prometheus), then conclude (pure): status fields, condition updates and events."""
-    effective = status.get("effective") or {}
-    effective_hash = effective.get("configHash")
-    if running_intent(status, spec) is None or effective_hash is None:
+    scopes = evaluation_scopes(spec, name=name, namespace=namespace, status=status)
+    if scopes is None:
         return AutotuneOutcome({}, [], [])
-    scope = Scope(namespace=namespace, deployment=name, config_hash=effective_hash)
+    scope, canary_scope = scopes
     measurements = measure(spec, scope, client, now)
-    # The canary replica (other mode, same Service) is told apart from the rest by its config hash alone.
-    canary_hash = (effective.get("canary") or {}).get("configHash")
-    canary = measure(spec, scope.with_config_hash(str(canary_hash)), client, now) if canary_hash else None
+    canary = measure(spec, canary_scope, client, now) if canary_scope else None
     return conclude(
         spec,
         annotations=annotations,
@@ -223,13 +263,15 @@ def conclude(
     Pure: everything it reads is in its arguments, so the seam from stored status to the next render is tested
     with exactly what the API server stores.
     """
-    state = PolicyState.from_dict(status.get("autotune"))
+    state, malformed = PolicyState.from_status(status.get("autotune"))
     halt = status.get("autotuneHalt") or {}
     halted = halt.get("reason")
     token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
     if halted and token and token != halt.get("token"):
         halted = None  # a human asked for a fresh evaluation: resume
     state, rollback_message, events = rollback_after_failed_rollout(status, state)
+    if malformed:
+        events.insert(0, Event("Warning", "MalformedAutotuneStatus", f"{malformed}: starting from a fresh state"))
     if rollback_message:
         halted = rollback_message
     current = running_intent(status, spec)
@@ -262,7 +304,8 @@ def conclude(
             events.append(Event("Warning" if decision.action == Action.DISABLE else "Normal", reason, decision.reason))
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
-    framework = (status.get("autotune") or {}).get("framework")
+    stored = status.get("autotune")
+    framework = stored.get("framework") if isinstance(stored, Mapping) else None
     findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
     verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
     if not inputs.paused:
@@ -319,3 +362,41 @@ def _framework_inputs(
         baseline=state.baseline,
         firing=frozenset(str(c.get("type")) for c in previous if c.get("status") == "True"),
     )
+
+
+# Fields that say when an evaluation ran, not what it found.
+EVALUATION_TIMESTAMPS = (("observed", "evaluatedAt"), ("recommendation", "at"))
+
+
+def without_heartbeat(fields: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation that found exactly what status already says keeps the stored timestamps, so it writes nothing.
+
+    Design rule 4 (no per-tick heartbeats): at a thousand idle deployments a heartbeat is a status write per object
+    per interval, and every write wakes every watcher (Argo CD included). `evaluatedAt` then reads "the evaluation
+    that last changed something"; the operator's metrics count every evaluation.
+    """
+
+    def timeless(key: str, value: Any) -> Any:
+        value = _without_nulls(value)
+        for outer, inner in EVALUATION_TIMESTAMPS:
+            if key == outer and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != inner}
+        return value
+
+    if any(timeless(k, v) != timeless(k, status.get(k)) for k, v in fields.items()):
+        return dict(fields)
+    kept = dict(fields)
+    for outer, inner in EVALUATION_TIMESTAMPS:
+        stored = (status.get(outer) or {}).get(inner)
+        if outer in kept and isinstance(kept[outer], Mapping) and stored is not None:
+            kept[outer] = {**kept[outer], inner: stored}
+    return kept
+
+
+def _without_nulls(value: Any) -> Any:
+    """As the API server stores it: a merge patch deletes null members."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

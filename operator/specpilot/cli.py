@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,6 +83,7 @@ def validate_document(
     name = resource.metadata.get("name")
     if not isinstance(name, str) or not crd.name_is_valid(name):
         problems.append(f"metadata.name: {crd.NAME_RULE['message']} (got {name!r})")
+    problems.extend(v1alpha1.metadata_problems(resource.metadata))
     problems.extend(v1alpha1.duration_problems(spec))
     overcommit = allow_overcommit or _allows_overcommit(resource)
     try:
@@ -178,7 +182,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_crd(args: argparse.Namespace) -> int:
     text = crd.render_api_docs() if args.docs else crd.render_crd_yaml()
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as err:
+            print(f"{args.output}: cannot write: {err.strerror or err}", file=sys.stderr)
+            return 1
     else:
         sys.stdout.write(text)
     return 0
@@ -194,6 +202,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
 
+    election = None
+    if args.leader_elect:
+        from specpilot.adapters.lease import default_namespace
+        from specpilot.leadership import LeaseSettings
+
+        election = LeaseSettings(
+            name=args.leader_election_lease,
+            namespace=args.leader_election_namespace or default_namespace(),
+            identity=args.leader_election_identity or os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", ""),
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+        problems = election.problems()
+        if problems:
+            print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+            return 1
+
     run_operator(
         namespaces=args.namespace,
         metrics_port=args.metrics_port,
@@ -201,8 +227,67 @@ def _cmd_run(args: argparse.Namespace) -> int:
         bind_address=args.bind_address,
         log_level=args.log_level,
         tick_seconds=args.tick_seconds,
+        leader_election=election,
     )
     return 0
+
+
+def _env_flag(name: str) -> bool:
+    value = os.environ.get(name, "")
+    if value.lower() in ("", "0", "false", "no"):
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    raise SystemExit(f"error: {name}={value!r}: expected true or false")
+
+
+def _add_leader_election_arguments(p_run: argparse.ArgumentParser) -> None:
+    """Flags of `specpilot run` for high availability; each also read from the environment variable it names."""
+    env = os.environ.get
+    group = p_run.add_argument_group(
+        "leader election",
+        "run several replicas, one acting (a coordination.k8s.io/v1 Lease; see README 'High availability')",
+    )
+    group.add_argument(
+        "--leader-elect",
+        action="store_true",
+        default=_env_flag("SPECPILOT_LEADER_ELECT"),
+        help="act only while holding the Lease; wait as a candidate otherwise (env SPECPILOT_LEADER_ELECT)",
+    )
+    group.add_argument(
+        "--leader-election-lease",
+        default=env("SPECPILOT_LEADER_ELECTION_LEASE", "specpilot-leader"),
+        help="name of the Lease (env SPECPILOT_LEADER_ELECTION_LEASE; default: specpilot-leader)",
+    )
+    group.add_argument(
+        "--leader-election-namespace",
+        default=env("SPECPILOT_LEADER_ELECTION_NAMESPACE", ""),
+        help="namespace of the Lease (env SPECPILOT_LEADER_ELECTION_NAMESPACE; default: POD_NAMESPACE, or the "
+        "in-cluster service account's namespace)",
+    )
+    group.add_argument(
+        "--leader-election-identity",
+        default=env("SPECPILOT_LEADER_ELECTION_IDENTITY", ""),
+        help="this replica's name in the Lease; unique per replica (default: POD_NAME, else HOSTNAME)",
+    )
+    group.add_argument(
+        "--lease-duration",
+        type=int,
+        default=env("SPECPILOT_LEASE_DURATION", "15"),
+        help="seconds a candidate waits, after the Lease last changed, before taking it over (default 15)",
+    )
+    group.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=env("SPECPILOT_RENEW_DEADLINE", "10"),
+        help="seconds a leader keeps acting without a successful renewal before it exits (default 10)",
+    )
+    group.add_argument(
+        "--retry-period",
+        type=float,
+        default=env("SPECPILOT_RETRY_PERIOD", "2"),
+        help="seconds between a candidate's tries and a leader's renewals (default 2)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON file of the Prometheus connections (with credentials) SpeculativeDeployments may name; written "
         "by the chart from its prometheusConnections value",
     )
+    _add_leader_election_arguments(p_run)
     p_run.set_defaults(func=_cmd_run)
     add_evaluate_command(sub)
     # --- specpilot report (issue 11): logic in specpilot/report/, imported lazily (matplotlib is slow to load) ---
@@ -278,6 +364,21 @@ def _add_simulator_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; output that cannot be written (a closed pipe, a full disk) is one line, not a traceback."""
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a buffered write fails here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (`specpilot render x.yaml | head`): nothing is left to tell it. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail a second time.
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"specpilot {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code

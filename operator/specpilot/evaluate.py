@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,9 +35,17 @@ from specpilot.api.v1alpha1 import (
 )
 from specpilot.baseline import format_time
 from specpilot.loading import LoadError, load_documents
-from specpilot.measurements import Measurement, MeasurementClass, RawResult, classify, collect_warnings, unavailable
+from specpilot.measurements import (
+    Measurement,
+    MeasurementClass,
+    RawResult,
+    classify,
+    collect_warnings,
+    split_answer,
+    unavailable,
+)
 from specpilot.policy import PolicyInputs, PolicyState, desired_intent, evaluate_alone, running_intent
-from specpilot.promql import EVIDENCE_GATES, Scope, Signal, Window, build_queries, resolve_window
+from specpilot.promql import EVIDENCE_GATES, Query, Scope, ScopeSet, Signal, Window, build_queries, resolve_window
 from specpilot.schedule import FitSettings
 from specpilot.vllm.intent import SpeculationIntent, intent_to_dict
 from specpilot.vllm.metrics import metric_names_for
@@ -73,23 +81,48 @@ def measure(
 ) -> dict[str, Measurement]:
     """Run and classify every measurement of one evaluation, gates first, all at the same instant `now`."""
     names = metric_names_for(VllmVersion.parse(spec.engine.version))
-    window = effective_window(spec.autotune)
-    minimums = min_samples_for(spec.autotune)
+    queries = build_queries(names, scope, effective_window(spec.autotune), *_output_length_settings(spec))
+    sender = _Sender(client, now)
+    return _classify_all(queries, [sender.send(q.promql) for q in queries], min_samples_for(spec.autotune))
+
+
+def _output_length_settings(spec: SpeculativeDeploymentSpec) -> tuple[int, int | None]:
+    """What the output-length queries depend on besides the scope: "short" and the longest possible response."""
+    return spec.autotune.workload.short_output_tokens, spec.engine.max_model_len
+
+
+class _Sender:
+    """Sends queries at one instant; after a refused or timed-out connection, answers the rest without sending.
+
+    A blackholed Prometheus would otherwise cost timeout x queries per evaluation.
+    """
+
+    def __init__(self, client: QueryClient, now: datetime) -> None:
+        self.client, self.now = client, now
+        self.unreachable: RawResult | None = None
+        self.sent = 0
+
+    def send(self, promql: str | None) -> RawResult:
+        if promql is None:
+            return RawResult()  # never read: the query is unavailable for this version
+        if self.unreachable is not None:
+            return self.unreachable
+        raw = self.client.query(promql, self.now)
+        self.sent += 1
+        if raw.transport_error or raw.timed_out:
+            self.unreachable = replace(raw, transport_error=f"{raw.transport_error} (later queries not sent)")
+        return raw
+
+
+def _classify_all(
+    queries: Sequence[Query], answers: Sequence[RawResult], minimums: Mapping[Signal, float]
+) -> dict[str, Measurement]:
+    """Classify one scope's answers in query order, each gated by the evidence count of the same window."""
     results: dict[str, Measurement] = {}
-    unreachable: RawResult | None = None
-    short = spec.autotune.workload.short_output_tokens
-    for query in build_queries(names, scope, window, short, spec.engine.max_model_len):
+    for query, raw in zip(queries, answers, strict=True):
         if query.promql is None:
             results[query.signal] = unavailable(query)
             continue
-        if unreachable is None:
-            raw = client.query(query.promql, now)
-            if raw.transport_error or raw.timed_out:
-                # one refused or timed-out connection answers for the rest: a blackholed Prometheus would
-                # otherwise cost timeout x queries per evaluation
-                unreachable = replace(raw, transport_error=f"{raw.transport_error} (later queries not sent)")
-        else:
-            raw = unreachable
         gate = query.gate
         results[query.signal] = classify(
             query,
@@ -98,6 +131,49 @@ def measure(
             min_samples=minimums[gate] if gate is not None else None,
         )
     return results
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One scope to measure in a fleet round, under the settings of its own spec; `key` names it in the answer."""
+
+    key: Hashable
+    spec: SpeculativeDeploymentSpec
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    measurements: dict[Hashable, dict[str, Measurement]]
+    queries_sent: int
+
+
+def measure_many(subjects: Sequence[Subject], client: QueryClient, now: datetime) -> RoundResult:
+    """Measure many scopes behind one Prometheus connection with one query per metric per query shape.
+
+    Scopes whose queries differ only in the selector (same vLLM metric names, window, scope labels and output-length
+    settings) share a
+    ScopeSet query; `split_answer` gives each scope exactly the answer its own query would have, and each is then
+    classified with its own spec's evidence minimums, so the result equals `measure` per scope. Measurements record
+    the scope's own query (what a person would run to check the number), not the grouped one.
+    """
+    batches: dict[tuple[Any, ...], list[Subject]] = {}
+    for subject in subjects:
+        names = metric_names_for(VllmVersion.parse(subject.spec.engine.version))
+        window = effective_window(subject.spec.autotune)
+        lengths = _output_length_settings(subject.spec)
+        batches.setdefault((names, window, subject.scope.labels(), lengths), []).append(subject)
+    sender = _Sender(client, now)
+    out: dict[Hashable, dict[str, Measurement]] = {}
+    for (names, window, labels, lengths), members in batches.items():
+        grouped = build_queries(names, ScopeSet.of(m.scope for m in members), window, *lengths)
+        keys = sorted({m.scope.key() for m in members})
+        split = [split_answer(sender.send(q.promql), labels, keys) if q.promql else {} for q in grouped]
+        for member in members:
+            own = build_queries(names, member.scope, window, *lengths)
+            answers = [by_key.get(member.scope.key(), RawResult()) for by_key in split]
+            out[member.key] = _classify_all(own, answers, min_samples_for(member.spec.autotune))
+    return RoundResult(out, sender.sent)
 
 
 def evaluate_once(
@@ -209,12 +285,10 @@ def _first_loc(err: ValidationError) -> str:
 
 def _policy_state(status: SpeculativeDeploymentStatus | None, notes: list[str]) -> PolicyState:
     """status.autotune as the policy reads it; a malformed one is reported and replaced by a fresh state."""
-    raw = status.autotune if status else None
-    try:
-        return PolicyState.from_dict(raw)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
-        notes.append(f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored")
-        return PolicyState()
+    state, problem = PolicyState.from_status(status.autotune if status else None)
+    if problem:
+        notes.append(problem)
+    return state
 
 
 def _read_secret_file(path: Path | None, what: str) -> str | None:
@@ -224,6 +298,16 @@ def _read_secret_file(path: Path | None, what: str) -> str | None:
         return path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{what} {path}: cannot read it ({type(err).__name__})") from None
+
+
+def _timeout_seconds(flag: str | None, spec_timeout: str) -> float:
+    """--timeout if given (named in the error: the spec's own timeout was checked when the spec was parsed)."""
+    if flag is None:
+        return parse_duration(spec_timeout)
+    try:
+        return parse_duration(flag)
+    except ValueError as err:
+        raise ValueError(f"--timeout: {err}") from None
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -264,7 +348,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
         connection = PrometheusConnection(
             url=url,
-            timeout_s=parse_duration(args.timeout or (prom.timeout if prom else "10s")),
+            timeout_s=_timeout_seconds(args.timeout, prom.timeout if prom else "10s"),
             bearer_token=_read_secret_file(args.bearer_token_file, "--bearer-token-file"),
             username=args.username,
             password=_read_secret_file(args.password_file, "--password-file"),

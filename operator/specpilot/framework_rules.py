@@ -114,7 +114,7 @@ class FrameworkState:
         """A missing or unreadable record starts empty: a comparison then waits for new windows, never guesses."""
         try:
             return cls(tuple(AcceptanceWindow.from_dict(w) for w in (raw or {}).get("acceptance") or ()))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
             return cls()
 
 

@@ -1,18 +1,24 @@
 """kopf wiring only: observe, call the pure reconcile, apply its result, write status, post events.
 
-One level-based reconcile runs on resume, create and update, and again from a timer that also repairs drift and
-runs the autotuner when its interval is due. Children are read from kopf indexes (no API reads per tick), and an
-unchanged object causes no API writes at all.
+One level-based reconcile runs on resume, create and update, when an owned child changes (the owner is enqueued,
+like controller-runtime's Owns()), and from a periodic pass that repairs drift. Children are read from kopf
+indexes, and the periodic pass skips an object whose resourceVersions (its own, our last status write's, its
+children's) are those of the last reconcile: an unchanged object costs no API reads, no writes, no rendering.
+
+Autotune evaluations run in fleet rounds (`run_round`, a thread started with the operator): every tick, the objects
+that are due (each at its own phase within its interval, so a burst of creations spreads out) are grouped by
+Prometheus connection and measured with one query per metric for all of them (evaluate.measure_many).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -24,8 +30,19 @@ from specpilot import reconcile as rec
 from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
-from specpilot.autotune import AutotuneOutcome, format_time, idle_conditions, is_due, run_autotune
+from specpilot.autotune import (
+    AutotuneOutcome,
+    conclude,
+    evaluation_scopes,
+    format_time,
+    idle_conditions,
+    is_due,
+    without_heartbeat,
+)
+from specpilot.evaluate import Subject, measure_many
 from specpilot.events import EventLimiter
+from specpilot.measurements import Measurement
+from specpilot.promql import Scope
 
 GROUP, VERSION, PLURAL = v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL
 MANAGED = {"app.kubernetes.io/managed-by": "specpilot"}
@@ -85,6 +102,15 @@ class ObjectMemory:
     foreign: dict[str, tuple[str, float]] = field(default_factory=dict)
     failures: dict[str, WriteFailure] = field(default_factory=dict)
     warned_missing: set[str] = field(default_factory=set)
+    # The latest body kopf handed us (for fleet rounds and owner enqueues, which run outside the object's handlers).
+    body: kopf.Body | None = None
+    # The spec parsed once per generation: (generation, spec or None when invalid).
+    parsed: tuple[int, v1alpha1.SpeculativeDeploymentSpec | None] | None = None
+    # When this process last evaluated the object (the watch may not have delivered status.observed yet).
+    evaluated_at: datetime | None = None
+    # What the last completed reconcile decided from (resourceVersions of the object, our status write and the
+    # children): the periodic pass does nothing while it is unchanged.
+    fingerprint: tuple[Any, ...] | None = None
 
 
 class OperatorMemory:
@@ -98,6 +124,14 @@ class OperatorMemory:
     def of(self, uid: str) -> ObjectMemory:
         with self._guard:
             return self._objects.setdefault(uid, ObjectMemory())
+
+    def known(self, uid: str) -> ObjectMemory | None:
+        with self._guard:
+            return self._objects.get(uid)
+
+    def snapshot(self) -> list[tuple[str, ObjectMemory]]:
+        with self._guard:
+            return list(self._objects.items())
 
     def allow_event(self, uid: str, reason: str, message: str) -> bool:
         with self._guard:
@@ -143,6 +177,7 @@ def _ownership(body: kopf.Body) -> dict[str, Any]:
     owner = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("controller")), None)
     return {
         "uid": str(body.metadata.uid),
+        "resourceVersion": body.metadata.get("resourceVersion"),
         "owner": str(owner["uid"]) if owner else None,
         "controller": f"{owner['kind']}/{owner['name']}" if owner else None,
     }
@@ -272,8 +307,8 @@ def _live_children(
             foreign.setdefault(key, who)
     recent: set[str] = set()
     for key, (digest, at) in list(memory.recent_applies.items()):
-        if now - at > RECENT_APPLY_GRACE_SECONDS:
-            del memory.recent_applies[key]
+        if now - at > RECENT_APPLY_GRACE_SECONDS or digests.get(key) == digest:
+            del memory.recent_applies[key]  # the grace ran out, or the index shows our write already
         else:
             digests[key] = digest
             recent.add(key)
@@ -447,12 +482,13 @@ def run_reconcile(
     indexes: Indexes,
     memory: ObjectMemory,
     autotune: AutotuneOutcome | None = None,
-) -> rec.ReconcileResult:
+) -> rec.ReconcileResult | None:
     """Observe -> decide (pure) -> persist the decision in status -> apply children -> report refusals -> events.
 
     Status goes first: an autotune actuation (the chosen config and its record, which charges the budget) is
     written with a resourceVersion precondition before any child changes, so a failed write changes nothing and a
-    crash after it resumes into exactly one rollout from the persisted choice.
+    crash after it resumes into exactly one rollout from the persisted choice. None: the status write found the
+    object changed since the decision (nothing was applied).
     """
     meta = body.metadata
     namespace, name = str(meta.namespace), str(meta.name)
@@ -473,7 +509,7 @@ def run_reconcile(
     if result.status_patch is not None:
         precondition = decided.resource_version if actuating else None
         if not _write_status(body, memory, decided.status, result.status_patch, precondition):
-            return result  # nothing applied: the next tick decides again from the newer object
+            return None  # nothing applied: the next tick decides again from the newer object
         if actuating:
             _failpoint("exit-after-actuation-status")
     write_events, refusals_changed = _write_children(result, inputs, children, memory)
@@ -512,75 +548,269 @@ def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
             telemetry.EVENTS.labels(event.reason, "suppressed").inc()
 
 
+def _spec_of(memory: ObjectMemory, body: kopf.Body) -> v1alpha1.SpeculativeDeploymentSpec | None:
+    """The parsed spec, parsed once per generation (rounds look at every object every tick)."""
+    generation = int(body.metadata.get("generation", 0))
+    if memory.parsed is None or memory.parsed[0] != generation:
+        try:
+            memory.parsed = (generation, v1alpha1.parse_spec(dict(body.spec)))
+        except v1alpha1.InvalidSpec:
+            memory.parsed = (generation, None)
+    return memory.parsed[1]
+
+
+def _idle_outcome(spec: v1alpha1.SpeculativeDeploymentSpec | None) -> AutotuneOutcome | None:
+    """The autotune conditions of an object that cannot be evaluated (mode Off, or no Prometheus)."""
+    if spec is not None and (spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None):
+        return AutotuneOutcome({}, idle_conditions(spec), [])
+    return None
+
+
+def _fingerprint(body: kopf.Body, indexes: Indexes, memory: ObjectMemory) -> tuple[Any, ...] | None:
+    """What a reconcile of this object decides from, as resourceVersions; None while something is pending in time
+    (a write in its grace period, a refusal waiting out its backoff, a foreign holder, a PodMonitor to look up
+    again, or a rollout whose deadline the operator times itself), which the periodic pass must handle even though
+    no object changed."""
+    if memory.recent_applies or memory.failures or memory.foreign:
+        return None
+    if body.spec.get("monitoring", {}).get("podMonitor", False):
+        return None
+    effective = (body.get("status") or {}).get("effective") or {}
+    if effective.get("configHash") and not effective.get("rolloutCompleted"):
+        return None  # a rollout in flight: its deadline passes with nothing changing (status.effective.rolloutStarted)
+    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+    children = []
+    for index, child in (
+        ("deployments", name),
+        ("deployments", manifests.canary_name(name)),
+        ("services", name),
+        ("disruption_budgets", name),
+    ):
+        entry = _first(indexes[index], (namespace, child))
+        children.append(None if entry is None else (entry.get("uid"), entry.get("resourceVersion")))
+    written = memory.written_status[0] if memory.written_status else None
+    return (body.metadata.get("resourceVersion"), written, *children)
+
+
+def _reconcile_if_changed(
+    trigger: str, body: kopf.Body, indexes: Indexes, memory: ObjectMemory, autotune: AutotuneOutcome | None
+) -> None:
+    """Run the reconcile unless nothing it reads changed since the last one (then: no API reads, no writes)."""
+    decided = _status_of(body, memory)
+    fingerprint = _fingerprint(body, indexes, memory)
+    if fingerprint is not None and fingerprint == memory.fingerprint:
+        telemetry.RECONCILES.labels(trigger, "unchanged").inc()
+        return
+    if run_reconcile(trigger, body, decided, indexes, memory, autotune=autotune) is not None:
+        memory.fingerprint = fingerprint
+
+
+_INDEXES: Indexes | None = None
+_CONTEXT: contextvars.Context | None = None
+
+
+def _remember(body: kopf.Body, kwargs: Mapping[str, Any]) -> tuple[ObjectMemory, Indexes]:
+    """Keep the latest body, the (live) indexes and kopf's context for work that runs outside this handler."""
+    global _INDEXES, _CONTEXT
+    indexes = _indexes(kwargs)
+    if _INDEXES is None or _CONTEXT is None:
+        _INDEXES, _CONTEXT = indexes, contextvars.copy_context()
+    memory = MEMORY.of(str(body.metadata.uid))
+    memory.body = body
+    return memory, indexes
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
 def reconcile_speculativedeployment(body: kopf.Body, reason: str, **kwargs: Any) -> None:
-    idle = None
-    try:
-        spec = v1alpha1.parse_spec(dict(body.spec))
-        if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
-            idle = AutotuneOutcome({}, idle_conditions(spec), [])
-    except v1alpha1.InvalidSpec:
-        pass
-    memory = MEMORY.of(str(body.metadata.uid))
+    memory, indexes = _remember(body, kwargs)
     with memory.lock:  # one reconcile per object at a time: timer and create/update run in different threads
-        run_reconcile(str(reason), body, _status_of(body, memory), _indexes(kwargs), memory, autotune=idle)
+        idle = _idle_outcome(_spec_of(memory, body))
+        decided = _status_of(body, memory)
+        fingerprint = _fingerprint(body, indexes, memory)
+        if run_reconcile(str(reason), body, decided, indexes, memory, autotune=idle) is not None:
+            memory.fingerprint = fingerprint
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def remember_speculativedeployment(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    """Every change of the object (status included) reaches rounds and owner enqueues at once; no API calls."""
+    if type == "DELETED":
+        MEMORY.forget(str(body.metadata.uid))
+        return
+    _remember(body, kwargs)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
 def refresh_speculativedeployment(body: kopf.Body, **kwargs: Any) -> None:
-    """Follow rollouts, repair drift of children, and run the autotuner when it is due."""
-    indexes = _indexes(kwargs)
-    memory = MEMORY.of(str(body.metadata.uid))
+    """Drift repair and retries; nothing at all (no API reads, no writes) while the object and its children are
+    unchanged. Autotune evaluations run in fleet rounds (`run_round`), not here."""
+    memory, indexes = _remember(body, kwargs)
     with memory.lock:
-        decided = _status_of(body, memory)
-        autotune = _autotune_if_due(body, decided.status, indexes)
-        run_reconcile("timer", body, decided, indexes, memory, autotune=autotune)
+        _reconcile_if_changed("timer", body, indexes, memory, _idle_outcome(_spec_of(memory, body)))
 
 
-def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexes) -> AutotuneOutcome | None:
+def _owner_uid(body: kopf.Body) -> str | None:
+    for ref in body.metadata.get("ownerReferences") or []:
+        if (
+            ref.get("controller")
+            and ref.get("kind") == v1alpha1.KIND
+            and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/")
+        ):
+            return str(ref.get("uid"))
+    return None
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("", "v1", "services", labels=MANAGED)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+def enqueue_owner(body: kopf.Body, **kwargs: Any) -> None:
+    """A change of an owned child reconciles its owner at once (controller-runtime's Owns()): a rollout's progress
+    or a child edited or deleted behind our back is seen without waiting for the periodic pass."""
+    uid = _owner_uid(body)
+    memory = MEMORY.known(uid) if uid else None
+    if memory is None or memory.body is None:
+        return  # not ours, or the owner's own handlers have not run yet (they reconcile it anyway)
+    indexes = _indexes(kwargs)
+    if not memory.lock.acquire(blocking=False):
+        # The owner is being reconciled right now (often: this very event is its own write). Do not hold one of
+        # kopf's workers waiting for it; make sure the next periodic pass looks again instead.
+        memory.fingerprint = None
+        telemetry.RECONCILES.labels("child", "busy").inc()
+        return
     try:
-        spec = v1alpha1.parse_spec(dict(body.spec))
-    except v1alpha1.InvalidSpec:
-        return None
-    annotations = dict(body.metadata.annotations)
-    if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
-        return AutotuneOutcome({}, idle_conditions(spec), [])
-    now = datetime.now(UTC)
-    if not is_due(spec, status, annotations, now):
-        return None
-    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
-    deployment = _first(indexes["deployments"], (namespace, name))
-    ours = deployment is not None and deployment.get("owner") == str(body.metadata.uid)
-    observed = rec.ObservedDeployment.from_object(deployment) if deployment is not None and ours else None
-    prometheus_client, warnings = _prometheus_client(spec.autotune.prometheus, namespace)
-    with prometheus_client as client:
-        outcome = run_autotune(
-            spec,
-            name=name,
-            namespace=namespace,
-            annotations=annotations,
-            status=status,
-            deployment=observed,
+        owner = memory.body
+        _reconcile_if_changed("child", owner, indexes, memory, _idle_outcome(_spec_of(memory, owner)))
+    finally:
+        memory.lock.release()
+
+
+# ------------------------------------------------------------------------------------------------ fleet rounds
+
+
+@dataclass(frozen=True)
+class _Due:
+    uid: str
+    memory: ObjectMemory
+    spec: v1alpha1.SpeculativeDeploymentSpec
+    scope: Scope
+    canary: Scope | None
+    warnings: list[rec.Event]
+
+
+def run_round(now: datetime) -> int:
+    """One evaluation round: every due object, grouped by Prometheus connection, measured with one query per metric
+    per query shape (evaluate.measure_many), then concluded and reconciled one by one. Returns the queries sent."""
+    indexes = _INDEXES
+    if indexes is None:
+        return 0
+    groups: dict[tuple[Any, ...], tuple[PrometheusClient | connections.UnavailablePrometheus, list[_Due]]] = {}
+    resolved: dict[tuple[str, str], tuple[connections.Resolution, list[rec.Event]]] = {}
+    for uid, memory in MEMORY.snapshot():
+        body = memory.body
+        if body is None:
+            continue
+        spec = _spec_of(memory, body)
+        if spec is None or spec.autotune.prometheus is None or spec.autotune.mode == v1alpha1.AutotuneMode.OFF:
+            continue
+        written = memory.written_status
+        status = written[1] if written else dict(body.get("status", {}))
+        annotations = dict(body.metadata.annotations)
+        if not is_due(spec, status, annotations, now, phase_key=uid, evaluated_at=memory.evaluated_at):
+            continue
+        namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+        scopes = evaluation_scopes(spec, name=name, namespace=namespace, status=status)
+        if scopes is None:
+            continue  # no rendered config in status.effective yet: the reconcile writes one first
+        where = (spec.autotune.prometheus.model_dump_json(), namespace)
+        if where not in resolved:
+            resolution = connections.resolve(connections.registry(), spec.autotune.prometheus, namespace)
+            events = [rec.Event("Warning", reason, message) for reason, message in resolution.warnings]
+            if resolution.problem is not None:
+                events.append(rec.Event("Warning", "PrometheusConnectionRefused", resolution.problem))
+            resolved[where] = (resolution, events)
+        resolution, events = resolved[where]
+        key = ("ok", *resolution.connection.identity()) if resolution.connection else ("none", resolution.problem)
+        if key not in groups:
+            client: PrometheusClient | connections.UnavailablePrometheus = (
+                PrometheusClient(resolution.connection)
+                if resolution.connection
+                else connections.UnavailablePrometheus(resolution.problem or "unknown")
+            )
+            groups[key] = (client, [])
+        groups[key][1].append(_Due(uid, memory, spec, scopes[0], scopes[1], events))
+    sent = 0
+    for client, members in groups.values():
+        subjects = [Subject((m.uid, "main"), m.spec, m.scope) for m in members]
+        subjects += [Subject((m.uid, "canary"), m.spec, m.canary) for m in members if m.canary is not None]
+        with client:
+            result = measure_many(subjects, client, now)
+        sent += result.queries_sent
+        telemetry.PROMETHEUS_QUERIES.inc(result.queries_sent)
+        telemetry.ROUND_SIZE.observe(len(members))
+        for member in members:
+            try:
+                _conclude_and_reconcile(member, result.measurements, now, indexes)
+            except Exception:  # one object's failure must not cost the others their evaluation
+                log.exception("autotune evaluation of %s failed", member.uid)
+    return sent
+
+
+def _conclude_and_reconcile(
+    member: _Due, measured: Mapping[Hashable, dict[str, Measurement]], now: datetime, indexes: Indexes
+) -> None:
+    memory = member.memory
+    with memory.lock:
+        body = memory.body
+        if body is None:
+            return
+        decided = _status_of(body, memory)
+        namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+        if evaluation_scopes(member.spec, name=name, namespace=namespace, status=decided.status) != (
+            member.scope,
+            member.canary,
+        ):
+            return  # the config changed while we measured: the next round measures the new one
+        deployment = _first(indexes["deployments"], (namespace, name))
+        ours = deployment is not None and deployment.get("owner") == member.uid
+        outcome = conclude(
+            member.spec,
+            annotations=dict(body.metadata.annotations),
+            status=decided.status,
+            deployment=rec.ObservedDeployment.from_object(deployment) if deployment is not None and ours else None,
+            measurements=measured[(member.uid, "main")],
+            canary=measured.get((member.uid, "canary")),
             now=now,
-            client=client,
         )
-    action = str(outcome.decision.get("action", "Keep"))
+        outcome = AutotuneOutcome(
+            without_heartbeat(outcome.fields, decided.status),
+            outcome.conditions,
+            [*member.warnings, *outcome.events],
+            outcome.actuated,
+            outcome.decision,
+        )
+        _report(namespace, name, member.spec, outcome)
+        fingerprint = _fingerprint(body, indexes, memory)
+        if run_reconcile("autotune", body, decided, indexes, memory, autotune=outcome) is not None:
+            memory.evaluated_at = now
+            memory.fingerprint = fingerprint
+
+
+def _report(namespace: str, name: str, spec: v1alpha1.SpeculativeDeploymentSpec, outcome: AutotuneOutcome) -> None:
+    """The decision line and the decision/query metrics of one evaluation."""
     decision = outcome.decision
-    if not decision:
-        log.info("%s/%s: autotune waits: no rendered config in status.effective yet", namespace, name)
-    else:
-        log.info(
-            "%s/%s: autotune %s (proposal %s%s%s): %s",
-            namespace,
-            name,
-            action,
-            decision.get("proposal", action),
-            ", actuated" if outcome.actuated else "",
-            f", gate: {decision['gate']}" if decision.get("gate") else "",
-            decision.get("reason", ""),
-        )
+    action = str(decision.get("action", "Keep"))
+    log.info(
+        "%s/%s: autotune %s (proposal %s%s%s): %s",
+        namespace,
+        name,
+        action,
+        decision.get("proposal", action),
+        ", actuated" if outcome.actuated else "",
+        f", gate: {decision['gate']}" if decision.get("gate") else "",
+        decision.get("reason", ""),
+    )
     telemetry.DECISIONS.labels(action, spec.autotune.mode.value).inc()
     if outcome.actuated:
         telemetry.ACTUATIONS.labels(action, "applied").inc()
@@ -588,20 +818,51 @@ def _autotune_if_due(body: kopf.Body, status: Mapping[str, Any], indexes: Indexe
         telemetry.QUERIES.labels(measurement.get("name", "?"), measurement.get("class", "?")).inc()
         if measurement.get("class") == "Error":
             telemetry.METRIC_ERRORS.labels(measurement.get("name", "?")).inc()
-    return AutotuneOutcome(
-        outcome.fields, outcome.conditions, [*warnings, *outcome.events], outcome.actuated, outcome.decision
-    )
 
 
-def _prometheus_client(
-    prometheus: v1alpha1.PrometheusSpec, namespace: str
-) -> tuple[PrometheusClient | connections.UnavailablePrometheus, list[rec.Event]]:
-    """Credentials only from connections an administrator configured (connections.py); a CR never names a Secret."""
-    client, resolution = connections.open_client(prometheus, namespace)
-    events = [rec.Event("Warning", reason, message) for reason, message in resolution.warnings]
-    if resolution.problem is not None:
-        events.append(rec.Event("Warning", "PrometheusConnectionRefused", resolution.problem))
-    return client, events
+class Rounds:
+    """The thread that runs a fleet round every tick (inside kopf's context, so events post as from a handler)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="specpilot-rounds", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            context = _CONTEXT
+            if context is None:
+                continue  # no object handled yet
+            started = time.monotonic()
+            try:
+                context.copy().run(run_round, datetime.now(UTC))
+            except Exception:
+                log.exception("evaluation round failed")
+            telemetry.ROUND_SECONDS.observe(time.monotonic() - started)
+
+
+ROUNDS = Rounds()
+
+
+@kopf.on.startup()
+def start_rounds(**_: Any) -> None:
+    ROUNDS.start()
+
+
+@kopf.on.cleanup()
+def stop_rounds(**_: Any) -> None:
+    ROUNDS.stop()
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

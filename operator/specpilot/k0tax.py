@@ -13,8 +13,15 @@ gain the schedule still makes at low load. This module does that arithmetic over
     gain_s   = share of time at K > 0 x mean gain there x horizon     (capacity-seconds won by speculating)
     off wins when tax_s - gain_s > restart cost (the capacity-seconds one restart removes)
 
-The drafter's memory is reported, not priced: the KV it holds matters only when the engine is KV-bound, which the
-fit does not model.
+The drafter's memory is priced where it binds: its weights and its own KV cache shrink the KV pool (plan.py), so a
+KV-bound engine (preempting, or queueing while the cache is full) runs fewer requests at once than it would without
+the drafter. There the K = 0 tax grows by the throughput those extra requests would add:
+
+    mem(B)   = rate_plain(B x (1 + kvGain)) / rate_plain(B) - 1,   rate_plain(B) = B / T_off(B), B capped at maxNumSeqs
+    tax(B)   = (1 + step tax(B)) x (1 + mem(B)) - 1                (K = 0 ranges, only while KV-bound)
+
+kvGain = KV tokens without the drafter / KV tokens with it - 1 (`DrafterMemory`, from the memory plan). An engine
+that is not KV-bound gets nothing from the freed memory, and the memory is only reported.
 """
 
 from __future__ import annotations
@@ -24,8 +31,67 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.schedule import AcceptanceProfile, StepCostModel, k_for_batch
+from specpilot.plan import MemoryPlan
+from specpilot.schedule import AcceptanceProfile, StepCostModel, k0_step_ms, k_for_batch
 from specpilot.vllm.intent import SpeculationIntent
+
+__all__ = [
+    "DrafterMemory",
+    "OffComparison",
+    "compare_with_off",
+    "drafter_kv_gain",
+    "k0_step_ms",  # defined with the schedule fit, which prices K = 0 ranges with it
+    "kv_bound",
+    "relative_rate",
+]
+
+KV_BOUND_USAGE = 0.9  # KV-cache usage at which a queue or preemptions mean the cache, not max_num_seqs, is the limit
+
+
+@dataclass(frozen=True)
+class DrafterMemory:
+    """What the drafter's memory costs: KV capacity speculation-off would add, and whether the engine is KV-bound."""
+
+    kv_gain: float  # KV tokens without the drafter / with it - 1
+    kv_bound: bool
+    detail: str
+    max_num_seqs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kvGainWithoutDrafter": round(self.kv_gain, 4), "kvBound": self.kv_bound, "detail": self.detail}
+
+
+def drafter_kv_gain(plan: MemoryPlan) -> float | None:
+    """KV tokens the replica would have without the drafter (its weights freed, its KV bytes per token gone), over
+    the tokens it has with it, minus 1; None without a drafter or a KV budget."""
+    draft = plan.draft
+    if draft is None or plan.kv_tokens <= 0 or plan.kv_budget_bytes_per_rank <= 0:
+        return None
+    freed = math.ceil(draft.weight_bytes / max(1, draft.tensor_parallel_size))
+    without = (plan.kv_budget_bytes_per_rank + freed) // max(1, plan.target.kv_bytes_per_token_per_rank)
+    return without / plan.kv_tokens - 1
+
+
+def kv_bound(kv_usage: float | None, waiting: float | None, preemptions_per_s: float | None) -> tuple[bool, str]:
+    """Is the KV cache what limits the batch? Preemptions, or requests waiting while the cache is nearly full."""
+    if preemptions_per_s is not None and preemptions_per_s > 0:
+        return True, f"{preemptions_per_s:.2f} preemptions/s"
+    if kv_usage is not None and kv_usage >= KV_BOUND_USAGE and waiting is not None and waiting >= 1:
+        return True, f"KV cache {kv_usage:.0%} full with {waiting:.0f} requests waiting"
+    shown = "?" if kv_usage is None else f"{kv_usage:.0%}"
+    return False, f"not KV-bound (KV cache {shown}, no preemptions)"
+
+
+def memory_rate(model: StepCostModel, batch: int, memory: DrafterMemory) -> float:
+    """mem(B): relative tokens/s plain would add by running more requests in the KV the drafter holds (see doc)."""
+    if not memory.kv_bound or memory.kv_gain <= 0:
+        return 0.0
+    wider = min(memory.max_num_seqs, max(batch, round(batch * (1 + memory.kv_gain))))
+    if wider <= batch:
+        return 0.0
+    now = batch / model.step_ms(batch, 0, configured=False)
+    more = wider / model.step_ms(wider, 0, configured=False)
+    return more / now - 1
 
 
 @dataclass(frozen=True)
@@ -35,12 +101,6 @@ class OffComparison:
     off_wins: bool
     reason: str
     evidence: dict[str, Any]
-
-
-def k0_step_ms(model: StepCostModel, batch: int) -> float:
-    """One step at K = 0 under a schedule: the target's step plus one drafter forward, with the configured overhead."""
-    one_forward = model.draft_cost_ms(batch, 1)
-    return (model.verify_ms(batch, 0) + one_forward + model.sched_ms) * (1 + model.spec_fixed_fraction)
 
 
 def relative_rate(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
@@ -60,7 +120,7 @@ def compare_with_off(
     load: Mapping[int, float],
     restart_cost_s: float,
     horizon_s: float,
-    drafter_memory: str | None = None,
+    drafter_memory: DrafterMemory | None = None,
 ) -> OffComparison:
     """Price the schedule's K = 0 ranges and compare the whole schedule with speculation off (see module doc).
 
@@ -74,7 +134,14 @@ def compare_with_off(
             continue
         k = k_for_batch(intent, batch, max_k)
         rel = relative_rate(profile, model, batch, k)
-        rows.append({"batch": batch, "share": round(weight / total, 4), "k": k, "relativeRate": round(rel, 4)})
+        row: dict[str, Any] = {"batch": batch, "share": round(weight / total, 4), "k": k}
+        if k <= 0 and drafter_memory is not None:
+            mem = memory_rate(model, batch, drafter_memory)
+            if mem > 0:
+                row["memoryRate"] = round(-mem, 4)
+                rel = (1 + rel) / (1 + mem) - 1
+        row["relativeRate"] = round(rel, 4)
+        rows.append(row)
         if k <= 0:
             above_w += weight
             tax_sum += -rel * weight
@@ -104,11 +171,18 @@ def compare_with_off(
         "offWins": off_wins,
         "byBatch": rows,
     }
-    if drafter_memory:
-        evidence["drafterMemory"] = drafter_memory
+    if drafter_memory is not None:
+        evidence["drafterMemory"] = drafter_memory.to_dict()
+    memory_text = (
+        f", and the requests the drafter's memory keeps out of the KV cache: +{drafter_memory.kv_gain:.0%} KV "
+        f"without it, {drafter_memory.detail}"
+        if drafter_memory is not None and drafter_memory.kv_bound and drafter_memory.kv_gain > 0
+        else ""
+    )
     arithmetic = (
         f"{share_above:.0%} of the time at K=0 pays a {tax:.1%} tax (a drafter forward every step and the "
-        f"speculative config's overhead) = {tax_s:.0f}s over {horizon_s / 60:.0f}m, against a {gain:+.1%} gain "
+        f"speculative config's overhead{memory_text}) = {tax_s:.0f}s over {horizon_s / 60:.0f}m, against a "
+        f"{gain:+.1%} gain "
         f"{share_below:.0%} of the time = {gain_s:.0f}s; net {net_s:+.0f}s vs one restart {restart_cost_s:.0f}s"
     )
     if off_wins:

@@ -2,10 +2,11 @@
 
 Everything a careless or hostile file can do to a YAML reader ends here as one `LoadError` line naming the file and
 the problem: a missing or unreadable path, bytes that are not UTF-8, YAML syntax errors, undefined aliases, tags
-other than YAML's plain types, duplicate keys (the API server refuses them too), nesting deeper than any real object
-needs (PyYAML would recurse until Python's stack runs out) and alias amplification ("billion laughs": anchors that
-expand to millions of nodes once code walks the shared references). `kind: List` exports (`kubectl get -o yaml`) are
-unwrapped so their items count like top-level documents.
+other than YAML's JSON-compatible types (Python tags, !!binary, !!set, !!omap, !!pairs), duplicate keys (the API
+server refuses them too), nesting deeper than any real object needs (PyYAML would recurse until Python's stack runs
+out) and alias amplification ("billion laughs": anchors that expand to millions of nodes once code walks the shared
+references). `kind: List` exports (`kubectl get -o yaml`) are unwrapped so their items count like top-level
+documents.
 """
 
 from __future__ import annotations
@@ -100,6 +101,29 @@ def _timestamp_as_text(loader: yaml.SafeLoader, node: ScalarNode) -> str:
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
+
+# SafeLoader types JSON cannot carry: the API server would refuse or reinterpret them, and in a free-form field (a
+# label, an annotation) they would otherwise slip past the schema. Refused where they stand, with the tag named.
+_NOT_JSON_TAGS = {
+    "tag:yaml.org,2002:binary": "!!binary (bytes)",
+    "tag:yaml.org,2002:set": "!!set",
+    "tag:yaml.org,2002:omap": "!!omap",
+    "tag:yaml.org,2002:pairs": "!!pairs",
+}
+
+
+def _refuse_non_json(loader: yaml.SafeLoader, node: Node) -> None:
+    raise yaml.constructor.ConstructorError(
+        None,
+        None,
+        f"{_NOT_JSON_TAGS[node.tag]} has no JSON form; Kubernetes objects hold only strings, numbers, booleans, "
+        "null, lists and maps",
+        node.start_mark,
+    )
+
+
+for _tag in _NOT_JSON_TAGS:
+    _StrictLoader.add_constructor(_tag, _refuse_non_json)
 
 
 def _expanded_size(node: Node, budget: _Budget) -> int:

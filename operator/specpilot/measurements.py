@@ -294,3 +294,47 @@ def collect_warnings(measurements: Mapping[str, Measurement]) -> list[str]:
         for w in m.warnings:
             seen.setdefault(w, None)
     return list(seen)
+
+
+def split_answer(
+    raw: RawResult, labels: Sequence[str], keys: Sequence[tuple[str, ...]]
+) -> dict[tuple[str, ...], RawResult]:
+    """Cut one grouped answer (a ScopeSet query) into the answers each scope's own query would have given.
+
+    Series are assigned by the values of `labels` (the scope labels the grouped query aggregated `by`); a key with no
+    series gets an empty vector (NoData, as its own query would), a key with several gets all of them (Error, as its
+    own query would), series of combinations nobody asked for are dropped. A failed answer (transport, HTTP, status
+    error, unexpected shape) is every scope's answer, with the same warnings.
+    """
+    wanted: dict[tuple[str, ...], list[Any]] = {key: [] for key in keys}
+    if transport_failure(raw):
+        return {key: raw for key in wanted}
+    if raw.result_type != "vector" or not isinstance(raw.result, list):
+        # A scalar cannot be told apart per scope (and no grouped query yields one): an Error for every scope.
+        shape = RawResult(
+            status="error",
+            error_type="bad_data",
+            error=f"grouped query returned result type {raw.result_type!r}, want vector",
+            warnings=raw.warnings,
+            infos=raw.infos,
+            http_status=raw.http_status,
+        )
+        return {key: shape for key in wanted}
+    for sample in raw.result:
+        metric = sample.get("metric") if isinstance(sample, Mapping) else None
+        if not isinstance(metric, Mapping):
+            continue
+        key = tuple(str(metric.get(label, "")) for label in labels)
+        if key in wanted:
+            wanted[key].append(sample)
+    return {
+        key: RawResult(
+            status=raw.status,
+            result_type=raw.result_type,
+            result=series,
+            warnings=raw.warnings,
+            infos=raw.infos,
+            http_status=raw.http_status,
+        )
+        for key, series in wanted.items()
+    }

@@ -40,6 +40,7 @@ from specpilot.api.v1alpha1 import (
     SpeculationOverride,
     SpeculativeDeploymentSpec,
 )
+from specpilot.backlog import BacklogVerdict, proposal_gain, restart_under_backlog
 from specpilot.baseline import (
     BaselineEntry,
     BaselineSummary,
@@ -56,7 +57,9 @@ from specpilot.baseline import (
     side_by_side,
     summary,
 )
+from specpilot.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
+from specpilot.plan import plan_memory
 from specpilot.promql import LATENCY_SIGNALS, Signal, Window
 from specpilot.reach import correct_positions
 from specpilot.schedule import (
@@ -76,6 +79,7 @@ from specpilot.schedule import (
     profile_geometric,
     schedule_text,
     speedup,
+    with_output_length,
 )
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
 from specpilot.stepfit import StepSample, add_sample, fit_step_cost, sample_from_window
@@ -182,6 +186,7 @@ class PolicyState:
     load_updated: datetime | None = None
     step_samples: tuple[StepSample, ...] = ()  # (batch, K, step time) per settled window, for the online fit
     step_sampled: datetime | None = None
+    backlog_since: datetime | None = None  # an agreed restart first deferred because requests queued (backlog.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -229,6 +234,7 @@ class PolicyState:
             "loadUpdated": _t(self.load_updated),
             "stepSamples": [s.to_dict() for s in self.step_samples],
             "stepSampled": _t(self.step_sampled),
+            "backlogSince": _t(self.backlog_since),
         }
 
     @classmethod
@@ -282,7 +288,23 @@ class PolicyState:
             load_updated=_pt(raw.get("loadUpdated")),
             step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
             step_sampled=_pt(raw.get("stepSampled")),
+            backlog_since=_pt(raw.get("backlogSince")),
         )
+
+    @classmethod
+    def from_status(cls, raw: object) -> tuple[PolicyState, str | None]:
+        """status.autotune as stored, or a fresh state and why it could not be read.
+
+        The CRD keeps status.autotune free-form (newer operators add evidence), so the API server accepts whatever a
+        status edit, a foreign operator build or a bad write left there: a malformed document is reported by the
+        caller and ignored, never a crash in the reconcile or the evaluation that reads it.
+        """
+        if raw is not None and not isinstance(raw, Mapping):
+            return cls(), f"status.autotune is malformed (a {type(raw).__name__}, not an object); ignored"
+        try:
+            return cls.from_dict(raw), None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
+            return cls(), f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored"
 
 
 def _t(at: datetime | None) -> str | None:
@@ -632,6 +654,9 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 )
 
     if acceptance is None:
+        at_k0 = _k0_window_proposal(inputs, state, now, batch, off_target, evidence)
+        if at_k0 is not None:
+            return at_k0
         return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
     if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
         summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
@@ -654,6 +679,44 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
     return _keep(inputs, summary_text, evidence)
+
+
+def _k0_window_proposal(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    batch: float | None,
+    off_target: SpeculationIntent,
+    evidence: dict[str, Any],
+) -> Proposal | None:
+    """A window spent entirely in a K = 0 range drafts nothing, so acceptance is NoData; yet that is exactly when
+    the K = 0 tax is paid. Found in the simulator: a schedule with K = 0 above 64 at a sustained batch of 181 held
+    ("acceptance NoData") forever. The K = 0 comparison then runs with the newest acceptance the baseline record
+    kept for this deployment, or enableAbove (generous to the K > 0 ranges, so off wins only on the tax), and may
+    only propose off; nothing else is decided on a window without acceptance."""
+    current = inputs.current
+    max_k = current.num_speculative_tokens
+    if batch is None or not max_k or k_for_batch(current, max(1, round(batch)), max_k) > 0:
+        return None
+    recorded = [e for e in state.baseline if e.mode is Mode.ON and e.acceptance is not None]
+    if recorded:
+        newest = max(recorded, key=lambda e: e.at)
+        assert newest.acceptance is not None
+        acceptance, source = newest.acceptance, f"the baseline record's newest ({format_time(newest.at)})"
+    else:
+        acceptance, source = inputs.spec.autotune.acceptance.enable_above, "enableAbove (none recorded)"
+    step_fit = fit_step_cost(
+        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
+    )
+    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
+    if plan is None:
+        return None
+    evidence["threshold"] = {"reason": plan.reason, "acceptanceAtK0": {"value": acceptance, "source": source},
+                             **plan.evidence}  # fmt: skip
+    if plan.disable and inputs.spec.autotune.overrides.speculation is not SpeculationOverride.FORCE_ON:
+        reason = f"{plan.reason} (this window ran at K=0 only: acceptance {acceptance:.2f} from {source})"
+        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.LOAD)
+    return None
 
 
 def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[str, dict[str, Any]]:
@@ -712,6 +775,7 @@ def _predicted_speedup(
     if profile is None:
         return None, f"no cost-model prediction: {unmeasured or 'K unknown'}"
     max_k = current.num_speculative_tokens or profile.max_k
+    profile = with_output_length(profile, mean_output_tokens(inputs.measurements))
     k = k_for_batch(current, b, max_k)
     if k <= 0:
         return None, f"no cost-model prediction: K = 0 at batch {b}"
@@ -754,6 +818,14 @@ def _acceptance_profile(inputs: PolicyInputs, acceptance: float) -> tuple[Accept
             profile = replace(profile, source=f"{profile.source}; {corrected.note}")
         return profile, ""
     return profile_from_positions(measured, max_k), ""
+
+
+def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
+    """Tokens per response in the window: generated tokens per second over finished requests per second."""
+    tokens, requests = valid_value(m, Signal.GENERATION_TOKEN_RATE), valid_value(m, Signal.REQUEST_RATE)
+    if tokens is None or requests is None or requests <= 0 or tokens <= 0:
+        return None
+    return tokens / requests
 
 
 def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:
@@ -821,6 +893,7 @@ def _plan(
         )
     if profile is None:
         return None
+    profile = with_output_length(profile, mean_output_tokens(m))
     load = dict(state.load) or {load_bucket(batch): 1.0}
     tpot_on = valid_value(m, Signal.TPOT_MEAN)
     base = summary(
@@ -844,7 +917,25 @@ def _plan(
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
         settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
+        drafter_memory=drafter_memory(spec, m),
     )
+
+
+def drafter_memory(spec: SpeculativeDeploymentSpec, m: Mapping[str, Measurement]) -> DrafterMemory | None:
+    """The drafter's memory for the K = 0 comparison: KV capacity without it (memory plan) and whether this window
+    was KV-bound; None where the plan cannot size the models (an uncataloged model without an inline architecture)."""
+    try:
+        gain = drafter_kv_gain(plan_memory(spec))
+    except ValueError:  # catalog.UnknownArchitecture and plan refusals
+        return None
+    if gain is None:
+        return None
+    bound, detail = kv_bound(
+        valid_value(m, Signal.KV_CACHE_USAGE),
+        valid_value(m, Signal.WAITING_REQUESTS),
+        valid_value(m, Signal.PREEMPTION_RATE),
+    )
+    return DrafterMemory(gain, bound, detail, spec.engine.max_num_seqs)
 
 
 def _propose_while_off(
@@ -1090,6 +1181,7 @@ def record_actuation(
         last_probe=last_probe,
         streak=None,
         throttled=False,
+        backlog_since=None,
     )
 
 
@@ -1274,7 +1366,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             events=tuple(events),
             **common,
         )
-        return decision, replace(state, streak=None, throttled=False)
+        return decision, replace(state, streak=None, throttled=False, backlog_since=None)
 
     key = proposal.key()
     needed = at.agreeing_evaluations
@@ -1349,6 +1441,22 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             **common,
         )
         return decision, state
+    backlog, state = backlog_gate(inputs, state, proposal, now)
+    if backlog.evidence:
+        evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
+    if backlog.hold:
+        decision = Decision(
+            proposal.action,
+            proposal.target,
+            proposal.reason,
+            evidence,
+            actuate=False,
+            gate=f"backlog: {backlog.reason}",
+            throttled=False,
+            events=tuple(events),
+            **common,
+        )
+        return decision, replace(state, throttled=False)
     decision = Decision(
         proposal.action,
         proposal.target,
@@ -1361,6 +1469,26 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         **common,
     )
     return decision, replace(state, throttled=False)
+
+
+def backlog_gate(
+    inputs: PolicyInputs, state: PolicyState, proposal: Proposal, now: datetime
+) -> tuple[BacklogVerdict, PolicyState]:
+    """An agreed, budgeted restart waits while requests queue until waiting has cost what the restart would drop
+    (backlog.py); the first deferral's time is kept in the state so the wait is bounded across evaluations."""
+    gain, source = proposal_gain(proposal.evidence, inputs.spec.autotune.latency.regression_tolerance)
+    verdict = restart_under_backlog(
+        inputs.measurements,
+        restart_cost_s=inputs.fit.restart_cost_s,
+        gain=gain,
+        gain_source=source,
+        deferred_since=state.backlog_since,
+        now=now,
+        horizon_s=inputs.fit.horizon_s,
+    )
+    if verdict.hold:
+        return verdict, replace(state, backlog_since=state.backlog_since or now)
+    return verdict, replace(state, backlog_since=None)
 
 
 def rendered_hash(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> str | None:

@@ -12,13 +12,20 @@ Query rules (reference/control-loop.md rules 8, 9, 24): rate before aggregating;
 separately, the denominator guarded with `> 0` so "nothing drafted" is an empty result instead of NaN; every query
 aggregates without `by`, except `le` inside histogram_quantile and `position` for per-position acceptance, so a
 scope that matches several pods still yields exactly one series; the window is at least four scrape intervals.
+
+Fleet rounds (issue 12). Every builder takes a `Selection`: one `Scope` renders exactly the per-deployment query
+above; a `ScopeSet` renders the same query for many deployments at once, with set matchers on the scope labels and
+those labels added to every `by` (and `on`), so one answer carries one series per deployment.
+`measurements.split_answer` cuts it back into the answers the per-deployment queries would have given.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 from specpilot.vllm.metrics import MetricNames
 
@@ -109,6 +116,20 @@ class Scope:
             pairs.append((self.config_hash_label, self.config_hash))
         return "{" + ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs) + "}"
 
+    def labels(self) -> tuple[str, ...]:
+        """The label names this scope matches on, in selector order."""
+        names = (self.namespace_label, self.deployment_label)
+        return (*names, self.config_hash_label) if self.config_hash is not None else names
+
+    def key(self) -> tuple[str, ...]:
+        """The values of `labels()`: how a grouped answer names this scope's series."""
+        values = (self.namespace, self.deployment)
+        return (*values, self.config_hash) if self.config_hash is not None else values
+
+    def grouping(self) -> tuple[str, ...]:
+        """One scope needs no grouping labels: its queries aggregate to one series."""
+        return ()
+
     def with_config_hash(self, config_hash: str | None) -> Scope:
         """The same deployment, another configuration (a canary replica, or the previous config)."""
         return replace(self, config_hash=config_hash)
@@ -120,6 +141,59 @@ class Scope:
             "configHash": self.config_hash,
             "selector": self.selector(),
         }
+
+
+@dataclass(frozen=True)
+class ScopeSet:
+    """Many scopes of the same label names (and all with, or all without, a config hash), queried together.
+
+    The selector uses one set matcher per label (`=~"a|b"`), so it matches the cross product of the values; the
+    answer for a combination nobody asked for is simply not read. Values are regex-escaped, then PromQL-escaped.
+    """
+
+    scopes: tuple[Scope, ...]
+
+    def __post_init__(self) -> None:
+        if not self.scopes:
+            raise ValueError("ScopeSet needs at least one scope")
+        shapes = {s.labels() for s in self.scopes}
+        if len(shapes) != 1:
+            raise ValueError(f"ScopeSet scopes must share label names and hash presence, got {sorted(shapes)}")
+
+    @classmethod
+    def of(cls, scopes: Iterable[Scope]) -> ScopeSet:
+        return cls(tuple(sorted(set(scopes), key=lambda s: s.key())))
+
+    def labels(self) -> tuple[str, ...]:
+        return self.scopes[0].labels()
+
+    def grouping(self) -> tuple[str, ...]:
+        return self.labels()
+
+    def selector(self) -> str:
+        matchers: list[str] = []
+        for position, name in enumerate(self.labels()):
+            values = sorted({s.key()[position] for s in self.scopes})
+            if len(values) == 1:
+                matchers.append(f'{name}="{escape_label_value(values[0])}"')
+            else:
+                pattern = "|".join(re.escape(value) for value in values)
+                matchers.append(f'{name}=~"{escape_label_value(pattern)}"')
+        return "{" + ",".join(matchers) + "}"
+
+
+class Selection(Protocol):
+    """What a query builder needs: the label matchers, and the labels every aggregation must keep."""
+
+    def selector(self) -> str: ...
+
+    def grouping(self) -> tuple[str, ...]: ...
+
+
+def _agg(op: str, expr: str, selection: Selection, *keep: str) -> str:
+    """`op(expr)`, keeping the selection's grouping labels and `keep`: `sum(x)`, `sum by (le) (x)`."""
+    labels = (*selection.grouping(), *keep)
+    return f"{op} by ({', '.join(labels)}) ({expr})" if labels else f"{op}({expr})"
 
 
 def escape_label_value(value: str) -> str:
@@ -188,20 +262,21 @@ def _unavailable(signal: Signal, unit: str, why: str, group_by: str | None = Non
     return Query(signal, None, unit, unavailable=why, group_by=group_by)
 
 
-def _rate(metric: str, scope: Scope, window: Window) -> str:
+def _rate(metric: str, scope: Selection, window: Window) -> str:
     return f"rate({metric}{scope.selector()}[{window.promql()}])"
 
 
-def _ratio(numerator: str, denominator: str, scope: Scope, window: Window) -> str:
-    return f"sum({_rate(numerator, scope, window)}) / (sum({_rate(denominator, scope, window)}) > 0)"
+def _ratio(numerator: str, denominator: str, scope: Selection, window: Window) -> str:
+    top = _agg("sum", _rate(numerator, scope, window), scope)
+    return f"{top} / ({_agg('sum', _rate(denominator, scope, window), scope)} > 0)"
 
 
-def acceptance_rate(names: MetricNames, scope: Scope, window: Window) -> Query:
+def acceptance_rate(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Accepted / proposed draft tokens: empty (NoData) when nothing was drafted, never NaN."""
     return Query(Signal.ACCEPTANCE_RATE, _ratio(names.accepted_tokens, names.draft_tokens, scope, window), "ratio")
 
 
-def mean_acceptance_length(names: MetricNames, scope: Scope, window: Window) -> Query:
+def mean_acceptance_length(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Tokens emitted per verification step, defined as the version's own log line defines it.
 
     From 0.9.0 vLLM counts the bonus token (1 + accepted/drafts); 0.8.5-0.8.x logged accepted/drafts. Versions before
@@ -214,28 +289,31 @@ def mean_acceptance_length(names: MetricNames, scope: Scope, window: Window) -> 
     return Query(Signal.MEAN_ACCEPTANCE_LENGTH, promql, "tokens")
 
 
-def acceptance_by_position(names: MetricNames, scope: Scope, window: Window) -> Query:
+def acceptance_by_position(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Unconditional acceptance r_j of draft position j (label `position`, 0-based) per verification step."""
     if names.accepted_per_position is None or names.drafts is None:
         return _unavailable(
             Signal.ACCEPTANCE_BY_POSITION, "ratio", "this vLLM version has no per-position counter", "position"
         )
-    per_position = f"sum by (position) ({_rate(names.accepted_per_position, scope, window)})"
-    drafts = f"(sum({_rate(names.drafts, scope, window)}) > 0)"
+    per_position = _agg("sum", _rate(names.accepted_per_position, scope, window), scope, "position")
+    drafts = f"({_agg('sum', _rate(names.drafts, scope, window), scope)} > 0)"
+    on = ", ".join(scope.grouping())
     return Query(
-        Signal.ACCEPTANCE_BY_POSITION, f"{per_position} / on() group_left() {drafts}", "ratio", group_by="position"
+        Signal.ACCEPTANCE_BY_POSITION, f"{per_position} / on({on}) group_left() {drafts}", "ratio", group_by="position"
     )
 
 
-def quantile(signal: Signal, q: float, histogram: str | None, scope: Scope, window: Window, missing: str = "") -> Query:
+def quantile(
+    signal: Signal, q: float, histogram: str | None, scope: Selection, window: Window, missing: str = ""
+) -> Query:
     """histogram_quantile over classic buckets; NaN (NoData) when the window holds no observation."""
     if histogram is None:
         return _unavailable(signal, "seconds", missing or "this vLLM version does not export the histogram")
     rate = _rate(f"{histogram}_bucket", scope, window)
-    return Query(signal, f"histogram_quantile({q}, sum by (le) ({rate}))", "seconds")
+    return Query(signal, f"histogram_quantile({q}, {_agg('sum', rate, scope, 'le')})", "seconds")
 
 
-def tpot_quantile(signal: Signal, q: float, names: MetricNames, scope: Scope, window: Window) -> Query:
+def tpot_quantile(signal: Signal, q: float, names: MetricNames, scope: Selection, window: Window) -> Query:
     """Per-token latency from the per-request histogram, never the per-step inter-token one.
 
     Under speculation one inter-token observation covers up to K+1 tokens, so its quantiles mix step time with
@@ -247,7 +325,7 @@ def tpot_quantile(signal: Signal, q: float, names: MetricNames, scope: Scope, wi
     )
 
 
-def tpot_mean(names: MetricNames, scope: Scope, window: Window) -> Query:
+def tpot_mean(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Mean per-token latency across finished requests (sum/count): no bucket interpolation error."""
     if names.per_token_latency is None:
         return _unavailable(Signal.TPOT_MEAN, "seconds", "vllm:request_time_per_output_token_seconds needs vLLM 0.11+")
@@ -255,69 +333,71 @@ def tpot_mean(names: MetricNames, scope: Scope, window: Window) -> Query:
     return Query(Signal.TPOT_MEAN, _ratio(f"{hist}_sum", f"{hist}_count", scope, window), "seconds")
 
 
-def _over_time(signal: Signal, outer: str, inner: str, metric: str, scope: Scope, window: Window, unit: str) -> Query:
-    return Query(signal, f"{outer}({inner}({metric}{scope.selector()}[{window.promql()}]))", unit)
+def _over_time(
+    signal: Signal, outer: str, inner: str, metric: str, scope: Selection, window: Window, unit: str
+) -> Query:
+    return Query(signal, _agg(outer, f"{inner}({metric}{scope.selector()}[{window.promql()}])", scope), unit)
 
 
-def running_requests(names: MetricNames, scope: Scope, window: Window) -> Query:
+def running_requests(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Requests in model execution across all engines, averaged over the window (a gauge sampled at scrape time)."""
     return _over_time(
         Signal.RUNNING_REQUESTS, "sum", "avg_over_time", names.running_requests, scope, window, "requests"
     )
 
 
-def batch_size(names: MetricNames, scope: Scope, window: Window) -> Query:
+def batch_size(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Mean running requests per engine: the batch size vLLM's threshold and schedule compare against."""
     return _over_time(Signal.BATCH_SIZE, "avg", "avg_over_time", names.running_requests, scope, window, "requests")
 
 
-def batch_size_peak(names: MetricNames, scope: Scope, window: Window) -> Query:
+def batch_size_peak(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Largest running-request sample of any engine in the window."""
     return _over_time(Signal.BATCH_SIZE_PEAK, "max", "max_over_time", names.running_requests, scope, window, "requests")
 
 
-def waiting_requests(names: MetricNames, scope: Scope, window: Window) -> Query:
+def waiting_requests(names: MetricNames, scope: Selection, window: Window) -> Query:
     return _over_time(
         Signal.WAITING_REQUESTS, "sum", "avg_over_time", names.waiting_requests, scope, window, "requests"
     )
 
 
-def kv_cache_usage(names: MetricNames, scope: Scope, window: Window) -> Query:
+def kv_cache_usage(names: MetricNames, scope: Selection, window: Window) -> Query:
     """The busiest engine's mean KV-cache usage (0..1): pressure is per engine, so take the max, not a mean."""
     return _over_time(Signal.KV_CACHE_USAGE, "max", "avg_over_time", names.kv_cache_usage, scope, window, "ratio")
 
 
-def _sum_rate(signal: Signal, metric: str, scope: Scope, window: Window, unit: str) -> Query:
-    return Query(signal, f"sum({_rate(metric, scope, window)})", unit)
+def _sum_rate(signal: Signal, metric: str, scope: Selection, window: Window, unit: str) -> Query:
+    return Query(signal, _agg("sum", _rate(metric, scope, window), scope), unit)
 
 
-def request_rate(names: MetricNames, scope: Scope, window: Window) -> Query:
+def request_rate(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Finished requests per second (the e2e histogram's count)."""
     return _sum_rate(Signal.REQUEST_RATE, f"{names.e2e_latency}_count", scope, window, "requests/s")
 
 
-def generation_token_rate(names: MetricNames, scope: Scope, window: Window) -> Query:
+def generation_token_rate(names: MetricNames, scope: Selection, window: Window) -> Query:
     return _sum_rate(Signal.GENERATION_TOKEN_RATE, names.generation_tokens, scope, window, "tokens/s")
 
 
-def preemption_rate(names: MetricNames, scope: Scope, window: Window) -> Query:
+def preemption_rate(names: MetricNames, scope: Selection, window: Window) -> Query:
     return _sum_rate(Signal.PREEMPTION_RATE, names.preemptions, scope, window, "preemptions/s")
 
 
-def draft_tokens_in_window(names: MetricNames, scope: Scope, window: Window) -> Query:
+def draft_tokens_in_window(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Evidence gate for acceptance: draft tokens proposed in the window (empty while speculation is off)."""
     return Query(
         Signal.DRAFT_TOKENS_IN_WINDOW,
-        f"sum(increase({names.draft_tokens}{scope.selector()}[{window.promql()}]))",
+        _agg("sum", f"increase({names.draft_tokens}{scope.selector()}[{window.promql()}])", scope),
         "tokens",
     )
 
 
-def requests_in_window(names: MetricNames, scope: Scope, window: Window) -> Query:
+def requests_in_window(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Evidence gate for latency quantiles: requests finished in the window."""
     return Query(
         Signal.REQUESTS_IN_WINDOW,
-        f"sum(increase({names.e2e_latency}_count{scope.selector()}[{window.promql()}]))",
+        _agg("sum", f"increase({names.e2e_latency}_count{scope.selector()}[{window.promql()}])", scope),
         "requests",
     )
 
@@ -335,7 +415,7 @@ def short_output_bound(tokens: int) -> int:
 
 
 def output_short_fraction(
-    names: MetricNames, scope: Scope, window: Window, short_output_tokens: int, max_model_len: int | None = None
+    names: MetricNames, scope: Selection, window: Window, short_output_tokens: int, max_model_len: int | None = None
 ) -> Query:
     """Share of the window's finished requests that generated at most `short_output_bound(tokens)` tokens.
 
@@ -350,18 +430,22 @@ def output_short_fraction(
         selector = scope.selector()[:-1] + ',le="+Inf"}'
     else:
         selector = scope.selector()[:-1] + f',le=~"{bound}|{bound}[.]0"}}'
-    short = f"sum(rate({hist}_bucket{selector}[{window.promql()}]))"
-    total = f"(sum({_rate(f'{hist}_count', scope, window)}) > 0)"
+    short = _agg("sum", f"rate({hist}_bucket{selector}[{window.promql()}])", scope)
+    total = f"({_agg('sum', _rate(f'{hist}_count', scope, window), scope)} > 0)"
     return Query(Signal.OUTPUT_SHORT_FRACTION, f"{short} / {total}", "ratio")
 
 
-def output_tokens_p50(names: MetricNames, scope: Scope, window: Window) -> Query:
+def output_tokens_p50(names: MetricNames, scope: Selection, window: Window) -> Query:
     """Median response length in tokens (interpolated inside a 1-2-5 bucket: evidence to read, not to decide on)."""
     return quantile(Signal.OUTPUT_TOKENS_P50, 0.5, names.request_generation_tokens, scope, window)
 
 
 def build_queries(
-    names: MetricNames, scope: Scope, window: Window, short_output_tokens: int = 50, max_model_len: int | None = None
+    names: MetricNames,
+    scope: Selection,
+    window: Window,
+    short_output_tokens: int = 50,
+    max_model_len: int | None = None,
 ) -> tuple[Query, ...]:
     """Every measurement of one evaluation; evidence gates first so their results are at hand for the others."""
     return (

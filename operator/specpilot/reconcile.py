@@ -438,7 +438,7 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
             return _finish(inputs, [fit_update, invalid], fields, [])
 
     autotune_status = inputs.autotune_fields.get("autotune", inputs.status.get("autotune"))
-    chosen = desired_intent(spec, PolicyState.from_dict(autotune_status))
+    chosen = desired_intent(spec, PolicyState.from_status(autotune_status)[0])  # the evaluation reports a bad one
     intent, source = chosen.intent, chosen.source.value
     try:
         rendered = render_command(spec, intent)
@@ -568,7 +568,7 @@ def _speculation_message(
     if source == "autotune" and halted:
         return f"autotune: {halted}"  # the running config is the one reverted to, not the last actuation's
     if source == "autotune":
-        actuations = PolicyState.from_dict(autotune_status).actuations
+        actuations = PolicyState.from_status(autotune_status)[0].actuations
         return f"autotune: {actuations[-1].reason}" if actuations else "chosen by autotune"
     if source == "override":
         return f"pinned by spec.autotune.overrides.speculation={spec.autotune.overrides.speculation.value}"

@@ -24,11 +24,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import BatchSchedule, SpeculationIntent
 from specpilot.vllm.versions import VllmVersion
+
+if TYPE_CHECKING:
+    from specpilot.k0tax import DrafterMemory
 
 
 class Drafter(StrEnum):
@@ -175,16 +178,32 @@ def model_for_method(model: StepCostModel, method: str) -> StepCostModel:
 # ------------------------------------------------------------------------------------------------ acceptance
 
 
+TAIL_WASTE_STEPS = 0.5  # share of one verification step wasted past the end of a response (assumed)
+
+
 @dataclass(frozen=True)
 class AcceptanceProfile:
     """Unconditional survival r_1..r_K: probability that draft position j is accepted in a verification step."""
 
     survival: tuple[float, ...]
     source: str
+    mean_output_tokens: float | None = None  # tokens per response (None: long enough not to matter)
 
     def expected_tokens(self, k: int) -> float:
-        """E_k = 1 + r_1 + ... + r_k tokens per step (the bonus/correction token included)."""
-        return 1.0 + sum(self.survival[: max(0, k)])
+        """E_k = 1 + r_1 + ... + r_k tokens per step (the bonus/correction token included), per response length.
+
+        With `mean_output_tokens` n set, short responses shrink the gain: the first token comes from the prefill
+        (speculation does not touch it), and the last verification step of each response runs past its end, wasting
+        on average TAIL_WASTE_STEPS of a step (assumed). Over many responses a speculative config takes
+        (n - 1)/E_k + TAIL_WASTE_STEPS steps where plain takes n - 1, so the effective tokens per step are
+        (n - 1) / ((n - 1)/E_k + TAIL_WASTE_STEPS); long responses keep E_k, a 10-token one loses a fifth of it.
+        """
+        raw = 1.0 + sum(self.survival[: max(0, k)])
+        n = self.mean_output_tokens
+        if n is None or k <= 0:
+            return raw
+        decoded = max(n - 1, 1.0)
+        return decoded / (decoded / raw + TAIL_WASTE_STEPS)
 
     @property
     def max_k(self) -> int:
@@ -206,6 +225,17 @@ def profile_from_positions(by_position: Mapping[int, float], num_speculative_tok
         ceiling = r
     shown = ", ".join(f"{r:.2f}" for r in survival)
     return AcceptanceProfile(tuple(survival), f"measured per position [{shown}]")
+
+
+def with_output_length(profile: AcceptanceProfile, mean_output_tokens: float | None) -> AcceptanceProfile:
+    """The same acceptance, priced for responses of this mean length (see AcceptanceProfile.expected_tokens)."""
+    if mean_output_tokens is None or mean_output_tokens <= 0:
+        return profile
+    return replace(
+        profile,
+        mean_output_tokens=mean_output_tokens,
+        source=f"{profile.source}; responses of {mean_output_tokens:.0f} tokens on average (short outputs shrink E_k)",
+    )
 
 
 def profile_geometric(acceptance_rate: float, num_speculative_tokens: int) -> AcceptanceProfile:
@@ -236,15 +266,44 @@ def tokens_per_ms(profile: AcceptanceProfile, model: StepCostModel, batch: int, 
     return profile.expected_tokens(k) / model.step_ms(batch, k)
 
 
+def k0_step_ms(model: StepCostModel, batch: int) -> float:
+    """One step at K = 0 under a batch-size schedule: the target's step plus one drafter forward (the drafter keeps
+    its KV in sync, adaptive-vllm.md §2.1, vLLM #53420), with the configured overhead. V0's disable_by_batch_size
+    skips the proposer instead, so this applies to schedules only."""
+    one_forward = model.draft_cost_ms(batch, 1)
+    return (model.verify_ms(batch, 0) + one_forward + model.sched_ms) * (1 + model.spec_fixed_fraction)
+
+
+def schedule_tokens_per_ms(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
+    """tokens_per_ms under a batch-size schedule: a K = 0 range is priced with the drafter's per-step tax, so the
+    fit never moves the crossover earlier than it pays (K = 0 there is not "off")."""
+    if k <= 0:
+        return 1.0 / k0_step_ms(model, batch)
+    return tokens_per_ms(profile, model, batch, k)
+
+
+Rate = Callable[[AcceptanceProfile, StepCostModel, int, int], float]
+
+
 def speedup(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
     """Per-token speedup of K at this batch over a deployment without speculation (performance.md §2.6 S(B,k))."""
     return profile.expected_tokens(k) * model.step_ms(batch, 0, configured=False) / model.step_ms(batch, k)
 
 
-def best_k(profile: AcceptanceProfile, model: StepCostModel, batch: int, max_k: int, prefer_within: float) -> int:
-    """argmax_k E_k/T(B,k); among Ks within `prefer_within` of the best, the smallest (larger K widens P99)."""
+def best_k(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    batch: int,
+    max_k: int,
+    prefer_within: float,
+    rate: Rate = tokens_per_ms,
+) -> int:
+    """argmax_k E_k/T(B,k); among Ks within `prefer_within` of the best, the smallest (larger K widens P99).
+
+    `rate` prices K = 0: plain speculation-configured steps by default, `schedule_tokens_per_ms` under a schedule.
+    """
     top = min(max_k, profile.max_k)
-    rates = [tokens_per_ms(profile, model, batch, k) for k in range(top + 1)]
+    rates = [rate(profile, model, batch, k) for k in range(top + 1)]
     best = max(rates)
     return next(k for k, rate in enumerate(rates) if rate >= best * (1 - prefer_within))
 
@@ -269,12 +328,14 @@ def fit_schedule(
     K never rises with batch size (the cost of a verify token only grows with the batch), so a running minimum
     removes ties that would otherwise split ranges. The threshold (first K = 0) is kept inside the user's
     batchThreshold bounds: below `min` the smallest K (1) is used instead of 0, above `max` K drops to 0 at `max`.
+    K = 0 is priced with the K = 0 tax (one drafter forward per step, `k0_step_ms`): a dynamic-SD engine pays it in
+    every step of a K = 0 range, so K = 0 wins only where it beats K >= 1 with the tax included.
     """
     low, high = bounds
     ks: list[int] = []
     ceiling = min(max_k, profile.max_k)
     for batch in range(1, max_num_seqs + 1):
-        k = min(best_k(profile, model, batch, ceiling, prefer_within), ceiling)
+        k = min(best_k(profile, model, batch, ceiling, prefer_within, schedule_tokens_per_ms), ceiling)
         ks.append(k)
         ceiling = k
     threshold = next((b for b, k in enumerate(ks, start=1) if k == 0), None)
@@ -405,15 +466,19 @@ def predicted_gain(
     load: Mapping[int, float],
     k_now: Callable[[int], int],
     k_new: Callable[[int], int],
+    rate: Rate = tokens_per_ms,
 ) -> float:
-    """Relative tokens/s gained over the observed load: Σ_B w_B · (rate_new(B)/rate_now(B) - 1), Σ w_B = 1."""
+    """Relative tokens/s gained over the observed load: Σ_B w_B · (rate_new(B)/rate_now(B) - 1), Σ w_B = 1.
+
+    `rate`: `schedule_tokens_per_ms` where both configs are batch-size schedules (K = 0 pays the drafter tax).
+    """
     total = sum(load.values())
     if total <= 0:
         return 0.0
     gain = 0.0
     for batch, weight in load.items():
-        now = tokens_per_ms(profile, model, batch, k_now(batch))
-        new = tokens_per_ms(profile, model, batch, k_new(batch))
+        now = rate(profile, model, batch, k_now(batch))
+        new = rate(profile, model, batch, k_new(batch))
         gain += weight / total * (new / now - 1)
     return gain
 
@@ -501,15 +566,22 @@ def plan_threshold(
     tpot_on_ms: float | None,
     tpot_off_ms: float | None,
     settings: FitSettings,
+    drafter_memory: DrafterMemory | None = None,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
 
     `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
+    `drafter_memory` (k0tax.DrafterMemory): the KV the drafter holds, priced in the K = 0 comparison when KV-bound.
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
         "support": support.value,
-        "acceptance": {"survival": [round(r, 4) for r in profile.survival], "source": profile.source},
+        "acceptance": {
+            "survival": [round(r, 4) for r in profile.survival],
+            "source": profile.source,
+            "meanOutputTokens": None if profile.mean_output_tokens is None else round(profile.mean_output_tokens, 1),
+            "tokensPerStep": [round(profile.expected_tokens(k), 3) for k in range(1, profile.max_k + 1)],
+        },
         "load": {str(b): round(w, 1) for b, w in sorted(load.items())},
         "batchNow": round(batch_now, 2),
         "settings": settings.to_dict(),
@@ -573,6 +645,7 @@ def plan_threshold(
             load=_load_batches(load),
             restart_cost_s=settings.restart_cost_s,
             horizon_s=settings.horizon_s,
+            drafter_memory=drafter_memory,
         )
         evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
         if off.off_wins:
@@ -585,6 +658,7 @@ def plan_threshold(
         _load_batches(load),
         lambda b: k_for_batch(current, b, max_k),
         lambda b: k_for_batch(proposed, b, max_k),
+        schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
     )
     payback = payback_seconds(gain, settings.restart_cost_s)
     evidence.update(

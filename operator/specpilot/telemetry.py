@@ -15,8 +15,21 @@ WRITE_ERRORS = Counter("specpilot_api_write_errors_total", "Writes the API serve
 EVENTS = Counter("specpilot_events_total", "Kubernetes events posted or suppressed", ["reason", "result"])
 QUERIES = Counter("specpilot_metric_queries_total", "Prometheus queries run", ["measurement", "result"])
 METRIC_ERRORS = Counter("specpilot_metric_errors_total", "Prometheus queries that failed", ["measurement"])
+PROMETHEUS_QUERIES = Counter(
+    "specpilot_prometheus_queries_total", "HTTP queries sent to Prometheus (one per metric per round and query shape)"
+)
+ROUND_SIZE = Histogram(
+    "specpilot_round_deployments",
+    "SpeculativeDeployments evaluated together in one round over one Prometheus connection",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
+)
+ROUND_SECONDS = Histogram("specpilot_round_duration_seconds", "Time one evaluation round took")
 DECISIONS = Counter("specpilot_decisions_total", "Autotune decisions", ["action", "mode"])
 ACTUATIONS = Counter("specpilot_actuations_total", "Autotune actuations applied", ["action", "result"])
+LEADER = Gauge(
+    "specpilot_leader",
+    "1 while this replica acts (holds the leader Lease, or runs without leader election), 0 while it waits",
+)
 RECOMMENDATION = Gauge(
     "specpilot_recommendation", "Current recommendation (1 for the active action)", ["namespace", "name", "action"]
 )

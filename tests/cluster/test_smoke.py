@@ -124,7 +124,7 @@ def widget_crd(kube_cluster: KubeCluster) -> Iterator[str]:
         },
     }
     apply(kube_cluster, None, crd)
-    kube_cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    kube_cluster.wait_established(CRD_NAME)
     try:
         yield CRD_NAME
     finally:

@@ -1,6 +1,7 @@
 """Fuzz tier: arbitrary bytes, YAML-shaped text and mutated SpeculativeDeployments through validate, render, plan and
-evaluate's spec parsing. Each must end in a clean result or a clean error (an exit status and lines of text, or one
-of the documented exceptions), never another exception.
+evaluate's spec parsing, and arbitrary stored status.autotune documents through the operator's reader. Each must end
+in a clean result or a clean error (an exit status and lines of text, or one of the documented exceptions), never
+another exception.
 
 Bounded: every property has a fixed example budget (FUZZ_EXAMPLES, default 60) and no deadline, so the tier costs
 about the same on every run (measured: see the closing note of issue 10); raise SPECPILOT_FUZZ_EXAMPLES for a
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from specpilot.cli import main, validate_document
 from specpilot.loading import LoadError
 from specpilot.manifests import Owner, build_children
 from specpilot.plan import plan_memory
-from specpilot.policy import desired_intent
+from specpilot.policy import STATE_VERSION, PolicyState, desired_intent
 from specpilot.vllm.dialects import render_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,3 +169,87 @@ def test_evaluate_parses_any_document_cleanly(tmp_path: Path, doc: dict[str, Any
     notes: list[str] = []
     state = evaluate._policy_state(loaded.status, notes)
     desired_intent(loaded.spec, state)
+
+
+AUTOTUNE_KEYS = [
+    "specFingerprint",
+    "intentFingerprint",
+    "consecutiveErrors",
+    "metricsAvailable",
+    "paused",
+    "throttled",
+    "streak",
+    "lastRecommendation",
+    "actuations",
+    "selected",
+    "off",
+    "probeStarted",
+    "lastProbe",
+    "baseline",
+    "load",
+    "loadUpdated",
+    "stepSamples",
+    "stepSampled",
+]
+
+
+# Keys the nested records of status.autotune use (streak, actuations, off, baseline, step samples, intents), so
+# generated documents get past the first lookup and into the conversions.
+NESTED_KEYS = st.sampled_from(
+    [
+        "acceptance",
+        "action",
+        "at",
+        "batch",
+        "batchSchedule",
+        "bucket",
+        "count",
+        "detail",
+        "disableAboveBatchSize",
+        "draftTokens",
+        "enabled",
+        "from",
+        "k",
+        "key",
+        "kind",
+        "method",
+        "mode",
+        "note",
+        "numSpeculativeTokens",
+        "probe",
+        "reason",
+        "requests",
+        "reversal",
+        "since",
+        "speculation",
+        "speed",
+        "stepMs",
+        "threshold",
+        "to",
+        "tpotMeanMs",
+    ]
+) | st.text(max_size=12)
+# What the API server can store: JSON, so no NaN or infinity (YAML files can hold them; etcd cannot).
+STORED_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+    | st.sampled_from(["2026-11-26T10:00:00Z", "Disable", "Enable", "LowAcceptance"]),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(NESTED_KEYS, children, max_size=4),
+    max_leaves=12,
+)
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(AUTOTUNE_KEYS), STORED_JSON, max_size=6))
+def test_any_current_version_autotune_status_is_read_or_reported(fields: dict[str, Any]) -> None:
+    """status.autotune is free-form in the CRD: whatever the API server stores there under the current version is
+    read (and then usable: the policy decides on it, it serialises back) or reported and replaced, never raised."""
+    state, problem = PolicyState.from_status({"version": STATE_VERSION, **fields})
+    if problem is not None:
+        assert state == PolicyState()
+    spec = v1alpha1.parse_resource(EXAMPLES[0]).spec
+    desired_intent(spec, state)
+    json.dumps(state.to_dict(), allow_nan=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,7 @@ RELEASE = "specpilot"
 def crd_installed(kube_cluster: KubeCluster) -> None:
     """Install (or update) the generated CRD the way the README says: server-side apply of crds/."""
     kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    kube_cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/speculativedeployments.specpilot.dev", "--timeout=60s"
-    )
+    kube_cluster.wait_established("speculativedeployments.specpilot.dev")
 
 
 def chart_rbac(kube_cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
@@ -82,8 +80,8 @@ StartOperator = Callable[..., RunningOperator]
 def start_operator(
     kube_cluster: KubeCluster, crd_installed: None, kube_namespace: str, tmp_path: Path
 ) -> Iterator[StartOperator]:
-    """Start `specpilot run` for the test's namespace (extra environment optional, e.g. a failpoint); call again to
-    restart. Stopped at teardown."""
+    """Start `specpilot run` for the test's namespace (extra environment and flags optional, e.g. a failpoint or
+    leader election); call again to restart or to start another replica. Stopped at teardown."""
     namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     kube_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(namespace_doc))
     for doc in chart_rbac(kube_cluster, kube_namespace):
@@ -91,8 +89,9 @@ def start_operator(
     kubeconfig = service_account_kubeconfig(kube_cluster, tmp_path / "operator.kubeconfig")
     started: list[RunningOperator] = []
 
-    def start(env: dict[str, str] | None = None) -> RunningOperator:
-        running = launch_operator(kubeconfig, [kube_namespace], tmp_path / f"operator-{len(started)}.log", env=env)
+    def start(env: dict[str, str] | None = None, extra_args: Sequence[str] = ()) -> RunningOperator:
+        log = tmp_path / f"operator-{len(started)}.log"
+        running = launch_operator(kubeconfig, [kube_namespace], log, env=env, extra_args=extra_args)
         started.append(running)
         return running
 

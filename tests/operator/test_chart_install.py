@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 from e2e.cluster.fixture import KubeCluster
-from e2e.install import install_operator, uninstall, upgrade_install
-from e2e.operator_pod import rewrite_mount_paths
+from e2e.install import helm, install_operator, uninstall, upgrade_install
+from e2e.operator_pod import OperatorProcess, rewrite_mount_paths
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
+CONDITIONS = '{range .status.conditions[*]}{.type}={.status} ({.reason}){"\\n"}{end}'
+CLUSTER_SCOPED = "clusterrole,clusterrolebinding,validatingadmissionpolicy,validatingadmissionpolicybinding"
 
 
 def _tiny(name: str) -> dict[str, Any]:
@@ -72,6 +74,31 @@ def _token_authenticates(cluster: KubeCluster, kubeconfig: Path, namespace: str)
     raise AssertionError(f"unexpected kubectl failure: {done.stderr}")
 
 
+def _evidence(
+    cluster: KubeCluster, release: str, operator_ns: str, namespace: str, process: OperatorProcess, user: str
+) -> str:
+    """What `pytest -s -k helm_install` prints: the release, the operator pod, who the process is, and the CR it
+    reconciled (docs/chart-install-kubectl-get.txt is one such print)."""
+    return "\n".join(
+        [
+            f"$ helm list -n {operator_ns}",
+            helm(cluster.bin_dir, cluster.kubeconfig, "list", "-n", operator_ns).rstrip(),
+            f"$ kubectl -n {operator_ns} get deployment,pod -l app.kubernetes.io/instance={release}",
+            cluster.kubectl(
+                "-n", operator_ns, "get", "deployment,pod", "-l", f"app.kubernetes.io/instance={release}"
+            ).stdout.rstrip(),
+            f"# the pod's process (local stand-in, e2e/operator_pod.py) authenticates as {user}",
+            f"# with a TokenRequest token bound to pod {process.pod}; it runs: {' '.join(process.argv[1:])}",
+            f"$ kubectl -n {namespace} get speculativedeployments -o wide",
+            cluster.kubectl("-n", namespace, "get", "speculativedeployments", "-o", "wide").stdout.rstrip(),
+            f"$ kubectl -n {namespace} get speculativedeployment chat -o jsonpath='{CONDITIONS}'",
+            cluster.kubectl(
+                "-n", namespace, "get", "speculativedeployment", "chat", "-o", f"jsonpath={CONDITIONS}"
+            ).stdout.rstrip(),
+        ]
+    )
+
+
 def test_helm_install_runs_the_operator_pod_and_reconciles(
     kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
 ) -> None:
@@ -100,6 +127,15 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
         assert Path(connections.split("=", 1)[1]).is_file(), "the chart's ConfigMap is mounted as a file"
         assert f"--namespace={kube_namespace}" in first.argv
         assert "--tick-seconds=2" in first.argv
+        # ... and the container's env (TMPDIR=/tmp, the chart's emptyDir at /tmp) reached the process, mounted.
+        environ = dict(
+            entry.split("=", 1)
+            for entry in Path(f"/proc/{first.process.pid}/environ").read_text().split("\0")
+            if "=" in entry
+        )
+        for variable in container["env"]:
+            assert environ[variable["name"]] == rewrite_mount_paths(variable["value"], first.mounts), variable
+        assert environ["TMPDIR"] == first.mounts["/tmp"]
         # The process authenticates as the chart's ServiceAccount, with a token bound to this pod.
         whoami = subprocess.run(
             [
@@ -125,7 +161,8 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
             "the CR Ready, reconciled by the chart's pod", lambda: _ready(kube_cluster, kube_namespace, "chat"), 120
         )
         assert cr["status"]["observedGeneration"] == cr["metadata"]["generation"]
-        print(kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", "-o", "wide").stdout)
+        evidence = _evidence(kube_cluster, release, operator_ns, kube_namespace, first, info["username"])
+        print(f"\n--- chart install evidence ---\n{evidence}\n--- end ---")
 
         # helm upgrade with changed values: the pod is replaced (Recreate) and the new process runs the new flags.
         second = installed.upgrade({"watchNamespaces": [kube_namespace], "tickSeconds": 3, "logLevel": "debug"})
@@ -143,7 +180,7 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
     assert second.process.poll() is not None
     leftovers = kube_cluster.kubectl(
         "get",
-        "all,serviceaccount,role,rolebinding,configmap",
+        f"all,serviceaccount,role,rolebinding,configmap,secret,{CLUSTER_SCOPED}",
         "-A",
         "-l",
         f"app.kubernetes.io/instance={release}",
@@ -161,21 +198,26 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
 
 
 def test_cluster_wide_install_leaves_no_cluster_scoped_objects(kube_cluster: KubeCluster) -> None:
-    """All-namespaces mode renders a ClusterRole and binding; uninstall removes them (no operator is run here: a
-    cluster-wide operator would reconcile other tests' resources on the shared cluster)."""
+    """All-namespaces mode renders a ClusterRole and binding, the image policy a ValidatingAdmissionPolicy and its
+    binding (all cluster-scoped); uninstall removes them (no operator is run here: a cluster-wide operator would
+    reconcile other tests' resources on the shared cluster; the policy only audits, so it refuses nobody's CR)."""
     suffix = secrets.token_hex(3)
     release, operator_ns = f"specpilot-{suffix}", f"t-chart-{suffix}"
     selector = f"app.kubernetes.io/instance={release}"
+    values = {"imagePolicy": {"enabled": True, "validationActions": ["Audit"]}}
     upgrade_install(
-        kube_cluster.bin_dir, kube_cluster.kubeconfig, {}, release=release, namespace=operator_ns, wait=False
+        kube_cluster.bin_dir, kube_cluster.kubeconfig, values, release=release, namespace=operator_ns, wait=False
     )
     try:
-        created = kube_cluster.kubectl("get", "clusterrole,clusterrolebinding", "-l", selector, "-o", "name").stdout
+        created = kube_cluster.kubectl("get", CLUSTER_SCOPED, "-l", selector, "-o", "name").stdout
         assert sorted(created.split()) == [
             f"clusterrole.rbac.authorization.k8s.io/{release}",
             f"clusterrolebinding.rbac.authorization.k8s.io/{release}",
+            f"validatingadmissionpolicy.admissionregistration.k8s.io/{release}-images",
+            f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{release}-images",
         ]
     finally:
         uninstall(kube_cluster.bin_dir, kube_cluster.kubeconfig, release=release, namespace=operator_ns)
         kube_cluster.kubectl("delete", "namespace", operator_ns, "--wait=false", "--ignore-not-found", check=False)
-    assert kube_cluster.kubectl("get", "clusterrole,clusterrolebinding", "-l", selector, "-o", "name").stdout == ""
+    assert kube_cluster.kubectl("get", CLUSTER_SCOPED, "-l", selector, "-o", "name").stdout == ""
+    assert kube_cluster.kubectl("get", "crd", "speculativedeployments.specpilot.dev", check=False).returncode == 0

@@ -27,10 +27,13 @@ pytestmark = pytest.mark.cluster
 
 
 def timer_ticks(operator: RunningOperator) -> float:
+    """Periodic passes that completed: reconciled ("ok") or found nothing changed ("unchanged")."""
     return sum(
         v
         for k, v in operator.metrics().items()
-        if k.startswith("specpilot_reconciles_total{") and 'trigger="timer"' in k and 'result="ok"' in k
+        if k.startswith("specpilot_reconciles_total{")
+        and 'trigger="timer"' in k
+        and ('result="ok"' in k or 'result="unchanged"' in k)
     )
 
 

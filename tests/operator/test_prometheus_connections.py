@@ -55,7 +55,7 @@ def create_with_this_trees_crd(kube_cluster: KubeCluster, namespace: str, obj: d
             return
         assert 'unknown field "spec.autotune.prometheus.connection"' in proc.stderr, proc.stderr
         kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-        kube_cluster.kubectl("wait", "--for=condition=Established", "crd/speculativedeployments.specpilot.dev")
+        kube_cluster.wait_established("speculativedeployments.specpilot.dev")
         time.sleep(1)
     raise AssertionError("another session keeps replacing the CRD")
 

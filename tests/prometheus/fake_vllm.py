@@ -147,6 +147,8 @@ class FakeVllm:
     engines: tuple[str, ...] = ("0",)
     speculative: bool = True
     reset_every: int | None = None
+    # accepted tokens per draft position per scrape (of 100 drafts): acceptance is sum / 300
+    per_position: tuple[int, int, int] = PER_POSITION
     scrapes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -169,7 +171,7 @@ class FakeVllm:
             lines += _counter(
                 "vllm:spec_decode_num_accepted_tokens_total",
                 "Number of accepted tokens.",
-                [(_labels(e), ACCEPTED * n) for e in self.engines],
+                [(_labels(e), sum(self.per_position) * n) for e in self.engines],
             )
             lines += _counter(
                 "vllm:spec_decode_num_accepted_tokens_per_pos_total",
@@ -177,7 +179,7 @@ class FakeVllm:
                 [
                     (_labels(e, position=str(p)), count * n)
                     for e in self.engines
-                    for p, count in enumerate(PER_POSITION)
+                    for p, count in enumerate(self.per_position)
                 ],
             )
         lines += _gauge(

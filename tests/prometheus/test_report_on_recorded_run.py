@@ -3,6 +3,7 @@ recorded by e2e/report_data.py: speculation with the identical tiny draft, then 
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,31 +12,28 @@ import httpx
 import pytest
 import yaml
 
-from e2e.report_data import DEPLOYMENT, NAMESPACE, PLAIN_HASH, SPECULATING_HASH
+from e2e.cluster.fixture import KubeCluster
+from e2e.prometheus.fixture import PrometheusServer
+from e2e.report_data import (
+    DEPLOYMENT,
+    NAMESPACE,
+    PLAIN_HASH,
+    RECORDING,
+    SPECULATING_HASH,
+    example_cr,
+    load_recording,
+)
 from specpilot.cli import main
 from tests.prometheus.conftest import Replay
 
 pytestmark = pytest.mark.prometheus
+ROOT = Path(__file__).resolve().parents[2]
 STEP = 15
 
 
 def _cr(tmp_path: Path, replay: Replay) -> Path:
-    at = datetime.fromtimestamp(replay.switch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    doc = {
-        "apiVersion": "specpilot.dev/v1alpha1",
-        "kind": "SpeculativeDeployment",
-        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
-        "spec": {
-            "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0", "maxModelLen": 512},
-            "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
-            "speculation": {"method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
-                            "numSpeculativeTokens": 3},
-            "autotune": {"mode": "Off", "scrapeInterval": "1s"},
-        },
-        "status": {"actuations": [{"at": at, "action": "DisableSpeculation", "reason": "switched off for a baseline"}]},
-    }  # fmt: skip
     path = tmp_path / "chat.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(example_cr(replay.switch)))  # the same CR as `python -m e2e.report_data example`
     return path
 
 
@@ -83,3 +81,45 @@ def test_report_on_a_real_vllm_run(
     tpot_row = next(line for line in markdown.splitlines() if line.startswith("| TPOT | plain |"))
     reported_ms = float(tpot_row.split("|")[3].strip().removesuffix(" ms"))
     assert math.isclose(reported_ms, expected * 1000, abs_tol=0.06), (reported_ms, expected * 1000)
+
+
+@pytest.mark.cluster
+def test_report_of_a_live_object_reads_it_from_the_api_server(
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    prometheus_binary: Path,
+    promtool_binary: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`specpilot report NAME -n NAMESPACE`: the object (and its status' actuations) comes from the real API server;
+    the recorded run is replayed with its series moved to this test's namespace."""
+    times = load_recording(RECORDING, promtool_binary, tmp_path / "prometheus" / "data", namespace=kube_namespace)
+    kube_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    kube_cluster.wait_established("speculativedeployments.specpilot.dev")
+    cr = example_cr(times["switch"])
+    status = cr.pop("status")
+    cr["metadata"]["namespace"] = kube_namespace
+    kube_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cr))
+    kube_cluster.kubectl(
+        "-n", kube_namespace, "patch", "specdeploy", DEPLOYMENT, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    until = datetime.fromtimestamp(times["end"] + 30, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = tmp_path / "report"
+    with PrometheusServer(prometheus_binary, tmp_path / "prometheus", []) as prometheus:
+        prometheus.start()
+        common = ["--prometheus", prometheus.url, "--since", "15m", "--until", until, "--step", f"{STEP}s"]
+        assert main(["report", DEPLOYMENT, "-n", kube_namespace, *common, "-o", str(out)]) == 0
+        markdown = (out / "report.md").read_text()
+        assert markdown.startswith(f"# specpilot report: {kube_namespace}/{DEPLOYMENT}\n")
+        assert f"`{SPECULATING_HASH}` speculating" in markdown
+        assert f"`{PLAIN_HASH}` plain" in markdown
+        assert "DisableSpeculation: switched off for a baseline" in markdown  # read from the live status
+        capsys.readouterr()
+        # A name the API server does not know: one clear line, no traceback.
+        assert main(["report", "missing", "-n", kube_namespace, *common, "-o", str(tmp_path / "x")]) == 1
+        err = capsys.readouterr().err
+        assert err == f"error: SpeculativeDeployment {kube_namespace}/missing: the API server answered 404 Not Found\n"

@@ -26,7 +26,7 @@ def test_chart_values_match_values_schema() -> None:
 
 def test_chart_values_schema_rejects_unknown_keys() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
-    errors = list(jsonschema.Draft7Validator(schema).iter_errors({"replicas": 2}))
+    errors = list(jsonschema.Draft7Validator(schema).iter_errors({"replicaCount": 2}))
     assert errors
 
 
@@ -74,3 +74,20 @@ def test_values_schema_takes_prometheus_connections_and_the_image_policy() -> No
 )
 def test_values_schema_refuses_broken_security_settings(values: dict[str, object]) -> None:
     assert _schema_errors(values)
+
+
+@pytest.mark.parametrize(
+    ("values", "valid"),
+    [
+        ({"replicas": 2}, True),  # leader election is on by default
+        ({"replicas": 2, "leaderElection": {"enabled": True, "leaseName": "ops-leader"}}, True),
+        ({"replicas": 1, "leaderElection": {"enabled": False}}, True),
+        ({"replicas": 2, "leaderElection": {"enabled": False}}, False),  # two operators would both act
+        ({"replicas": 0}, False),
+        ({"leaderElection": {"leaseDuration": 1.5}}, False),  # the Lease holds whole seconds
+        ({"leaderElection": {"leaseName": "Not_A_Name"}}, False),
+        ({"leaderElection": {"renewDeadlin": 10}}, False),
+    ],
+)
+def test_values_schema_on_replicas_and_leader_election(values: dict[str, object], valid: bool) -> None:
+    assert (_schema_errors(values) == []) is valid, _schema_errors(values)

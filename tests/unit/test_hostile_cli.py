@@ -7,13 +7,15 @@ was printed: exactly one error line per bad input that names the file and the pr
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specpilot.cli import main
+from specpilot.cli import build_parser, main
 from specpilot.evaluate import EXIT_INVALID_INPUT, EXIT_PROMETHEUS_FAILED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +31,14 @@ BAD_INPUTS: list[tuple[str, bytes, str]] = [
     ("syntax", b"kind: SpeculativeDeployment\nspec: [1, 2\n", "YAML error: while parsing a flow sequence"),
     ("undefined-alias", b"kind: SpeculativeDeployment\nspec: *nowhere\n", "found undefined alias 'nowhere'"),
     ("unsafe-tag", b"kind: !!python/object/apply:os.system [id]\n", "could not determine a constructor for the tag"),
+    ("binary-tag", b"kind: SpeculativeDeployment\nmetadata: {labels: {a: !!binary aGk=}}\n", "!!binary (bytes)"),
+    ("set-tag", b"kind: SpeculativeDeployment\nmetadata: {finalizers: !!set {a}}\n", "!!set has no JSON form"),
+    ("omap-tag", b"kind: SpeculativeDeployment\nspec: !!omap [{a: 1}]\n", "!!omap has no JSON form"),
     ("deep", b"kind: SpeculativeDeployment\nspec: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nesting deeper than 64"),
     ("laughs", LAUGHS.encode(), "expands to more than 100000 nodes through aliases"),
     ("recursive", b"&a [*a]\n", "recursive alias"),
     ("duplicate", b"kind: SpeculativeDeployment\nkind: Deployment\n", "duplicate key 'kind' at line 2"),
+    ("huge", b"kind: SpeculativeDeployment\n" + b"#" * (4 * 1024 * 1024), "larger than 4 MiB"),
     ("empty", b"", "no SpeculativeDeployment documents found"),
     ("other-kind", b"apiVersion: v1\nkind: ConfigMap\n", "no SpeculativeDeployment documents found"),
 ]
@@ -81,6 +87,30 @@ def test_paths_that_cannot_be_read(
     assert len(lines) == 1, lines
     assert str(path) in lines[0]
     assert problem in lines[0]
+    _no_traceback(out + err)
+
+
+@pytest.mark.parametrize("command", ["validate", "render", "plan", "evaluate"])
+def test_a_file_without_read_permission(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Mode 000. Root reads anything, so as root the read runs under an unprivileged effective uid (restored after);
+    the parser is built first, since that uid cannot read the interpreter's own lazily imported modules."""
+    path = tmp_path / "locked.yaml"
+    path.write_text(GOOD)
+    path.chmod(0)
+    build_parser()
+    root = os.geteuid() == 0
+    if root:
+        os.seteuid(65534)
+    try:
+        code = main([command, str(path)])
+    finally:
+        if root:
+            os.seteuid(0)
+    out, err = capsys.readouterr()
+    assert code != 0
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert f"{path}: permission denied" in lines[0]
     _no_traceback(out + err)
 
 
@@ -189,6 +219,7 @@ def test_evaluate_without_prometheus_is_a_distinct_exit(tmp_path: Path, capsys: 
         (["--prometheus", "https://p:9090", "--ca-file", "{ca}"], "not a PEM CA bundle"),
         (["--prometheus", "https://p:9090", "--ca-file", "{missing}"], "--ca-file"),
         (["--prometheus", "https://p:9090", "--timeout", "0s"], "timeout must be positive"),
+        (["--prometheus", "https://p:9090", "--timeout", "soon"], "--timeout: 'soon' is not a duration"),
     ],
 )
 def test_evaluate_refuses_connections_that_cannot_work(
@@ -203,3 +234,32 @@ def test_evaluate_refuses_connections_that_cannot_work(
     assert problem in err, err
     assert "secret" not in out + err
     _no_traceback(out + err)
+
+
+def test_crd_output_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for target, problem in [(tmp_path, "Is a directory"), (tmp_path / "no" / "crd.yaml", "No such file or directory")]:
+        assert main(["crd", "-o", str(target)]) == 1
+        out, err = capsys.readouterr()
+        assert err.strip() == f"{target}: cannot write: {problem}"
+        _no_traceback(out + err)
+
+
+@pytest.mark.parametrize(("command", "sink"), [("render", "full-disk"), ("plan", "closed-pipe")])
+def test_output_that_cannot_be_written_is_no_traceback(command: str, sink: str) -> None:
+    """A full disk gets one line; a reader that went away (`| head`) gets silence; both exit 1, never a traceback.
+
+    Runs the real entry point in a child process: only there does stdout have a file descriptor to fail. Both sinks
+    end in the one place every command returns through (cli.main), so one command each covers them all."""
+    argv = [sys.executable, "-m", "specpilot", command, *([] if command == "crd" else [str(EXAMPLE)])]
+    if sink == "full-disk":
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, check=False, timeout=60)
+        assert proc.returncode == 1
+        assert proc.stderr.strip() == f"specpilot {command}: error: No space left on device", proc.stderr
+    else:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        child.stdout.close()  # long before the child has imported anything, let alone written
+        _, stderr = child.communicate(timeout=60)
+        assert child.returncode == 1, stderr
+        assert stderr == ""

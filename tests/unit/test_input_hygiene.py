@@ -18,6 +18,7 @@ import yaml
 
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, format_bytes, parse_quantity
+from specpilot.cli import validate_document
 from specpilot.plan import kv_dtype_bytes, plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
@@ -70,6 +71,16 @@ SCHEMA_REFUSALS = [
     ("target.model", "org/model\n--x", "spec.target.model: must be printable ASCII"),
     ("target.revision", "-main", "spec.target.revision: must be printable ASCII"),
     ("target.revision", "main\t", "spec.target.revision: must be printable ASCII"),
+    (
+        "speculation",
+        {"method": "draft_model", "draft": {"model": "--enforce-eager"}, "numSpeculativeTokens": 3},
+        "spec.speculation.draft.model: must be printable ASCII",
+    ),
+    (
+        "speculation",
+        {"method": "draft_model", "draft": {"model": "org/d", "revision": "v1 --x"}, "numSpeculativeTokens": 3},
+        "spec.speculation.draft.revision: must be printable ASCII",
+    ),
     ("engine.servedModelName", "-api", "spec.engine.servedModelName: must be printable ASCII"),
     ("engine.servedModelName", "chat\x1b[2J", "spec.engine.servedModelName: must be printable ASCII"),
     ("engine.image", "vllm/vllm-openai:v0.33.0 --privileged", "spec.engine.image: must be printable ASCII"),
@@ -220,6 +231,54 @@ def test_valid_values_stay_valid(path: str, value: Any) -> None:
     spec = with_(path, value)
     assert problems(spec) == []
     assert crd_errors(spec) == []
+
+
+# metadata: the API server checks it itself (ValidateObjectMeta), outside any CRD schema; `validate` checks the same.
+METADATA_REFUSALS: list[tuple[dict[str, Any], str]] = [
+    ({"labels": {"tier": 1}}, "metadata.labels.tier: Input should be a valid string (got 1)"),
+    ({"labels": {"tier": True}}, "metadata.labels.tier: Input should be a valid string (got True)"),
+    ({"labels": {"tier": "gold plated"}}, "metadata.labels.tier: must be a label value"),
+    ({"labels": {"tier": "x" * 64}}, "metadata.labels.tier: String should have at most 63 characters"),
+    ({"labels": {"bad key": "x"}}, "metadata.labels.bad key.[key]: must be a Kubernetes qualified name"),
+    ({"labels": {"Example.com/x": "y"}}, "metadata.labels.Example.com/x.[key]: must be a Kubernetes qualified name"),
+    ({"labels": ["tier"]}, "metadata.labels: Input should be a valid dictionary"),
+    ({"annotations": {"note": 5}}, "metadata.annotations.note: Input should be a valid string (got 5)"),
+    ({"annotations": {"note": {"a": "b"}}}, "metadata.annotations.note: Input should be a valid string"),
+    ({"annotations": {"not a key": "v"}}, "metadata.annotations: key 'not a key' must be a Kubernetes qualified"),
+    ({"annotations": {"big": "x" * (256 * 1024)}}, "metadata.annotations: 262147 bytes in all, more than"),
+    ({"namespace": "Team_A"}, "metadata.namespace: must be a DNS label"),
+    ({"namespace": 7}, "metadata.namespace: Input should be a valid string (got 7)"),
+    ({"finalizers": ["not a finalizer"]}, "metadata.finalizers[0]: must be a Kubernetes qualified name"),
+]
+METADATA_ACCEPTED: list[dict[str, Any]] = [
+    {"labels": {"app.kubernetes.io/part-of": "chat", "tier": "", "x": "A-b_c.9"}},
+    {"annotations": {"Example.COM/Note": "any text\nwith newlines, unicode é and 'quotes'", "empty": ""}},
+    {"finalizers": ["example.com/cleanup"], "generateName": "chat-"},
+]
+
+
+def metadata_refusals(metadata: dict[str, Any]) -> list[str]:
+    """What `specpilot validate` says about a valid spec under this metadata (name added)."""
+    doc: dict[str, object] = {
+        "apiVersion": v1alpha1.API_VERSION,
+        "kind": v1alpha1.KIND,
+        "metadata": {"name": "meta", **metadata},
+        "spec": BASE,
+    }
+    return validate_document(doc)[0]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"), METADATA_REFUSALS, ids=[p.split(":")[0] for _, p in METADATA_REFUSALS]
+)
+def test_metadata_the_api_server_would_refuse_is_refused_by_field(metadata: dict[str, Any], problem: str) -> None:
+    found = metadata_refusals(metadata)
+    assert any(line.startswith(problem) for line in found), found
+
+
+@pytest.mark.parametrize("metadata", METADATA_ACCEPTED, ids=[",".join(m) for m in METADATA_ACCEPTED])
+def test_metadata_the_api_server_accepts_stays_valid(metadata: dict[str, Any]) -> None:
+    assert metadata_refusals(metadata) == []
 
 
 def test_every_kv_cache_dtype_is_sized_or_flagged_by_the_planner() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.k0tax import compare_with_off, k0_step_ms, relative_rate
+from specpilot.api.v1alpha1 import parse_spec
+from specpilot.k0tax import DrafterMemory, compare_with_off, drafter_kv_gain, k0_step_ms, kv_bound, relative_rate
+from specpilot.plan import plan_memory
 from specpilot.policy import Action, OffReason, PolicyState, evaluate_alone
 from specpilot.schedule import LLAMA8B_H100, LLAMA70B_4XH100, AcceptanceProfile, StepCostModel
 from specpilot.vllm.intent import SpeculationIntent
@@ -74,3 +76,58 @@ def test_the_policy_keeps_the_schedule_when_low_load_pays_for_the_tax() -> None:
     decision = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=181, alpha=0.7)), state, tp.T0)
     assert decision.action is not Action.DISABLE
     assert decision.evidence["threshold"]["k0Tax"]["reason"].startswith("the schedule stays: 50% of the time at K=0")
+
+
+# ------------------------------------------------------------------------------------------------ the drafter's memory
+
+
+@pytest.mark.parametrize(
+    ("usage", "waiting", "preemptions", "bound"),
+    [
+        (0.95, 12.0, 0.0, True),  # the cache is full and requests queue: KV limits the batch
+        (0.50, 0.0, 0.3, True),  # preemptions: KV ran out
+        (0.95, 0.0, 0.0, False),  # full but nobody waits: max_num_seqs or the load limits the batch
+        (0.60, 40.0, 0.0, False),  # a queue with room in the cache: max_num_seqs binds, not KV
+        (None, None, None, False),
+    ],
+)
+def test_kv_bound(usage: float | None, waiting: float | None, preemptions: float | None, bound: bool) -> None:
+    assert kv_bound(usage, waiting, preemptions)[0] is bound
+
+
+def test_drafter_kv_gain_from_the_memory_plan() -> None:
+    """A 1B draft model on an 8B target holds far more KV than an EAGLE-3 head (one decoder layer)."""
+    eagle = tp.make_spec()
+    raw = eagle.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["speculation"] = {"method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+                          "numSpeculativeTokens": 3}  # fmt: skip
+    draft = parse_spec(raw)
+    head, model = drafter_kv_gain(plan_memory(eagle)), drafter_kv_gain(plan_memory(draft))
+    assert head is not None
+    assert model is not None
+    assert 0 < head < 0.1
+    assert 0.2 < model < 1.0
+    print(f"KV without the drafter: EAGLE-3 head +{head:.1%}, 1B draft model +{model:.1%}")
+
+
+@pytest.mark.parametrize(("bound", "off_wins"), [(True, True), (False, False)])
+def test_the_drafters_memory_tips_the_comparison_only_when_kv_bound(bound: bool, off_wins: bool) -> None:
+    """10% of the time at batch 8 (K = 3 gains +92%), 90% at 181 (K = 0): the step tax alone (8%) leaves the schedule
+    in place; a KV-bound engine that would run 40% more requests without a draft model's cache (tax 19%) goes off."""
+    memory = DrafterMemory(0.4, bound, "test", 512)
+    result = compare_with_off(
+        PROFILE, LLAMA8B_H100, SCHEDULE, max_k=3, load={8: 0.1, 181: 0.9}, restart_cost_s=90.0, horizon_s=3600.0,
+        drafter_memory=memory,
+    )  # fmt: skip
+    assert result.off_wins is off_wins, result.reason
+    row = result.evidence["byBatch"][1]
+    assert ("memoryRate" in row) is bound
+    assert result.evidence["drafterMemory"]["kvBound"] is bound
+    if bound:
+        assert row["relativeRate"] == pytest.approx(-0.194, abs=0.002)
+        assert "keeps out of the KV cache: +40% KV without it" in result.reason
+    step_only = compare_with_off(
+        PROFILE, LLAMA8B_H100, SCHEDULE, max_k=3, load={8: 0.1, 181: 0.9}, restart_cost_s=90.0, horizon_s=3600.0
+    )
+    assert not step_only.off_wins
+    print(result.reason)

@@ -17,6 +17,7 @@ from specpilot.measurements import (
     collect_warnings,
     count_errors,
     positions,
+    split_answer,
     unavailable,
 )
 from specpilot.promql import Query, Signal
@@ -253,3 +254,45 @@ def test_any_sample_value_classifies_without_raising(value: float | str) -> None
     else:
         assert m.klass is NO_DATA
         assert m.value is None
+
+
+# --- fleet rounds (issue 12): one grouped answer split per scope ---
+def _series(ns: str, dep: str, value: str, **extra: str) -> dict[str, Any]:
+    return {"metric": {"namespace": ns, "dep": dep, **extra}, "value": [1.0, value]}
+
+
+SPLIT_LABELS = ("namespace", "dep")
+
+
+def test_split_gives_each_scope_its_own_series_empty_or_several() -> None:
+    raw = RawResult(
+        status="success",
+        result_type="vector",
+        result=[
+            _series("ml", "a", "0.5"),
+            _series("ml", "b", "1", engine="0"),
+            _series("ml", "b", "2", engine="1"),
+            _series("ml", "x", "9"),  # a cross-product combination nobody asked for
+        ],
+        warnings=("w",),
+        http_status=200,
+    )
+    split = split_answer(raw, SPLIT_LABELS, [("ml", "a"), ("ml", "b"), ("ml", "c")])
+    assert split[("ml", "a")].result == [_series("ml", "a", "0.5")]
+    assert [s["metric"]["engine"] for s in split[("ml", "b")].result] == ["0", "1"]
+    assert split[("ml", "c")].result == []
+    assert all(r.warnings == ("w",) and r.status == "success" for r in split.values())
+    q = Query(Signal.BATCH_SIZE, "x", "requests")
+    assert classify(q, split[("ml", "a")]).value == 0.5
+    assert classify(q, split[("ml", "b")]).klass is MeasurementClass.ERROR
+    assert classify(q, split[("ml", "c")]).klass is MeasurementClass.NO_DATA
+
+
+def test_a_failed_grouped_answer_fails_every_scope_alike() -> None:
+    keys = [("ml", "a"), ("ml", "b")]
+    down = RawResult.from_transport_error("connection refused")
+    assert split_answer(down, SPLIT_LABELS, keys) == dict.fromkeys(keys, down)
+    scalar = RawResult(status="success", result_type="scalar", result=[0, "1"], http_status=200)
+    for raw in split_answer(scalar, SPLIT_LABELS, keys).values():
+        assert classify(Query(Signal.BATCH_SIZE, "x", "requests"), raw).klass is MeasurementClass.ERROR
+        assert "want vector" in (raw.error or "")

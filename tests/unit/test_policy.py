@@ -17,6 +17,7 @@ from specpilot.baseline import BaselineEntry, Mode
 from specpilot.measurements import Measurement, MeasurementClass
 from specpilot.policy import (
     ERROR_LIMIT,
+    STATE_VERSION,
     Action,
     ActuationRecord,
     ChosenIntent,
@@ -828,6 +829,62 @@ def test_decide_is_deterministic() -> None:
 def test_foreign_or_missing_state_starts_fresh() -> None:
     assert PolicyState.from_dict(None) == PolicyState()
     assert PolicyState.from_dict({"version": 99, "consecutiveErrors": 3}) == PolicyState()
+
+
+# What the API server lets status.autotune hold (the CRD keeps it free-form): each is reported and ignored.
+MALFORMED_AUTOTUNE: list[object] = [
+    {"version": STATE_VERSION, "streak": {"key": "k"}},
+    {"version": STATE_VERSION, "actuations": [{"at": "yesterday", "action": "Disable", "from": {}, "to": {}}]},
+    {"version": STATE_VERSION, "load": {"many": 1}},
+    {"version": STATE_VERSION, "off": {"kind": "Sulking", "at": "2026-01-01T00:00:00Z"}},
+    {"version": STATE_VERSION, "consecutiveErrors": "lots"},
+    {"version": STATE_VERSION, "baseline": ["x"]},
+    {"version": STATE_VERSION, "selected": "on"},
+    ["version", STATE_VERSION],
+    "paused",
+]
+
+
+@pytest.mark.parametrize("raw", MALFORMED_AUTOTUNE, ids=[json.dumps(r)[:40] for r in MALFORMED_AUTOTUNE])
+def test_a_malformed_autotune_status_is_reported_and_ignored(raw: object) -> None:
+    state, problem = PolicyState.from_status(raw)
+    assert state == PolicyState()
+    assert problem is not None
+    assert problem.startswith("status.autotune is malformed (")
+    assert problem.endswith("); ignored")
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ({"version": STATE_VERSION, "streak": {"key": "k"}}, "KeyError: 'action'"),
+        ({"version": STATE_VERSION, "framework": ["x"], "load": {"4": "many"}}, "ValueError"),
+        ("paused", "a str, not an object"),
+        ([STATE_VERSION], "a list, not an object"),
+    ],
+    ids=["bad-streak", "bad-framework-and-load", "string", "list"],
+)
+def test_the_operator_survives_a_malformed_autotune_status_warns_once_and_stores_a_fresh_one(
+    stored: object, problem: str
+) -> None:
+    """Through the operator's pure seams (reconcile, then an evaluation): no exception, one Warning event, and the
+    stored status.autotune is readable again afterwards."""
+    from tests.seams import ROUND_TRIP_SPEC, Cluster, window_measurements
+
+    cluster = Cluster(dict(ROUND_TRIP_SPEC))
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)
+    cluster.status["autotune"] = stored
+    cluster.reconcile()
+    outcome = cluster.evaluate(window_measurements(speculating=True, acceptance=0.8))
+    warnings = [e for e in outcome.events if e.reason == "MalformedAutotuneStatus"]
+    assert [w.type for w in warnings] == ["Warning"]
+    assert problem in warnings[0].message
+    assert PolicyState.from_status(cluster.status["autotune"])[1] is None
+    cluster.advance(1)
+    later = cluster.evaluate(window_measurements(speculating=True, acceptance=0.8))
+    assert not [e for e in later.events if e.reason == "MalformedAutotuneStatus"]
 
 
 def test_evaluate_alone_ignores_agreement_and_budget_but_not_errors() -> None:

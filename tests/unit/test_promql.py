@@ -191,3 +191,47 @@ def test_evidence_gates_count_with_increase() -> None:
     assert promql.requests_in_window(names, SCOPE, WINDOW).promql == (
         f"sum(increase(vllm:e2e_request_latency_seconds_count{SELECTOR}[5m]))"
     )
+
+
+# --- fleet rounds (issue 12): one query for many scopes, grouped by the scope labels ---
+FLEET = promql.ScopeSet.of(
+    [Scope("ml", "chat", "9f2c1a"), Scope("ml", "code", "77aa"), Scope("team.a", "chat", "9f2c1a")]
+)
+
+
+def test_scope_set_selector_uses_escaped_set_matchers() -> None:
+    assert FLEET.selector() == (
+        '{namespace=~"ml|team\\\\.a",specpilot_dev_deployment=~"chat|code",specpilot_dev_config_hash=~"77aa|9f2c1a"}'
+    )
+    assert promql.ScopeSet.of([SCOPE, SCOPE]).selector() == SELECTOR, "one value: a plain equality matcher"
+
+
+def test_scope_set_refuses_mixed_shapes() -> None:
+    with pytest.raises(ValueError, match="share label names"):
+        promql.ScopeSet((SCOPE, Scope("ml", "chat", None)))
+    with pytest.raises(ValueError, match="at least one"):
+        promql.ScopeSet(())
+
+
+@pytest.mark.parametrize("version", ["0.8.4", "0.11.0", "0.33.0"])
+def test_grouped_queries_are_the_per_scope_queries_with_scope_labels_kept(version: str) -> None:
+    """Same text as one scope's query, except the selector and the scope labels added to every by/on."""
+    names = metric_names_for(v(version))
+    labels = "namespace, specpilot_dev_deployment, specpilot_dev_config_hash"
+    for alone, grouped in zip(build_queries(names, SCOPE, WINDOW), build_queries(names, FLEET, WINDOW), strict=True):
+        assert (alone.signal, alone.unit, alone.group_by) == (grouped.signal, grouped.unit, grouped.group_by)
+        if alone.promql is None:
+            assert grouped.promql is None
+            continue
+        assert grouped.promql is not None
+        expected = (
+            alone.promql.replace(SELECTOR, FLEET.selector())
+            .replace(SELECTOR[:-1] + ",", FLEET.selector()[:-1] + ",")  # a selector with a matcher added (le)
+            .replace("sum(", f"sum by ({labels}) (")
+            .replace("avg(", f"avg by ({labels}) (")
+            .replace("max(", f"max by ({labels}) (")
+            .replace("by (le)", f"by ({labels}, le)")
+            .replace("by (position)", f"by ({labels}, position)")
+            .replace("on()", f"on({labels})")
+        )
+        assert grouped.promql == expected

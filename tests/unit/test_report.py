@@ -189,3 +189,57 @@ def test_report_names_the_file_and_field_of_a_bad_resource(tmp_path: Path, capsy
     (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": {"target": {"model": "m"}}}))
     assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9"]) == 1
     assert f"{tmp_path / 'cr.yaml'}: spec.engine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "expected"),
+    [
+        ("missing", "no usable kubeconfig"),  # no such file
+        ("unreachable", "cannot reach the API server"),  # a kubeconfig whose server does not answer
+    ],
+)
+def test_report_of_a_live_object_explains_a_missing_cluster(
+    kubeconfig: str,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """NAME -n NAMESPACE without a usable cluster: one line naming the object, never a traceback (the API server's
+    own answers, e.g. 404, are tests/prometheus/test_report_on_recorded_run.py's)."""
+    path = tmp_path / "kubeconfig"
+    if kubeconfig == "unreachable":
+        cluster = {"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}
+        context = {"name": "c", "context": {"cluster": "c", "user": "u"}}
+        doc = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "contexts": [context],
+               "users": [{"name": "u", "user": {}}], "current-context": "c"}  # fmt: skip
+        path.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert main(["report", "chat", "-n", "ml", "--prometheus", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: SpeculativeDeployment ml/chat: {expected}"), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\xff\xfe not text", "not UTF-8 text (invalid byte 0xff at offset 0)"),
+        (b"kind: [unclosed", "YAML error"),
+        (b"a: &a [1]\nb: *missing\n", "YAML error"),
+        (b"kind: SpeculativeDeployment\nkind: Other\n", "duplicate key"),
+        (b"kind: ConfigMap\nmetadata: {name: x}\n", "no SpeculativeDeployment document"),
+    ],
+)
+def test_report_reads_its_file_with_the_hardened_loader(
+    content: bytes, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report's FILE goes through the same loader as validate/render/plan: one line naming the file."""
+    path = tmp_path / "cr.yaml"
+    path.write_bytes(content)
+    assert main(["report", str(path), "--prometheus", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: "), err
+    assert expected in err, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

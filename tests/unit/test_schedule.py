@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from specpilot.schedule import (
     LLAMA8B_H100,
     LLAMA70B_4XH100,
+    TAIL_WASTE_STEPS,
     AcceptanceProfile,
     Drafter,
     FitSettings,
@@ -29,6 +30,7 @@ from specpilot.schedule import (
     fit_schedule,
     fit_support,
     fit_threshold,
+    k0_step_ms,
     k_for_batch,
     model_consistency,
     plan_threshold,
@@ -37,6 +39,8 @@ from specpilot.schedule import (
     profile_geometric,
     representative_batch,
     speedup,
+    tokens_per_ms,
+    with_output_length,
 )
 from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import SpeculationIntent
@@ -92,18 +96,32 @@ def test_70b_speculation_stops_paying_at_301_for_alpha_half() -> None:
     assert b_off == 301
 
 
-def test_fit_schedule_turns_off_at_the_crossover() -> None:
-    fit = fit_schedule(geometric(0.5, 5), PAPER_70B, max_k=5, max_num_seqs=512, bounds=(4, 512), prefer_within=0.0)
-    assert fit.threshold == 301
+def test_fit_schedule_turns_off_where_k0_pays_with_its_tax() -> None:
+    """The paper's crossover (301 for alpha 0.5 on 70B) treats K = 0 as plain; under a schedule a K = 0 step still
+    runs one drafter forward (the K = 0 tax), so K = 1 keeps winning until 368, where K = 0 with the tax beats it."""
+    profile = geometric(0.5, 5)
+    fit = fit_schedule(profile, PAPER_70B, max_k=5, max_num_seqs=512, bounds=(4, 512), prefer_within=0.0)
+    taxed = next(
+        b
+        for b in range(1, 513)
+        if 1 / k0_step_ms(PAPER_70B, b) >= max(tokens_per_ms(profile, PAPER_70B, b, k) for k in range(1, 6))
+    )
+    assert taxed == 368
+    assert fit.threshold == taxed
     assert fit.schedule[0][:2] == (1, fit.schedule[0][1])
     assert fit.schedule[0][2] == 3
-    assert fit.schedule[-1] == (301, 512, 0)
+    assert fit.schedule[-1] == (368, 512, 0)
+    untaxed = fit_schedule(
+        profile, replace(PAPER_70B, draft_ms=0.0), max_k=5, max_num_seqs=512, bounds=(4, 512), prefer_within=0.0
+    )
+    assert untaxed.threshold is not None
+    assert untaxed.threshold < 368, "a free drafter forward brings the crossover back toward the untaxed one"
 
 
 @pytest.mark.parametrize(
     ("bounds", "threshold", "tail"),
     [
-        ((4, 512), 301, [(301, 512, 0)]),
+        ((4, 512), 368, [(368, 512, 0)]),
         ((4, 256), 256, [(256, 512, 0)]),  # max caps the threshold: speculation stops earlier than the model says
         ((400, 512), 400, [(400, 512, 0)]),  # min keeps K = 1 up to the bound instead of 0
     ],
@@ -114,15 +132,16 @@ def test_fit_schedule_respects_user_bounds(
     fit = fit_schedule(geometric(0.5, 5), PAPER_70B, max_k=5, max_num_seqs=512, bounds=bounds, prefer_within=0.0)
     assert fit.threshold == threshold
     assert list(fit.schedule[-len(tail) :]) == tail
-    if bounds[0] > 301:
+    if bounds[0] > 368:
         assert fit.schedule[-2][2] == 1
         assert fit.schedule[-2][1] == threshold - 1
 
 
 def test_fit_schedule_low_acceptance_keeps_k1_below_min() -> None:
-    fit = fit_schedule(geometric(0.02, 3), PAPER_8B, max_k=3, max_num_seqs=64, bounds=(4, 64))
-    assert fit.schedule == ((1, 3, 1), (4, 64, 0))
-    assert fit.threshold == 4
+    # acceptance 0.02: K = 0 (with its drafter tax) wins from batch 33, under batchThreshold.min 40 -> K = 1 to 39
+    fit = fit_schedule(geometric(0.02, 3), PAPER_8B, max_k=3, max_num_seqs=64, bounds=(40, 64))
+    assert fit.schedule == ((1, 39, 1), (40, 64, 0))
+    assert fit.threshold == 40
 
 
 @settings(max_examples=60, deadline=None)
@@ -360,3 +379,71 @@ def test_batch_threshold_max_bounds_a_fit_without_crossover() -> None:
     assert capped.threshold == 32
     assert capped.schedule[-1] == (32, 64, 0)
     assert fit_threshold(geometric(0.9, 3), PAPER_8B, k=3, max_num_seqs=64, bounds=(2, 32)) == 32
+
+
+# ------------------------------------------------------------------------------------------------ short outputs
+
+
+@pytest.mark.parametrize(
+    ("mean_tokens", "k", "expected"),
+    [
+        (None, 3, 1 + 0.7 + 0.49 + 0.343),  # long enough not to matter: E_3 as measured
+        (2000.0, 3, 2.531),  # 2,000 tokens: the wasted tail is noise
+        (50.0, 3, 2.469),
+        (10.0, 3, 2.221),  # 9 decoded tokens: 9 / (9/2.533 + 0.5)
+        (10.0, 1, 1.553),  # 9 / (9/1.7 + 0.5)
+        (10.0, 0, 1.0),  # no speculation, no waste
+        (1.0, 3, 1 / (1 / 2.533 + 0.5)),  # one token, all from the prefill: nothing left to accelerate
+    ],
+)
+def test_short_outputs_shrink_tokens_per_step(mean_tokens: float | None, k: int, expected: float) -> None:
+    profile = with_output_length(geometric(0.7, 3), mean_tokens)
+    assert profile.expected_tokens(k) == pytest.approx(expected, abs=0.002)
+    if mean_tokens is not None:
+        assert f"responses of {mean_tokens:.0f} tokens" in profile.source
+
+
+def test_the_tail_waste_matches_the_simulators_steps_per_response() -> None:
+    """Batch 1, Llama 8B + EAGLE-3 K=3 in the simulator: decode steps per response against (n - 1)/E + the tail
+    waste, with E the mean acceptance length the simulator's own counters report (what the operator measures),
+    within 5%."""
+    from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+    from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
+
+    for n in (10, 50, 300):
+        steps = drafts = accepted = 0.0
+        for i in range(40):
+            engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "m", 8, speculation=SpecConfig("eagle3", 3)), seed=i)
+            engine.submit(SimRequest(f"r{i}", 0.0, 300, n, n))
+            while engine.has_work():
+                engine.step()
+                steps += 1
+            drafts += engine.metrics.counter("vllm:spec_decode_num_drafts")
+            accepted += engine.metrics.counter("vllm:spec_decode_num_accepted_tokens")
+        simulated = steps / 40 - 1  # the prefill step emits the first token
+        measured_e = 1 + accepted / drafts
+        modeled = (n - 1) / measured_e + TAIL_WASTE_STEPS
+        print(f"n={n}: simulator {simulated:.2f} decode steps per response, model {modeled:.2f} (E {measured_e:.2f})")
+        assert simulated == pytest.approx(modeled, rel=0.05)
+
+
+def test_short_outputs_enter_the_threshold_fit_and_the_k0_comparison() -> None:
+    """The same acceptance with 10-token responses: the fit picks no larger K at any batch and turns K = 0 on no
+    later; the schedule's gain over plain shrinks, so speculation off wins the K = 0 comparison sooner."""
+    from specpilot.k0tax import compare_with_off
+
+    long, short = geometric(0.7, 5), with_output_length(geometric(0.7, 5), 10.0)
+    fits = [fit_schedule(p, LLAMA8B_H100, max_k=5, max_num_seqs=512, bounds=(4, 512)) for p in (long, short)]
+    ks = [[k_for_batch(SpeculationIntent(True, 5, None, f.schedule), b, 5) for b in range(1, 513)] for f in fits]
+    assert all(s <= lg for s, lg in zip(ks[1], ks[0], strict=True))
+    assert ks[1] != ks[0]
+    schedule = SpeculationIntent(True, 5, 128, ((1, 127, 3), (128, 512, 0)))
+    load = {8: 0.3, 181: 0.7}
+
+    def net(profile: AcceptanceProfile) -> float:
+        result = compare_with_off(
+            profile, LLAMA8B_H100, schedule, max_k=5, load=load, restart_cost_s=90.0, horizon_s=3600.0
+        )
+        return float(result.evidence["netSeconds"])
+
+    assert net(short) > net(long) + 100, "less gain at low load to pay for the K = 0 tax"

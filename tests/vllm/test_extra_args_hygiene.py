@@ -3,7 +3,8 @@
 For every spelling specpilot refuses, the same token appended to a rendered command line really does override what
 the plan checked (vLLM accepts underscores, `--flag=value`, dotted keys, unique prefixes and `--config FILE`), so
 the refusal is needed; specpilot's renderer refuses it with the field named. Ordinary extraArgs leave every rendered
-value as the spec says.
+value as the spec says. Beyond those examples, the real parser's own list of option strings shows the class: every
+spelling of every flag the renderer owns is refused, and no other flag is.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from e2e.vllm import sample_configs as sc
 from e2e.vllm.venvs import VllmVenv, validate_argv_cases
 from specpilot.api import v1alpha1
-from specpilot.vllm.dialects import UnsupportedCombination, render_command
+from specpilot.vllm.dialects import UnsupportedCombination, extra_arg_problem, render_command
 
 pytestmark = pytest.mark.vllm
 
@@ -62,7 +63,7 @@ def outcome(vllm_validator_venv: VllmVenv, tmp_path_factory: pytest.TempPathFact
     config = tmp_path_factory.mktemp("vllm-config") / "serve.yaml"
     config.write_text("kv_cache_dtype: fp8\n")
     base = list(render_command(v1alpha1.parse_spec(SPEC)).argv)
-    cases = [{"id": "rendered", "argv": base, "configs": sc.configs_for(sc.LLAMA_3_1_8B)}]
+    cases: list[dict[str, Any]] = [{"id": "rendered", "argv": base, "configs": sc.configs_for(sc.LLAMA_3_1_8B)}]
     for case_id, extra, _, _ in OVERRIDES:
         argv = base + [token.format(config=config) for token in extra]
         cases.append({"id": case_id, "argv": argv, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
@@ -74,6 +75,7 @@ def outcome(vllm_validator_venv: VllmVenv, tmp_path_factory: pytest.TempPathFact
     # what an unchecked served model name starting with "-" would do: become a flag
     flagged = [*base[:3], "--served-model-name", "--enforce-eager", *base[5:]]
     cases.append({"id": "name-as-flag", "argv": flagged, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
+    cases.append({"id": "options", "options": True})
     results = validate_argv_cases(cases, python=vllm_validator_venv.python)
     return {r["id"]: r for r in results}
 
@@ -134,6 +136,10 @@ def test_kv_cache_dtype_enum_is_exactly_vllms_closed_set(outcome: dict[str, dict
     assert listed == {d.value for d in v1alpha1.KvCacheDtype}
 
 
+def test_dtype_enum_is_exactly_vllms_choices(outcome: dict[str, dict[str, Any]]) -> None:
+    assert set(outcome["options"]["choices"]["dtype"]) == {d.value for d in v1alpha1.Dtype}
+
+
 def test_a_name_starting_with_a_dash_becomes_a_flag_so_the_api_refuses_it(
     outcome: dict[str, dict[str, Any]],
 ) -> None:
@@ -144,3 +150,69 @@ def test_a_name_starting_with_a_dash_becomes_a_flag_so_the_api_refuses_it(
     spec["engine"]["servedModelName"] = "--enforce-eager"
     with pytest.raises(v1alpha1.InvalidSpec, match=r"spec\.engine\.servedModelName: must be printable ASCII"):
         v1alpha1.parse_spec(spec)
+
+
+# vLLM 0.33's dests that the rendered command sets, or that specpilot refuses outright (--config, --disable-log-stats)
+RENDERED_DESTS = {
+    "model",
+    "served_model_name",
+    "port",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "dtype",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "quantization",
+    "revision",
+    "enable_prefix_caching",
+    "speculative_config",
+    "spec_method",  # 0.33's shortcuts into the speculative config
+    "spec_model",
+    "spec_tokens",
+    "disable_log_stats",
+    "config",
+}
+
+
+def _spellings(flag: str, every: list[str]) -> list[str]:
+    """Every token vLLM's parser reads as `flag`: itself, each prefix argparse expands to it alone (allow_abbrev),
+    each of those with "=value", and for long flags the underscore form and a dotted key."""
+    prefixes = [flag[:n] for n in range(2, len(flag) + 1) if [o for o in every if o.startswith(flag[:n])] == [flag]]
+    tokens = [*prefixes, *(p + "=1" for p in prefixes)]
+    if flag.startswith("--"):
+        tokens += ["--" + t[2:].replace("-", "_") for t in tokens] + [flag + ".key", flag + ".key=1"]
+    return tokens
+
+
+def test_every_spelling_of_every_rendered_flag_in_vllms_parser_is_refused(
+    outcome: dict[str, dict[str, Any]],
+) -> None:
+    """The class, not examples: all option strings of the real parser, not a list written by hand."""
+    options: dict[str, list[str]] = outcome["options"]["options"]
+    every = [flag for flags in options.values() for flag in flags]
+    assert set(options) >= RENDERED_DESTS, RENDERED_DESTS - set(options)
+    slipped = [
+        (dest, token)
+        for dest in sorted(RENDERED_DESTS)
+        for flag in options[dest]
+        for token in _spellings(flag, every)
+        if extra_arg_problem(token) is None
+    ]
+    assert slipped == []
+    checked = sum(len(_spellings(f, every)) for d in RENDERED_DESTS for f in options[d])
+    print(f"\n{checked} spellings of {len(RENDERED_DESTS)} rendered flags refused; {len(every)} option strings in all")
+
+
+def test_no_other_flag_of_vllms_parser_is_refused(outcome: dict[str, dict[str, Any]]) -> None:
+    """The refusal is exact: every other vLLM 0.33 flag, spelled out, stays usable in extraArgs."""
+    options: dict[str, list[str]] = outcome["options"]["options"]
+    refused = [
+        (dest, flag, extra_arg_problem(flag))
+        for dest, flags in sorted(options.items())
+        if dest not in RENDERED_DESTS
+        for flag in flags
+        if extra_arg_problem(flag) is not None
+    ]
+    assert refused == []

@@ -16,6 +16,10 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- define "specpilot.leaseName" -}}
+{{- default (printf "%s-leader" (include "specpilot.fullname" .) | trunc 63 | trimSuffix "-") .Values.leaderElection.leaseName -}}
+{{- end -}}
+
 {{- define "specpilot.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}{{ default (include "specpilot.fullname" .) .Values.serviceAccount.name }}{{- else -}}{{ default "default" .Values.serviceAccount.name }}{{- end -}}
 {{- end -}}

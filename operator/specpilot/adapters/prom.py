@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -81,6 +82,21 @@ class PrometheusConnection:
             raise ValueError("prometheus basic auth needs both username and password")
         if any(name.lower() == "authorization" for name in self.headers) and (self.bearer_token or self.username):
             raise ValueError("prometheus headers must not set Authorization when a token or basic auth is given")
+
+    def identity(self) -> tuple[Any, ...]:
+        """Everything that makes two connections the same one (fleet rounds share a client between them)."""
+        return (
+            self.url,
+            self.timeout_s,
+            self.bearer_token,
+            self.username,
+            self.password,
+            self.ca_pem,
+            self.insecure_skip_verify,
+            tuple(sorted(self.headers.items())),
+            self.trust_env,
+            self.allow_plain_http,
+        )
 
 
 def check_ca_bundle(pem: str, what: str) -> None:

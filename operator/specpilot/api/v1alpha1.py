@@ -1070,6 +1070,60 @@ class SpeculativeDeployment(BaseModel):
     status: SpeculativeDeploymentStatus | None = None
 
 
+# The API server's own limit on all annotations of one object together (keys plus values, in bytes).
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+
+class ObjectMeta(BaseModel):
+    """The parts of `metadata` the API server checks itself (ValidateObjectMeta), whatever the CRD says.
+
+    A CRD cannot constrain metadata beyond the name, so these rules are not in the generated schema; `validate` checks
+    them offline so that it refuses what `kubectl apply` would: a label value that is a number, an annotation key that
+    is not a qualified name, a namespace that is not a DNS label. Other metadata fields pass through untouched.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+    name: str | None = None
+    generate_name: str | None = Field(None, alias="generateName")
+    namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL_PATTERN)
+    uid: str | None = None
+    labels: (
+        dict[
+            Annotated[str, Field(max_length=317, pattern=QUALIFIED_NAME_PATTERN)],
+            Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)],
+        ]
+        | None
+    ) = None
+    annotations: dict[str, str] | None = None
+    finalizers: list[Annotated[str, Field(max_length=317, pattern=QUALIFIED_NAME_PATTERN)]] | None = None
+
+    @model_validator(mode="after")
+    def _annotations(self) -> ObjectMeta:
+        annotations = self.annotations or {}
+        for key in annotations:
+            # the API server lowercases annotation keys before checking them (label keys it does not)
+            if len(key) > 317 or not re.fullmatch(QUALIFIED_NAME_PATTERN, key.lower()):
+                raise ValueError(
+                    f"metadata.annotations: key {_shown(key)} must be {PATTERN_HELP[QUALIFIED_NAME_PATTERN]}"
+                )
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+        if size > ANNOTATIONS_MAX_BYTES:
+            raise ValueError(
+                f"metadata.annotations: {size} bytes in all, more than the API server's {ANNOTATIONS_MAX_BYTES}"
+            )
+        return self
+
+
+def metadata_problems(metadata: object) -> list[str]:
+    """One line per field of `metadata` the API server would refuse (see ObjectMeta); [] when it would accept it."""
+    try:
+        ObjectMeta.model_validate(metadata)
+    except ValidationError as err:
+        return describe_validation_error(err, prefix="metadata")
+    return []
+
+
 def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
     """Parse a CR's spec; raise InvalidSpec listing each problem with its field path."""
     try:
@@ -1103,7 +1157,7 @@ def describe_validation_error(err: ValidationError, *, prefix: str) -> list[str]
             path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else str(part))
         message = str(item["msg"]).removeprefix("Value error, ")
         ctx = item.get("ctx") or {}
-        if item["type"] == "value_error" and message.startswith("spec."):
+        if item["type"] == "value_error" and message.startswith(("spec.", "metadata.")):
             lines.extend(message.split("; "))  # cross-field messages already name their fields
         elif item["type"] == "extra_forbidden" and item["loc"] and item["loc"][-1] in REMOVED_FIELDS:
             lines.append(f"{path}: {REMOVED_FIELDS[str(item['loc'][-1])]}")

@@ -7,17 +7,17 @@ so a report needs no cluster, like `evaluate`. NAME reads the live object throug
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.baseline import parse_time
+from specpilot.loading import STDIN, load_documents, speculative_deployments
 from specpilot.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
 from specpilot.report.queries import build_range_queries
@@ -47,21 +47,33 @@ def add_report_command(sub: Any) -> None:
 
 def _load(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.target)
-    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        docs = [
-            d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == v1alpha1.KIND
-        ]
+    if args.target == STDIN or path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        # The same hardened loader as validate/render/plan: one line naming the file for unreadable, non-UTF-8,
+        # malformed or hostile YAML (LoadError is a ValueError).
+        docs = speculative_deployments(load_documents(args.target), v1alpha1.KIND)
         if not docs:
-            raise ValueError(f"{path}: no {v1alpha1.KIND} document")
-        return docs[0]
+            raise ValueError(f"{args.target}: no {v1alpha1.KIND} document")
+        return docs[0].body
     if not args.namespace:
         raise ValueError(f"{args.target}: not a file; a live object needs -n NAMESPACE")
     from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
 
-    config.load_kube_config()  # type: ignore[no-untyped-call]
-    obj: Any = client.CustomObjectsApi().get_namespaced_custom_object(
-        v1alpha1.GROUP, v1alpha1.VERSION, args.namespace, "speculativedeployments", args.target
-    )
+    where = f"SpeculativeDeployment {args.namespace}/{args.target}"
+    try:
+        # KUBECONFIG as it is now: the client reads the variable once, when it is imported
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        obj: Any = client.CustomObjectsApi().get_namespaced_custom_object(
+            v1alpha1.GROUP, v1alpha1.VERSION, args.namespace, "speculativedeployments", args.target
+        )
+    except ConfigException as err:
+        raise ValueError(f"{where}: no usable kubeconfig ({err}); pass a FILE to work without a cluster") from err
+    except ApiException as err:  # NotFound, Forbidden, Unauthorized: the API server's own words
+        raise ValueError(f"{where}: the API server answered {err.status} {err.reason}") from err
+    except (HTTPError, OSError) as err:  # the API server is unreachable (urllib3 gave up retrying)
+        raise ValueError(f"{where}: cannot reach the API server ({err})") from err
     return {str(k): v for k, v in dict(obj).items()}
 
 

@@ -320,7 +320,7 @@ def _long_flag(arg: str) -> str:
     return "--" + arg[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
 
 
-def _extra_arg_problem(arg: str) -> str | None:
+def extra_arg_problem(arg: str) -> str | None:
     """Why one extraArgs token could set something the renderer owns, in any spelling vLLM's parser accepts."""
     if arg == "--":
         return "a bare -- would make every later token a positional argument (the model)"
@@ -346,7 +346,7 @@ def _extra_arg_problem(arg: str) -> str | None:
 
 def _check_extra_args(extra_args: list[str]) -> None:
     for index, arg in enumerate(extra_args):
-        problem = _extra_arg_problem(arg)
+        problem = extra_arg_problem(arg)
         if problem is not None:
             raise UnsupportedCombination(f"spec.engine.extraArgs[{index}]", problem)
 

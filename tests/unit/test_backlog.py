@@ -1,0 +1,156 @@
+"""A restart while requests queue waits until waiting has cost what the restart would drop (backlog.py; issue 13)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tests.unit.test_policy as tp
+from specpilot.backlog import proposal_gain, restart_under_backlog
+from specpilot.policy import Action, PolicyState
+from specpilot.promql import Signal
+
+T0, MINUTE = tp.T0, tp.MINUTE
+
+
+def queue(waiting: float | None, running: float = 256, rate: float = 20.0) -> dict[str, Any]:
+    ms = tp.observed(acceptance=0.3)
+    if waiting is not None:
+        ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
+    ms[Signal.RUNNING_REQUESTS] = tp.m(Signal.RUNNING_REQUESTS, running)
+    ms[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, rate)
+    return ms
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "gain", "deferred_min", "hold", "limit_s"),
+    [
+        ("no queue", 0.4, 0.1, None, False, None),
+        ("no waiting measured", None, 0.1, None, False, None),
+        # 2,000 queued + 256 running + 20/s x 90s = 4,056 dropped; 10% of 20/s wins 2/s: wait up to 2,028 s
+        ("flash crowd, first deferral", 2000.0, 0.1, None, True, 2028),
+        ("flash crowd, 30 min in", 2000.0, 0.1, 30, True, 2028),
+        ("overload lasting past the bound", 2000.0, 0.1, 34, False, 2028),
+        # a change worth 50% pays for the same restart 5x sooner
+        ("a big gain waits less", 2000.0, 0.5, 7, False, 406),
+        # a few queued requests: a restart drops 256 + 1,800 + 2 and 10% of 20/s repays that in ~17 min
+        ("a short queue", 2.0, 0.1, 10, True, 1029),
+        ("no gain: wait up to the horizon", 2000.0, 0.0, 59, True, 3600),
+    ],
+)
+def test_restart_under_backlog(
+    case: str, waiting: float | None, gain: float, deferred_min: int | None, hold: bool, limit_s: int | None
+) -> None:
+    since = None if deferred_min is None else T0 - deferred_min * MINUTE
+    verdict = restart_under_backlog(
+        queue(waiting), restart_cost_s=90.0, gain=gain, gain_source="test", deferred_since=since, now=T0,
+        horizon_s=3600.0,
+    )  # fmt: skip
+    assert verdict.hold is hold, verdict.reason
+    if limit_s is None:
+        assert verdict.evidence == {}
+        return
+    e = verdict.evidence
+    assert e["maxDeferralSeconds"] == limit_s
+    assert waiting is not None
+    assert e["droppedByRestart"] == round(waiting + 256 + 20.0 * 90)
+    assert ("restart deferred while requests queue" in verdict.reason) is hold
+    assert f"a restart now drops about {e['droppedByRestart']}" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("evidence", "gain", "source"),
+    [
+        ({"speed": {"outcome": "Slower", "speedup": 0.8}}, 0.25, "measured speed"),
+        ({"speed": {"outcome": "Faster", "speedup": 1.3}}, 0.1, "regression tolerance"),
+        ({"threshold": {"k0Tax": {"offWins": True, "taxAtK0": 0.084}}}, 0.084, "K = 0 tax"),
+        ({"threshold": {"predictedGain": 0.12, "k0Tax": {"offWins": False}}}, 0.12, "predicted gain"),
+        ({}, 0.1, "regression tolerance"),
+    ],
+)
+def test_the_gain_comes_from_the_proposals_evidence(evidence: dict[str, Any], gain: float, source: str) -> None:
+    got, why = proposal_gain(evidence, 0.1)
+    assert got == pytest.approx(gain)
+    assert source in why
+
+
+def test_an_agreed_disable_waits_for_the_queue_then_acts_once_it_drains() -> None:
+    """decide(): the budget allows the disable, the queue holds it (gate 'backlog: ...'); the deferral's start is
+    kept in the state and survives a restart of the operator; once the queue is gone the disable goes ahead."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
+    steps = [queue(2000.0)] * 3 + [queue(0.2)]
+    result = tp.run(spec, steps)
+    assert result.acted == [3]
+    held = result.decisions[0]
+    assert held.action is Action.DISABLE
+    assert held.gate.startswith("backlog: restart deferred while requests queue: 2000 requests waiting")
+    assert held.evidence["backlog"]["droppedByRestart"] == 4056
+    assert result.decisions[2].evidence["backlog"]["deferredSeconds"] == 120
+    assert result.state.backlog_since is None, "cleared by the actuation"
+    mid = tp.run(spec, steps[:2]).state
+    assert mid.backlog_since == T0
+    assert PolicyState.from_dict(mid.to_dict()).backlog_since == T0
+
+
+def test_a_lasting_overload_gets_its_restart_after_the_bound() -> None:
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [queue(2000.0)] * 40)
+    assert result.acted == [34], "2,028 s: the 10% the disable would gain has by then cost what the restart drops"
+    assert result.decisions[34].evidence["backlog"]["reason"].startswith("restart despite the queue")
+
+
+def test_no_queue_no_gate() -> None:
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [queue(0.0)])
+    assert result.acted == [0]
+    assert "backlog" not in result.decisions[0].evidence
+
+
+# ------------------------------------------------------------------------------------------------ in the simulator
+
+
+def test_a_flash_crowd_keeps_its_backlog_instead_of_losing_it_to_a_restart() -> None:
+    """The spike scenario in small (the CPU preset, virtual clock, seed 1): 4 QPS with a 30 QPS crowd for 4 minutes,
+    past capacity, while specpilot agrees on an acceptance-driven disable (EAGLE-3 acceptance ~0.39 < 0.50).
+
+    Before this rule the agreed disable restarted the pod at once (the counterfactual below replays exactly that: the
+    same arrivals, the restart at the moment specpilot first wanted it); now it waits while requests queue. Full size:
+    `specpilot bench --scenario spike` (`make bench`)."""
+    from specpilot.bench import oracles
+    from specpilot.bench.runner import Replica, run_specpilot
+    from specpilot.bench.scenarios import Lengths, Scenario, arrivals
+    from specpilot.sim.presets import CPU_TINY
+
+    crowd = ((0.0, 4.0), (240.0, 4.0), (241.0, 30.0), (480.0, 30.0), (481.0, 4.0))
+    scenario = Scenario(
+        "spike-small", "CPU preset, flash crowd", "cpu-tiny", "eagle3", 3, 1200.0, crowd, ((0.0, 0.2),),
+        lengths=Lengths(4.0, 0.5, 4.5, 0.6, 1024, 512), max_model_len=2048, max_num_seqs=64, tpot_slo_ms=200.0,
+        ttft_slo_s=600.0,
+    )  # fmt: skip
+    items = arrivals(scenario, 1)
+    replica, controller = run_specpilot(scenario, 1, items)
+    wanted = [d for d in controller.decisions if d["action"] == "DisableSpeculation"]
+    assert wanted, "the policy proposed the disable"
+    first = wanted[0]
+    assert first["gate"].startswith("backlog: restart deferred while requests queue")
+    assert all(not d["actuate"] for d in controller.decisions)
+
+    now_restart = Replica(scenario, CPU_TINY, controller.initial_intent(), 1)
+    now_restart.run_until(first["t"], items)
+    now_restart.restart(oracles.off(), first["t"])
+    now_restart.run_until(scenario.duration_s, items)
+
+    def figures(outcomes: list[oracles.Outcome]) -> tuple[int, float]:
+        return sum(1 for o in outcomes if o.failed), oracles.goodput(outcomes, scenario.duration_s, 0.2, 600.0)
+
+    dropped_before, goodput_before = figures(now_restart.outcomes)
+    dropped_after, goodput_after = figures(replica.outcomes)
+    print(
+        f"\nflash crowd, disable agreed at {first['t']:.0f}s: restart at once (before) dropped {dropped_before} "
+        f"requests, goodput {goodput_before:.0f} tok/s; deferred while queued (after) dropped {dropped_after}, "
+        f"goodput {goodput_after:.0f} tok/s"
+    )
+    assert dropped_before > 1000
+    assert dropped_after == 0
+    assert goodput_after > goodput_before
