@@ -189,7 +189,9 @@ def test_load_past_the_crossover_installs_a_schedule_once_and_the_engine_moves_k
             2,
         )
         assert not low.get("actuations")
-        # load past the crossover: one ChangeBatchThreshold, within budget, the schedule in the Deployment's command
+        # load past the crossover (fitted at batch ~55-67): one ChangeBatchThreshold, within budget, the schedule in
+        # the Deployment's command. Of 200 in flight a handful wait for admission at any moment (~7 beside ~187
+        # running): scheduler churn, not a backlog, so backlog.py does not hold the restart.
         load.concurrency = 200
         high = wait_for_or_explain(diagnose, "a schedule installed", lambda: (s := status()).get("actuations") and s,
                                    300, 2)  # fmt: skip

@@ -34,8 +34,11 @@ def queue(waiting: float | None, running: float = 256, rate: float = 20.0) -> di
         ("overload lasting past the bound", 2000.0, 0.1, 34, False, 2028),
         # a change worth 50% pays for the same restart 5x sooner
         ("a big gain waits less", 2000.0, 0.5, 7, False, 406),
-        # a few queued requests: a restart drops 256 + 1,800 + 2 and 10% of 20/s repays that in ~17 min
-        ("a short queue", 2.0, 0.1, 10, True, 1029),
+        # a few requests waiting for the next step's admission beside 256 running: churn, not a backlog
+        ("admission churn", 2.0, 0.1, None, False, None),
+        ("just under a tenth of the running", 25.0, 0.1, None, False, None),
+        # a short backlog: a restart drops 30 + 256 + 1,800 and 10% of 20/s repays that in ~17 min
+        ("a short queue", 30.0, 0.1, 10, True, 1043),
         ("no gain: wait up to the horizon", 2000.0, 0.0, 59, True, 3600),
     ],
 )
