@@ -149,6 +149,8 @@ class FakeVllm:
     reset_every: int | None = None
     # accepted tokens per draft position per scrape (of 100 drafts): acceptance is sum / 300
     per_position: tuple[int, int, int] = PER_POSITION
+    # requests queued beside the RUNNING ones; 0: no queue, so a restart is not held by the backlog gate
+    waiting: int = WAITING
     scrapes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -190,7 +192,7 @@ class FakeVllm:
         lines += _gauge(
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
-            [(_labels(e), WAITING) for e in self.engines],
+            [(_labels(e), self.waiting) for e in self.engines],
         )
         lines += _gauge(
             "vllm:kv_cache_usage_perc",
