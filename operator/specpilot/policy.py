@@ -1353,6 +1353,20 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     }
     evidence = {**proposal.evidence, "history": side_by_side(state.baseline, metric=at.latency.metric.value, now=now)}
 
+    def concluded(*, actuate: bool, gate: str, throttled: bool) -> Decision:
+        """The proposal itself, applied or held at `gate`, with the evidence and events collected up to now."""
+        return Decision(
+            proposal.action,
+            proposal.target,
+            proposal.reason,
+            evidence,
+            actuate=actuate,
+            gate=gate,
+            throttled=throttled,
+            events=tuple(events),
+            **common,
+        )
+
     if proposal.action is Action.KEEP:
         state = _note_recommendation(state, inputs, proposal, events, agreed=True)
         decision = Decision(
@@ -1411,17 +1425,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             if at.mode is AutotuneMode.RECOMMEND
             else "advisory: published, not applied (no measured speed comparison to act on)"
         )
-        decision = Decision(
-            proposal.action,
-            proposal.target,
-            proposal.reason,
-            evidence,
-            actuate=False,
-            gate=gate,
-            throttled=False,
-            events=tuple(events),
-            **common,
-        )
+        decision = concluded(actuate=False, gate=gate, throttled=False)
         return decision, replace(state, throttled=False)
 
     allowed, why = budget_check(state, at.budget, inputs.current, proposal.target, now)
@@ -1429,45 +1433,15 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         if not state.throttled:
             events.append(PolicyEvent("Warning", "ActuationThrottled", f"{proposal.action.value} held: {why}"))
         state = replace(state, throttled=True)
-        decision = Decision(
-            proposal.action,
-            proposal.target,
-            proposal.reason,
-            evidence,
-            actuate=False,
-            gate=f"throttled: {why}",
-            throttled=True,
-            events=tuple(events),
-            **common,
-        )
+        decision = concluded(actuate=False, gate=f"throttled: {why}", throttled=True)
         return decision, state
     backlog, state = backlog_gate(inputs, state, proposal, now)
     if backlog.evidence:
         evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
     if backlog.hold:
-        decision = Decision(
-            proposal.action,
-            proposal.target,
-            proposal.reason,
-            evidence,
-            actuate=False,
-            gate=f"backlog: {backlog.reason}",
-            throttled=False,
-            events=tuple(events),
-            **common,
-        )
+        decision = concluded(actuate=False, gate=f"backlog: {backlog.reason}", throttled=False)
         return decision, replace(state, throttled=False)
-    decision = Decision(
-        proposal.action,
-        proposal.target,
-        proposal.reason,
-        evidence,
-        actuate=True,
-        gate="",
-        throttled=False,
-        events=tuple(events),
-        **common,
-    )
+    decision = concluded(actuate=True, gate="", throttled=False)
     return decision, replace(state, throttled=False)
 
 
