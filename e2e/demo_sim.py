@@ -3,18 +3,14 @@
 No CI machine runs a 70B model, so the pod runner starts `specpilot simulate --preset llama70b-4xh100` from the pod's
 own command line instead of vLLM (e2e/vllm/simulated.py: the same /metrics series vLLM 0.32.0 exports, the behaviour
 from the calibrated cost model, slowed down so a few real requests per second are a batch of ~200 in simulated
-time). Real Prometheus scrapes it; the operator decides from those series exactly as for real vLLM. The story: at low
-load the fit finds K = 2 better than the configured 4 at small batches and K = 1 past the crossover, and installs
-that batch-size schedule (one rollout; the SCHEDULE column changes; the Threshold column, the first batch size with
-K = 0, stays empty: this drafter pays at every batch size up to maxNumSeqs); load ramping past the crossover lowers K
-inside the engine (draft tokens per draft, from Prometheus, falls to ~1) with no restart; load falling raises it
-again, and the operator keeps the schedule.
-
-Why the schedule is fitted at low load and not under the ramp: the operator prices steps with the llama8b-h100 cost
-profile (FitSettings' default; no CR field selects another), which predicts the 70B's TPOT within the x2 tolerance
-at small batches but not at batch ~180 ("off by more than x2: calibrate the cost model"), and the online step fit
-cannot separate verify from drafter cost from windows at one K. A deployment started at K = 2 got no schedule in
-5 minutes of ramp here.
+time). Real Prometheus scrapes it; the operator decides from those series exactly as for real vLLM, pricing steps
+with the `llama70b-4xh100` cost profile it picks from the spec (70.6B parameters from the catalog, TP 4, 80 GiB GPUs;
+costprofile.py). The story: at low load the fit finds the configured K = 4 already the best at small batches and
+keeps it (no rollout); load ramping past the crossover (~180 running) makes the fit install a batch-size schedule
+that lowers K at large batches (one rollout; the SCHEDULE column changes; the Threshold column, the first batch size
+with K = 0, stays empty: this drafter pays at every batch size up to maxNumSeqs), and the engine then drafts ~1 token
+per draft; load falling raises K again inside the engine (back to 4 at small batches) with no restart, and the
+operator keeps the schedule.
 
 `python -m e2e.demo_sim` runs this part alone (its own cluster if none is up, Prometheus, the operator from the chart);
 `e2e/demo.py` runs it after the real-vLLM on/off story with the same operator.
@@ -132,6 +128,12 @@ def drafted_per_draft(prometheus_url: str) -> str:
     return f"{float(result[0]['value'][1]):.2f}" if result else "none yet"
 
 
+def profile_choice(recommendation: dict[str, Any]) -> str:
+    """The operator's note on which step-cost profile priced this fit (status.recommendation's evidence)."""
+    settings = ((recommendation.get("evidence") or {}).get("threshold") or {}).get("settings") or {}
+    return str((settings.get("modelChoice") or {}).get("note", "not in this decision's evidence"))
+
+
 def make_runner(kubeconfig: Path, work: Path) -> PodRunner:
     """A pod runner for SIM_NAMESPACE whose pods run the simulator (fixed seed, 10x slowed)."""
     return PodRunner(
@@ -192,13 +194,15 @@ def threshold_story(bin_dir: Path, kubeconfig: Path, prometheus_url: str, runner
     ramp = Ramp(runner, concurrency=4).start()
     try:
         generations = [generation()]
-        say("Low load (4 requests in flight): the fit installs a batch-size schedule (K by batch size), one rollout")
-        if not watch(lambda o: actuations(o) >= 1, "a schedule installed", 180):
+        say("Low load (4 requests in flight): the fit finds the configured K=4 best at small batches, no rollout")
+        if not watch(lambda o: "threshold unchanged" in str(recommendation(o).get("reason", "")), "a fit", 120):
             return False
+        print(f"  cost profile: {profile_choice(recommendation(table()))}")
         generations.append(generation())
-        say("Load ramps past the crossover (200 in flight): the engine's table lowers K by itself, no restart")
+        say("Load ramps past the crossover (200 in flight): the fit installs a schedule lowering K at large batches")
         ramp.concurrency = 200
-        stop_at = time.monotonic() + 60
+        watch(lambda o: actuations(o) >= 1, "a schedule installed under the ramp")
+        stop_at = time.monotonic() + 40
         while time.monotonic() < stop_at:
             time.sleep(10)
             table()
@@ -215,6 +219,7 @@ def threshold_story(bin_dir: Path, kubeconfig: Path, prometheus_url: str, runner
             "an evaluation of a low-load window",
             120,
         )
+        time.sleep(15)  # the 15 s rate window of the next line holds low-load steps only
         final = table()
         print(f"  draft tokens per draft in the engine (Prometheus): {drafted_per_draft(prometheus_url)}")
         generations.append(generation())
@@ -223,11 +228,15 @@ def threshold_story(bin_dir: Path, kubeconfig: Path, prometheus_url: str, runner
     after = get_json(bin_dir, kubeconfig, SIM_NAMESPACE, "deployment", NAME)
     command = after["spec"]["template"]["spec"]["containers"][0]["command"]
     print(f"{NAME} Deployment generation: start {generations[0]}, after the low-load fit {generations[1]}, after the "
-          f"ramp {generations[2]}, after the fall {generations[3]} (one rollout)")  # fmt: skip
+          f"ramp {generations[2]}, after the fall {generations[3]} (one rollout, under the ramp)")  # fmt: skip
     print("  command now: " + " ".join(command))
     for entry in (final.get("status") or {}).get("actuations") or []:
         print(f"  {entry['at']} {entry['action']}: {entry['reason']}")
-    return actuations(final) == 1 and generations[1] == generations[2] == generations[3] == generations[0] + 1
+    return (
+        actuations(final) == 1
+        and generations[0] == generations[1]
+        and generations[2] == generations[3] == (generations[0] + 1)
+    )
 
 
 def main() -> int:

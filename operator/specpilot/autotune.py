@@ -20,6 +20,7 @@ from specpilot import baseline, framework_rules
 from specpilot import conditions as cond
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
+from specpilot.costprofile import fit_settings_for
 from specpilot.evaluate import QueryClient, effective_window, measure
 from specpilot.measurements import Measurement, MeasurementClass
 from specpilot.policy import (
@@ -291,6 +292,7 @@ def conclude(
         rollout_in_progress=in_progress,
         config_since=since,
         canary=canary,
+        fit=fit_settings_for(spec),
     )
     decision, state = decide(inputs, state, now)
     actuations = list(status.get("actuations") or [])

@@ -34,6 +34,7 @@ from specpilot.api.v1alpha1 import (
     parse_resource,
 )
 from specpilot.baseline import format_time
+from specpilot.costprofile import fit_settings_for
 from specpilot.loading import LoadError, load_documents
 from specpilot.measurements import (
     Measurement,
@@ -198,7 +199,7 @@ def evaluate_once(
     measurements = measure(spec, scope, client, now)
     window = effective_window(spec.autotune)
     inputs = PolicyInputs(
-        spec=spec, current=running, measurements=measurements, window=window, fit=fit or FitSettings()
+        spec=spec, current=running, measurements=measurements, window=window, fit=fit or fit_settings_for(spec)
     )
     decision = evaluate_alone(inputs, state, now)
     return {

@@ -9,7 +9,8 @@ What is measured and what is assumed:
   load.
 - Assumed (inputs, `StepCostModel`): the step time T(B, k) of the target + drafter, the smooth roofline of
   performance.md §2.2 (2): T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
-  plus the drafter term of §2.4 and the scheduler overhead. Defaults are the calibrated `llama8b-h100` profile; with
+  plus the drafter term of §2.4 and the scheduler overhead. The numbers are a calibrated simulator preset's
+  (`step_cost_model`), chosen per deployment by costprofile.py (`llama8b-h100` when nothing chooses); with
   both TPOTs at hand the drafter cost is rescaled so the model's step-time ratio T(B,k)/T(B,off) matches the measured
   one, and a model whose predicted TPOT is off by more than `model_tolerance` blocks any change.
 
@@ -26,6 +27,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from specpilot.sim import presets
+from specpilot.sim.presets import Preset
 from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import BatchSchedule, SpeculationIntent
 from specpilot.vllm.versions import VllmVersion
@@ -126,48 +129,41 @@ class StepCostModel:
         }
 
 
-# performance.md §2.4, column `llama8b-h100` (calibrated against SpecDecode-Bench within 0.08x); the capture limit is
-# vLLM's default 512 and the eager penalty an assumption there too.
-LLAMA8B_H100 = StepCostModel(
-    name="llama8b-h100",
-    verify_base_ms=5.886,
-    ridge_tokens=320,
-    ridge_sharpness=2.0,
-    kv_read_ns_per_token=39.26,
-    mean_context_tokens=1000,
-    sched_ms=1.207,
-    drafter=Drafter.AUTOREGRESSIVE,
-    draft_ms=0.712,
-    draft_ms_per_request=0.0,
-    draft_kv_ns_per_token=2.38,
-    draft_model_cost_ratio=0.375,
-    lookup_fraction=0.006,
-    spec_fixed_fraction=0.02,
-    capture_limit_tokens=512,
-    eager_penalty_ms=3.0,
-)
+MEAN_CONTEXT_TOKENS = 1000.0  # L̄ of the operator's step model, an assumption (the simulator tracks real contexts)
 
-# performance.md §2.4, column `llama70b-4xh100` (fitted to SpecDecode-Bench 70B curves; drafter d_1, d_kv unrecorded).
-LLAMA70B_4XH100 = StepCostModel(
-    name="llama70b-4xh100",
-    verify_base_ms=12.0,
-    ridge_tokens=220,
-    ridge_sharpness=1.5,
-    kv_read_ns_per_token=24.0,
-    mean_context_tokens=1000,
-    sched_ms=1.5,
-    drafter=Drafter.AUTOREGRESSIVE,
-    draft_ms=0.9,
-    draft_ms_per_request=0.0,
-    draft_kv_ns_per_token=0.0,
-    draft_model_cost_ratio=0.125,
-    lookup_fraction=0.006,
-    spec_fixed_fraction=0.02,
-    capture_limit_tokens=512,
-    eager_penalty_ms=6.0,
-)
 
-PROFILES: dict[str, StepCostModel] = {m.name: m for m in (LLAMA8B_H100, LLAMA70B_4XH100)}
+def step_cost_model(preset: Preset) -> StepCostModel:
+    """The operator's step model of one simulator preset: the same calibrated numbers (performance.md §2.4), one
+    source of truth. The drafter term defaults to the autoregressive head's; `model_for_method` switches it."""
+    head = preset.drafter("eagle3")
+    return StepCostModel(
+        name=preset.name,
+        verify_base_ms=preset.verify_base_ms,
+        ridge_tokens=preset.ridge_tokens,
+        ridge_sharpness=preset.ridge_sharpness,
+        kv_read_ns_per_token=preset.kv_ns_per_token,
+        mean_context_tokens=MEAN_CONTEXT_TOKENS,
+        sched_ms=preset.sched_ms,
+        drafter=Drafter.AUTOREGRESSIVE,
+        draft_ms=head.draft_ms,
+        draft_ms_per_request=head.draft_ms_per_request,
+        draft_kv_ns_per_token=head.draft_kv_ns,
+        draft_model_cost_ratio=preset.drafter("draft_model").cost_ratio,
+        lookup_fraction=preset.drafter("ngram").lookup_fraction,
+        spec_fixed_fraction=preset.spec_fixed_fraction,
+        capture_limit_tokens=preset.capture_limit,
+        eager_penalty_ms=preset.eager_penalty_ms,
+    )
+
+
+# The calibrated set-ups (sim/presets.py; performance.md §2.4-§2.5): `llama8b-h100` within 0.08x of SpecDecode-Bench,
+# `llama70b-4xh100` fitted to its 70B curves. The capture limit is vLLM's default 512; the eager penalty an assumption.
+LLAMA8B_H100 = step_cost_model(presets.LLAMA8B_H100)
+LLAMA70B_4XH100 = step_cost_model(presets.LLAMA70B_4XH100)
+
+PROFILES: dict[str, StepCostModel] = {
+    p.name: step_cost_model(p) for p in presets.PRESETS.values() if p.target_model is not None
+}
 
 
 def model_for_method(model: StepCostModel, method: str) -> StepCostModel:
@@ -535,16 +531,21 @@ class ThresholdPlan:
 class FitSettings:
     """Knobs of the fit that are not in the CR: assumptions, exposed so they can be set and shown."""
 
-    model: StepCostModel = LLAMA8B_H100
+    model: StepCostModel = LLAMA8B_H100  # the operator passes costprofile.fit_settings_for(spec)
     restart_cost_s: float = 90.0  # performance.md §6.1: drain + load + graph capture, 8B (70B: ~300 s)
     horizon_s: float = 3600.0  # the gain must repay the restart within this time at the observed load
     min_gain: float = 0.03  # below this, model error dominates (SpecDecode-Bench residuals up to 0.08x)
     model_tolerance: float = 2.0
     prefer_within: float = 0.01
+    # why this profile (costprofile.choose_cost_profile); None: the default, chosen by no spec
+    model_choice: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.name,
+            "modelChoice": dict(self.model_choice)
+            if self.model_choice is not None
+            else {"profile": self.model.name, "match": "default", "note": "no spec chose a profile"},
             "restartCostSeconds": self.restart_cost_s,
             "horizonSeconds": self.horizon_s,
             "minGain": self.min_gain,

@@ -64,6 +64,13 @@ class Preset:
     restart_s: float  # drain + load + graph capture (assumption; performance.md §6.1)
     drafters: dict[str, DrafterPreset] = field(default_factory=dict)
     default_max_num_seqs: int = 256
+    # The set-up the numbers were measured on, so the operator can tell which profile fits a deployment
+    # (costprofile.py). `target_model` is a catalog id (parameters come from the catalog, not from here); None marks
+    # a preset that no real deployment matches (cpu-tiny), which the operator never picks.
+    target_model: str | None = None
+    tensor_parallel_size: int = 1
+    gpu: str = ""  # GPU product as in the nvidia.com/gpu.product label's family, e.g. "H100"
+    gpu_memory_gib: float = 80.0
 
     def verify_ms(self, tokens: int, kv_tokens: int) -> float:
         """Roofline of one forward over `tokens` new tokens reading `kv_tokens` cached tokens (no staircase)."""
@@ -107,6 +114,10 @@ LLAMA8B_H100 = Preset(
     spec_fixed_fraction=0.02,
     kv_capacity_tokens=440_000,  # (80 GB·0.92 - 16 GB weights - ~4 GB activations) / 128 KiB per token
     restart_s=90.0,
+    target_model="meta-llama/Llama-3.1-8B-Instruct",
+    tensor_parallel_size=1,
+    gpu="H100",
+    gpu_memory_gib=80.0,
     drafters={
         "eagle3": DrafterPreset(DrafterKind.AUTOREGRESSIVE, draft_ms=0.712, draft_kv_ns=2.38, alpha=0.62, kappa=20),
         "eagle": DrafterPreset(
@@ -134,6 +145,10 @@ LLAMA70B_4XH100 = Preset(
     spec_fixed_fraction=0.02,
     kv_capacity_tokens=480_000,  # (4·80 GB·0.92 - 140 GB weights) / 320 KiB per token
     restart_s=300.0,
+    target_model="meta-llama/Llama-3.1-70B-Instruct",  # Llama-3-70B's architecture; the catalog lists 3.1 and 3.3
+    tensor_parallel_size=4,
+    gpu="H100",
+    gpu_memory_gib=80.0,
     drafters={
         "draft_model": DrafterPreset(
             DrafterKind.DRAFT_MODEL, cost_ratio=0.125, kv_factor=0.4, alpha=0.80, kappa=30, temperature_slope=0.2
