@@ -292,7 +292,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         rss_after_restart = rss_mib(restarted.process.pid)
     finally:
         stop.set()
-        # delete while the operator runs: kopf's timers hold a finalizer that only a running operator removes
+        # delete while the operator runs (it would delete without one too: no finalizer), so the namespace empties
         subprocess.run(
             [*kubectl, "-n", namespace, "delete", "speculativedeployments", "--all", "--timeout=600s"],
             check=False,
