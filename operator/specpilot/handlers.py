@@ -932,6 +932,7 @@ class Ticker:
                 context.copy().run(self._work)
             except Exception:
                 log.exception("%s failed", self._name)
+            heap.release_free_memory()  # what the pass or round freed goes back to the kernel (adapters/heap.py)
             if self._took is not None:
                 self._took(time.monotonic() - started)
 
@@ -939,12 +940,7 @@ class Ticker:
 ROUNDS = Ticker("evaluation round", lambda: run_round(datetime.now(UTC)), telemetry.ROUND_SECONDS.observe)
 
 
-def _periodic() -> None:
-    periodic_pass()
-    heap.release_free_memory()  # what a burst freed goes back to the kernel (adapters/heap.py says why)
-
-
-PERIODIC = Ticker("periodic pass", _periodic)
+PERIODIC = Ticker("periodic pass", periodic_pass)
 
 
 @kopf.on.startup()
