@@ -74,7 +74,8 @@ def launch_operator(
     for namespace in namespaces:
         args += ["--namespace", namespace]
     args += list(extra_args)
-    environment = {**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}
+    # the chart's allocator setting (charts/specpilot/templates/deployment.yaml), so memory figures are production's
+    environment = {**os.environ, "PYTHONMALLOC": "malloc", **(env or {}), "KUBECONFIG": str(kubeconfig)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environment)
     running = RunningOperator(process, metrics_port, health_port, log_path, kubeconfig, ",".join(namespaces), args)

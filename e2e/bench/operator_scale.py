@@ -195,7 +195,10 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
     try:
         writes_start = apiserver_writes(kubectl)
         cpu_start = cpu_seconds(operator.process.pid)
+        api_seconds_start = metric(operator, "specpilot_api_request_duration_seconds_sum")
+        api_requests_start = metric(operator, "specpilot_api_request_duration_seconds_count")
         created: dict[str, float] = {}
+        client_writes: list[float] = []  # how long the API server took to answer this client's own creates
         t0 = time.monotonic()
         for i in range(count):
             if rate > 0:
@@ -206,11 +209,16 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
                 "specpilot.dev", "v1alpha1", namespace, "speculativedeployments",
                 manifest(name, prometheus.url, args.interval),
             )  # fmt: skip
+            client_writes.append(time.monotonic() - created[name])
         deadline = time.monotonic() + 900
         while len([n for n in created if n in seen]) < count and time.monotonic() < deadline:
             time.sleep(0.2)
         create_seconds = time.monotonic() - t0
         latencies = [seen[n] - created[n] for n in created if n in seen]
+        # Until the last Deployment appeared: the operator's time waiting on the API server vs its own CPU.
+        api_seconds = metric(operator, "specpilot_api_request_duration_seconds_sum") - api_seconds_start
+        api_requests = metric(operator, "specpilot_api_request_duration_seconds_count") - api_requests_start
+        cpu_until_deployments = cpu_seconds(operator.process.pid) - cpu_start
         create_reconcile = metric(operator, "specpilot_reconcile_duration_seconds_sum", 'trigger="create"')
         create_reconciles = metric(operator, "specpilot_reconcile_duration_seconds_count", 'trigger="create"')
 
@@ -284,7 +292,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         rss_after_restart = rss_mib(restarted.process.pid)
     finally:
         stop.set()
-        # delete while the operator runs: kopf's timers hold a finalizer that only a running operator removes
+        # delete while the operator runs (it would delete without one too: no finalizer), so the namespace empties
         subprocess.run(
             [*kubectl, "-n", namespace, "delete", "speculativedeployments", "--all", "--timeout=600s"],
             check=False,
@@ -307,6 +315,15 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         "operator_create_reconcile_mean_s": round(create_reconcile / create_reconciles, 3)
         if create_reconciles
         else None,
+        # Separating the API server's share from the operator's: the client's own create calls (the API server's
+        # latency for one write under this load), and, until the last Deployment appeared, the operator's requests
+        # (count per CR, mean latency, total seconds per CR spent waiting on them) and its own CPU per CR.
+        "client_create_p50_s": round(statistics.median(client_writes), 3),
+        "client_create_p99_s": round(percentile(client_writes, 0.99), 3),
+        "operator_requests_per_cr_until_deployments": round(api_requests / count, 2),
+        "operator_request_mean_s": round(api_seconds / api_requests, 3) if api_requests else None,
+        "operator_api_wait_s_per_cr": round(api_seconds / count, 3),
+        "operator_cpu_s_per_cr": round(cpu_until_deployments / count, 3),
         "create_phase_s": round(create_seconds, 1),
         "all_settled_s": round(settle_seconds, 1),
         "api_writes_per_cr": round((writes_created + events_posted) / count, 2),
@@ -345,6 +362,10 @@ COLUMNS = [
     ("p50 s", "create_to_deployment_p50_s"),
     ("p99 s", "create_to_deployment_p99_s"),
     ("reconcile s", "operator_create_reconcile_mean_s"),
+    ("client create p50 s", "client_create_p50_s"),
+    ("op requests/CR", "operator_requests_per_cr_until_deployments"),
+    ("op request s", "operator_request_mean_s"),
+    ("op CPU s/CR", "operator_cpu_s_per_cr"),
     ("API writes/CR", "api_writes_per_cr"),
     ("op writes/CR", "operator_writes_per_cr"),
     ("idle writes/CR-h", "writes_per_idle_cr_per_hour"),

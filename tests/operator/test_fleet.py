@@ -151,5 +151,5 @@ def test_a_fleet_costs_one_query_per_metric_per_round_and_no_idle_writes(
     wait_for_ticks(restarted, 2 * len(FLEET))
     assert versions(kube_cluster, kube_namespace) == before, "a restart writes nothing"
     assert restarted.writes() == 0
-    # delete while an operator runs: kopf's finalizer would otherwise keep the namespace terminating
+    # delete while an operator runs (nothing needs it, there is no finalizer; it keeps teardown like production's)
     kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "--all", "--timeout=120s", check=False)

@@ -215,7 +215,7 @@ def test_killing_the_leader_hands_over_without_double_actuation(
         f"{second_handover:.1f} s, change made after the kill reconciled {reconciled:.1f} s after it; "
         f"lease transitions {transitions}"
     )
-    # delete while an operator runs: kopf's finalizer would otherwise keep the namespace terminating
+    # delete while an operator runs (nothing needs it, there is no finalizer; it keeps teardown like production's)
     kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "--all", "--timeout=60s", check=False)
 
 

@@ -111,7 +111,14 @@ def test_create_builds_children_with_owner_refs_and_status(
         "Throttled",
         "Paused",
     }
-    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, "llama")]
+    # the reconcile posts its events after the status write the wait above saw
+    reasons = wait_for(
+        "RolloutCompleted event",
+        lambda: (
+            (r := [e["reason"] for e in events(kube_cluster, kube_namespace, "llama")]).count("RolloutCompleted") and r
+        ),
+        30,
+    )
     assert reasons.count("RolloutStarted") == 1
     assert reasons.count("RolloutCompleted") == 1
     assert operator.writes("Deployment") == 1
@@ -179,16 +186,45 @@ def test_update_rolls_once_and_noop_update_writes_nothing(
 def test_delete_garbage_collects_children_and_leaves_no_finalizer(
     kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
 ) -> None:
-    start_operator()
+    """No finalizer at any time: an object goes at once even while no operator runs (an uninstall, a namespace being
+    deleted), and its children go by garbage collection."""
+    operator = start_operator()
     apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
     wait_for("Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "llama"))
-    kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "llama", "--timeout=60s")
+    obj = get(kube_cluster, kube_namespace, "specdeploy", "llama")
+    assert obj is not None
+    assert not obj["metadata"].get("finalizers")
+    operator.stop()
+    kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "llama", "--timeout=30s")
     assert get(kube_cluster, kube_namespace, "specdeploy", "llama") is None
     wait_for(
         "children garbage-collected",
         lambda: all(get(kube_cluster, kube_namespace, k, "llama") is None for k in ("deployment", "service", "pdb")),
         60,
     )
+
+
+def test_an_object_holding_the_finalizer_of_older_versions_is_released(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    """Earlier specpilot versions held every object with a finalizer (for their periodic timer); after an upgrade the
+    first event of each object removes it, once, and the object is reconciled as usual."""
+    doc = speculative_deployment("llama")
+    doc["metadata"]["finalizers"] = ["specpilot.dev/finalizer"]
+    apply(kube_cluster, kube_namespace, doc)
+    operator = start_operator()
+    wait_for("Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "llama"))
+    wait_for(
+        "finalizer removed",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "llama")) is not None
+            and not o["metadata"].get("finalizers")
+        ),
+        60,
+    )
+    operator.stop()
+    kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "llama", "--timeout=30s")
+    assert get(kube_cluster, kube_namespace, "specdeploy", "llama") is None
 
 
 def test_invalid_and_non_fitting_resources_get_conditions_and_events(

@@ -63,8 +63,8 @@ def test_render_prints_children_with_the_rendered_command(capsys: pytest.Capture
     assert main(["render", str(EXAMPLE)]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["Service", "Deployment", "PodDisruptionBudget", "PodMonitor"]
-    command = docs[1]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "PodMonitor"]
+    command = docs[0]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"]
     assert "--speculative-config" in command
 
@@ -72,7 +72,7 @@ def test_render_prints_children_with_the_rendered_command(capsys: pytest.Capture
 def test_render_for_an_older_vllm_uses_its_dialect(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(EXAMPLE), "--vllm-version", "0.8.1"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    command = docs[1]["spec"]["template"]["spec"]["containers"][0]["command"]
+    command = docs[0]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert "--speculative-model" in command
     assert "--speculative-config" not in command
 

@@ -42,9 +42,10 @@ def operator_series() -> dict[str, set[str]]:
         for metric in collector.describe() if hasattr(collector, "describe") else []:
             if not metric.name.startswith("specpilot_"):
                 continue
+            own = set(getattr(metric, "_labelnames", ()))  # a custom collector's families (telemetry.ObjectStates)
             for suffix in suffixes.get(metric.type, [""]):
                 extra = {"le"} if suffix == "_bucket" else set()
-                series[metric.name + suffix] = labelnames | extra | TARGET_LABELS
+                series[metric.name + suffix] = labelnames | own | extra | TARGET_LABELS
     return series
 
 

@@ -108,11 +108,11 @@ def test_build_pod_disruption_budget_only_for_several_replicas(replicas: int, ha
 @pytest.mark.parametrize(
     ("overrides", "kinds"),
     [
-        ({}, ["Service", "Deployment"]),
-        ({"replicas": 2}, ["Service", "Deployment", "PodDisruptionBudget"]),
+        ({}, ["Deployment", "Service"]),
+        ({"replicas": 2}, ["Deployment", "Service", "PodDisruptionBudget"]),
         (
             {"replicas": 2, "monitoring": {"podMonitor": True}},
-            ["Service", "Deployment", "PodDisruptionBudget", "PodMonitor"],
+            ["Deployment", "Service", "PodDisruptionBudget", "PodMonitor"],
         ),
     ],
 )

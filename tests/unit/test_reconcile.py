@@ -91,9 +91,9 @@ def converge(spec: dict[str, Any]) -> tuple[rec.ReconcileResult, rec.ReconcileIn
     return rec.reconcile(steady_inputs), steady_inputs
 
 
-def test_reconcile_new_object_applies_service_and_deployment_and_starts_rollout() -> None:
+def test_reconcile_new_object_applies_deployment_and_service_and_starts_rollout() -> None:
     result = rec.reconcile(inputs(BASE_SPEC))
-    assert [c["kind"] for c in result.apply] == ["Service", "Deployment", "PodDisruptionBudget"]
+    assert [c["kind"] for c in result.apply] == ["Deployment", "Service", "PodDisruptionBudget"]
     assert result.status_patch is not None
     assert result.status_patch["observedGeneration"] == 1
     assert condition(result.status_patch, cond.PROGRESSING)["reason"] == "RolloutStarted"

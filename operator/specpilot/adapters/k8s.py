@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +27,20 @@ APPLIED_HASH_ANNOTATION = "specpilot.dev/applied-hash"
 log = logging.getLogger(__name__)
 
 
-def load_credentials() -> client.ApiClient:
-    """KUBECONFIG (or ~/.kube/config) when present, else the in-cluster service account."""
+def load_credentials(concurrency: int = 1) -> client.ApiClient:
+    """KUBECONFIG (or ~/.kube/config) when present, else the in-cluster service account.
+
+    The connection pool holds `concurrency` connections: with fewer than the threads that call the API server at once,
+    urllib3 discards the surplus connection after each request ("Connection pool is full"), and every later request
+    pays a new TLS handshake: measured in a burst of 300 creations with 20 handler threads and the default pool of 10.
+    """
+    configuration = client.Configuration()
     try:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, concurrency)
+    return client.ApiClient(configuration)
 
 
 class MissingApi(RuntimeError):
@@ -90,10 +99,19 @@ def live_child(obj: Mapping[str, Any]) -> LiveChild:
     )
 
 
+def _json(response: Any) -> dict[str, Any]:
+    """The body of a raw response. Requests are sent with `serialize=False`: the dynamic client would otherwise turn
+    every answer into nested ResourceField objects (and callers back into dicts), most of a reconcile's own CPU."""
+    parsed: dict[str, Any] = json.loads(response.data)
+    return parsed
+
+
 @dataclass
 class KubeAdapter:
     api_client: client.ApiClient
     on_write: Callable[[str, str], None] = lambda kind, verb: None
+    # (kind, verb, seconds) of every request: the API server's share of a reconcile, told apart from the operator's.
+    on_request: Callable[[str, str, float], None] = lambda kind, verb, seconds: None
     _dynamic: DynamicClient | None = field(default=None, init=False, repr=False)
     # Kinds the cluster does not serve (no prometheus-operator CRDs, say): remembered so ticks do not rediscover them.
     _missing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
@@ -104,6 +122,14 @@ class KubeAdapter:
         if self._dynamic is None:
             self._dynamic = DynamicClient(self.api_client)  # type: ignore[no-untyped-call]
         return self._dynamic
+
+    @contextmanager
+    def _timed(self, kind: str, verb: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.on_request(kind, verb, time.monotonic() - started)
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply one object as specpilot, taking over conflicting fields we own."""
@@ -117,26 +143,28 @@ class KubeAdapter:
             raise MissingApi(f"the cluster does not serve {key[0]} {key[1]}") from err
         self.on_write(str(obj["kind"]), "apply")
         try:
-            result = self.dynamic.server_side_apply(
-                resource,
-                body=dict(obj),
-                namespace=obj["metadata"].get("namespace"),
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-            )
+            with self._timed(str(obj["kind"]), "apply"):
+                response = self.dynamic.server_side_apply(
+                    resource,
+                    body=dict(obj),
+                    namespace=obj["metadata"].get("namespace"),
+                    field_manager=FIELD_MANAGER,
+                    force_conflicts=True,
+                    serialize=False,
+                )
         except (DynamicApiError, ApiException) as err:
             raise _refused(err) from err
-        applied: dict[str, Any] = result.to_dict()
-        return applied
+        return _json(response)
 
     def read_child(self, api_version: str, kind: str, namespace: str, name: str) -> LiveChild | None:
         """A live object by name (its controller, applied hash and spec), or None when it (or its API) is absent."""
         try:
             resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
-            live = self.dynamic.get(resource, name=name, namespace=namespace)
+            with self._timed(kind, "get"):
+                response = self.dynamic.get(resource, name=name, namespace=namespace, serialize=False)
         except (ResourceNotFoundError, NotFoundError):
             return None
-        return live_child(live.to_dict())
+        return live_child(_json(response))
 
     def patch_status(
         self,
@@ -161,18 +189,20 @@ class KubeAdapter:
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            result = self.dynamic.patch(
-                resource.subresources["status"],
-                body=body,
-                name=name,
-                namespace=namespace,
-                content_type="application/merge-patch+json",
-            )
+            with self._timed(f"{kind}/status", "patch"):
+                response = self.dynamic.patch(
+                    resource.subresources["status"],
+                    body=body,
+                    name=name,
+                    namespace=namespace,
+                    content_type="application/merge-patch+json",
+                    serialize=False,
+                )
         except NotFoundError:
             return None
         except ConflictError as err:
             raise StaleStatus(str(err)) from err
-        written: dict[str, Any] = result.to_dict()
+        written = _json(response)
         return str(written["metadata"]["resourceVersion"]), dict(written.get("status") or {})
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
@@ -185,7 +215,8 @@ class KubeAdapter:
             resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
             self.on_write(kind, "delete")
             body = {"preconditions": {"uid": uid}} if uid else None
-            self.dynamic.delete(resource, name=name, namespace=namespace, body=body)
+            with self._timed(kind, "delete"):
+                self.dynamic.delete(resource, name=name, namespace=namespace, body=body, serialize=False)
         except (ResourceNotFoundError, NotFoundError):
             return
         except (DynamicApiError, ApiException) as err:
