@@ -577,19 +577,20 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     speed = _speed(inputs, state, now)
     evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
     faster = speed.outcome is Speed.FASTER
-    model_pays = ""  # set when the cost model, not acceptance, decides (see _model_pays)
     if at.overrides.speculation is not SpeculationOverride.FORCE_ON:
-        gate = above if state.probe_started is not None else below
-        if acceptance is not None and acceptance < gate and not faster and not speed.known:
-            model_pays = _model_pays(inputs, state, acceptance, batch, evidence)
-        if acceptance is not None and acceptance < below and not faster and not model_pays:
+        if acceptance is not None and acceptance < below and not faster:
             reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
             if speed.known:
                 return Proposal(
                     Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
                 )
+            predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
+            evidence["predictedSpeed"] = {
+                "speedup": None if predicted is None else round(predicted, 3),
+                "note": prediction,
+            }
+            missing = speed.evidence.get("note", speed.reason)
             if inputs.spec.speculation.adaptive_verification:
-                missing = speed.evidence.get("note", speed.reason)
                 reason = (
                     f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
                     f"comparison yet ({missing}): recommended, not applied, until a plain baseline or canary at this "
@@ -598,11 +599,19 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
                 )
+            if predicted is not None and predicted >= 1 + FASTER_MARGIN:
+                reason = (
+                    f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
+                    "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
+                    "not faster"
+                )
+                return Proposal(
+                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
+                )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
-        probe = state.probe_started
-        if probe is not None and acceptance is not None and acceptance < above and not faster and not model_pays:
+        if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
-                f"probe since {format_time(probe)}: acceptance {acceptance:.2f} did not reach "
+                f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
                 f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
             )
             return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
@@ -653,11 +662,6 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
         summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
         if faster:
             summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
-        elif model_pays:
-            summary_text += (
-                f", kept: no measured speed comparison yet and {model_pays} (acceptance is a warning here, not the "
-                "trigger)"
-            )
     else:
         summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
     if batch is not None:
@@ -753,46 +757,8 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
     return "", evidence
 
 
-def _model_pays(
-    inputs: PolicyInputs, state: PolicyState, acceptance: float, batch: float | None, evidence: dict[str, Any]
-) -> str:
-    """Why the cost model overrules the acceptance gate, or "" when it does not (adaptive-vllm.md §3).
-
-    Acceptance alone is a rule of thumb: an EAGLE head at K = 3 pays at an aggregate acceptance of 0.36, a draft
-    model at 0.47 pays at batch 12 and not at 115. With no measured comparison (no plain baseline or canary at this
-    load), a cost model that reproduces this deployment's measured TPOT prices the measured acceptance instead. When
-    it predicts speculation faster than plain here, or at batch 1 where the batch threshold may be tuned (the load
-    is then the problem, and a threshold, not an acceptance disable, is the answer), the rest of the policy decides.
-    Without such a model, or under adaptive verification (acceptance falls by design), the gate acts as before.
-    Found by the benchmark: the gate switched a 70B draft model fully off at acceptance 0.47 on a load ramp, and
-    held an 8B EAGLE-3 at K = 3 through a 5x flash crowd, its (advisory) disable keeping the threshold fit from
-    running.
-    """
-    predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
-    evidence["predictedSpeed"] = {"speedup": None if predicted is None else round(predicted, 3), "note": prediction}
-    if predicted is None or inputs.spec.speculation.adaptive_verification:
-        return ""
-    low, _ = _predicted_speedup(inputs, state, acceptance, batch, at_batch=1)
-    if low is None:
-        return ""
-    evidence["predictedSpeed"]["speedupAtBatch1"] = round(low, 3)
-    if predicted >= 1 + FASTER_MARGIN:
-        return prediction
-    if low >= 1 + FASTER_MARGIN and _can_tune(inputs, state):
-        return f"{prediction}, but {low:.2f}x at batch 1: the load, not the drafter, decides (batch threshold)"
-    return ""
-
-
-def _can_tune(inputs: PolicyInputs, state: PolicyState) -> bool:
-    """Whether `_plan` may fit a batch threshold or schedule here (its own preconditions, batch aside)."""
-    at = inputs.spec.autotune
-    if not at.batch_threshold.tune or at.overrides.pin_batch_threshold or state.probe_started is not None:
-        return False
-    return fit_support(threshold_support_for(inputs.spec)[0]) is not ThresholdSupport.NONE
-
-
 def _predicted_speedup(
-    inputs: PolicyInputs, state: PolicyState, acceptance: float, batch: float | None, *, at_batch: int | None = None
+    inputs: PolicyInputs, state: PolicyState, acceptance: float, batch: float | None
 ) -> tuple[float | None, str]:
     """The cost model's speedup over plain at this batch and K, from the measured acceptance profile.
 
@@ -821,8 +787,6 @@ def _predicted_speedup(
     )
     if not ok:
         return None, f"no cost-model prediction: {note}"
-    if at_batch is not None:  # the same checked model, priced at another batch size with the full K
-        b, k = at_batch, max_k
     predicted = speedup(profile, model, b, k)
     return predicted, f"the cost model ({note}) predicts {predicted:.2f}x over plain at batch {b}, K={k}"
 
