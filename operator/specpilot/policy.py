@@ -98,6 +98,7 @@ BASELINE_MAX_AGE = timedelta(days=1)  # older latency records describe another t
 ACTUATION_HISTORY = 50
 MAX_DWELL = timedelta(days=1)
 STATE_VERSION = 1
+MISREAD_ACCEPTANCE_MARGIN = 0.1  # a speed record counts for the acceptance of a disable up to 10% above it
 
 
 class Action(StrEnum):
@@ -162,6 +163,7 @@ class OffRecord:
     at: datetime
     batch: float | None
     detail: str
+    acceptance: float | None = None  # the window's acceptance when it was switched off (absent in older states)
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ class PolicyState:
                 "at": format_time(self.off.at),
                 "batch": self.off.batch,
                 "detail": self.off.detail,
+                **({} if self.off.acceptance is None else {"acceptance": self.off.acceptance}),
             },
             "probeStarted": _t(self.probe_started),
             "lastProbe": _t(self.last_probe),
@@ -280,6 +283,7 @@ class PolicyState:
                 at=parse_time(off["at"]),
                 batch=None if off.get("batch") is None else float(off["batch"]),
                 detail=str(off.get("detail", "")),
+                acceptance=None if off.get("acceptance") is None else float(off["acceptance"]),
             ),
             probe_started=_pt(raw.get("probeStarted")),
             last_probe=_pt(raw.get("lastProbe")),
@@ -1049,11 +1053,16 @@ def _acceptance_gate_misread(
     """After an acceptance-driven disable: was speculation, at that low acceptance, faster than plain is now?
 
     Only a record taken while acceptance was already below disableBelow counts (a record from before a drafter
-    degraded proves nothing about the degraded drafter); plain is this window's mean TPOT at the same load bucket.
+    degraded proves nothing about the degraded drafter), and, where the state kept the acceptance the disable acted
+    on, no more than MISREAD_ACCEPTANCE_MARGIN above it: found by the benchmark (drafter-degraded), an EAGLE-3 head
+    healthy at 0.30-0.36, below disableBelow by design, was switched off at 0.11 after an upgrade and switched back
+    on by its healthy record, at 0.11. Plain is this window's mean TPOT at the same load bucket.
     """
     if off is None or off.kind is not OffReason.ACCEPTANCE or on_record is None:
         return None
     if on_record.acceptance is None or on_record.acceptance >= inputs.spec.autotune.acceptance.disable_below:
+        return None
+    if off.acceptance is not None and on_record.acceptance > off.acceptance * (1 + MISREAD_ACCEPTANCE_MARGIN):
         return None
     if on_record.tpot_mean_ms is None:
         return None
@@ -1165,7 +1174,15 @@ def record_actuation(
     probe_started = state.probe_started
     last_probe = state.last_probe
     if decision.action is Action.DISABLE and decision.off_kind is not None:
-        off = OffRecord(decision.off_kind, now, decision.batch, decision.reason.split(" over ")[0])
+        measured = (decision.evidence.get("measurements") or {}).get(Signal.ACCEPTANCE_RATE.value) or {}
+        acceptance = measured.get("value") if measured.get("class") == "Valid" else None
+        off = OffRecord(
+            decision.off_kind,
+            now,
+            decision.batch,
+            decision.reason.split(" over ")[0],
+            None if acceptance is None else float(acceptance),
+        )
         probe_started = None
     elif decision.action is Action.ENABLE:
         if decision.probe:

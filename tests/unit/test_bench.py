@@ -9,7 +9,7 @@ import pytest
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_quantile, snapshot
-from specpilot.bench.runner import run_scenario, spec_config, summarize
+from specpilot.bench.runner import _static_job, run_scenario, run_static, same_as_static, spec_config, summarize
 from specpilot.bench.scenarios import SCENARIOS, Scenario, arrivals, at, scenario_named
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
 from specpilot.evaluate import measure
@@ -117,11 +117,29 @@ def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float
     assert oracles.switching_plan(scores, restart_s, 300.0) == plan
 
 
+def tiny_scenario() -> Scenario:
+    base = scenario_named("drafter-degraded")
+    return Scenario(**{**base.__dict__, "name": "tiny", "duration_s": 480.0, "qps": ((0.0, 1.0),),
+                       "alpha_multiplier": ((0.0, 1.0), (239.0, 1.0), (240.0, 0.45)), "window_s": 240.0})  # fmt: skip
+
+
+def test_a_table_is_reused_only_where_it_replays_the_static_run_step_for_step() -> None:
+    """The benchmark skips a K-per-batch table whose K equals the static K at every batch size that run reached."""
+    tiny = tiny_scenario()
+    items = arrivals(tiny, 1)
+    fixed = _static_job((tiny, oracles.static(3), 1))
+    peak = fixed.peak_running
+    assert peak > 1
+    for threshold, reusable in ((peak + 1, True), (peak, False)):
+        table = oracles.threshold(3, threshold, tiny.max_num_seqs)
+        assert same_as_static(tiny, table, fixed) is reusable
+        replayed = run_static(tiny, table, 1, items).outcomes
+        assert (replayed == fixed.outcomes) is reusable
+
+
 def test_tiny_benchmark_runs_every_policy() -> None:
     """One short scenario end to end: rows carry the issue's fields; the oracle is no worse than any static config."""
-    base = scenario_named("drafter-degraded")
-    tiny = Scenario(**{**base.__dict__, "name": "tiny", "duration_s": 480.0, "qps": ((0.0, 1.0),),
-                       "alpha_multiplier": ((0.0, 1.0), (239.0, 1.0), (240.0, 0.45)), "window_s": 240.0})  # fmt: skip
+    tiny = tiny_scenario()
     runs, meta = run_scenario(tiny, seed=1)
     rows = {r["policy"]: r for r in (summarize(run, tiny) for run in runs)}
     assert set(rows) == {

@@ -211,6 +211,38 @@ def test_an_acceptance_disable_is_undone_when_speculation_at_that_acceptance_was
     assert evaluate_alone(tp.inputs(spec, plain_now, OFF), slow, T0).action is Action.KEEP
 
 
+@pytest.mark.parametrize(
+    ("off_acceptance", "action"),
+    [
+        (None, Action.ENABLE),  # a state written before the disable's acceptance was kept: the record decides
+        (0.36, Action.ENABLE),  # the record was taken at the acceptance the disable acted on
+        (0.33, Action.ENABLE),  # ... or within 10% of it
+        (0.30, Action.KEEP),  # the record describes a better drafter than the one switched off
+        (0.11, Action.KEEP),  # the benchmark's drafter-degraded: healthy record 0.36, disabled at 0.11
+    ],
+)
+def test_a_speed_record_undoes_an_acceptance_disable_only_at_that_acceptance(
+    off_acceptance: float | None, action: Action
+) -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    record = tp.baseline(Mode.ON, 4, 20.0, acceptance=0.36, tpot_mean_ms=10.0)
+    off = OffRecord(OffReason.ACCEPTANCE, T0 - 5 * MINUTE, 10, "acceptance < disableBelow 0.50", off_acceptance)
+    state = PolicyState(baseline=(record,), off=off, selected=OFF)
+    assert PolicyState.from_dict(state.to_dict()).off == off, "the disable's acceptance survives the status"
+    plain_now = tp.observed(on=False, batch=10, p99=0.030, tpot_s=0.015)
+    decision = evaluate_alone(tp.inputs(spec, plain_now, OFF), state, T0)
+    assert decision.action is action, decision.reason
+
+
+def test_an_acceptance_disable_records_its_acceptance() -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=0.05, batch=20, tpot_s=0.010)])
+    assert result.acted == [0]
+    assert result.state.off is not None
+    assert result.state.off.kind is OffReason.ACCEPTANCE
+    assert result.state.off.acceptance == pytest.approx(0.05)
+
+
 def test_a_probe_is_confirmed_by_measured_speed() -> None:
     spec = spec_with(agreeingEvaluations=1, stabilization="0s")
     state = replace(plain_baseline(15.0), probe_started=T0 - 30 * MINUTE)

@@ -165,6 +165,7 @@ class PolicyRun:
     duration_s: float
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    peak_running: int = 0
 
 
 def run_static(scenario: Scenario, intent: SpeculationIntent, seed: int, items: Sequence[Arrival]) -> Replica:
@@ -252,7 +253,26 @@ def _static_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
     r = run_static(scenario, intent, seed, arrivals(scenario, seed))
     name = oracles.label(intent)
     return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
-                     time.monotonic() - started)  # fmt: skip
+                     time.monotonic() - started, peak_running=r.engine.peak_running)  # fmt: skip
+
+
+def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: PolicyRun) -> bool:
+    """Whether a K-per-batch-size table would have run exactly like the static K run: it gives that K at every batch
+    size the static run reached (same seed, same arrivals, so the same steps; the table only changes K beyond)."""
+    version = VllmVersion.parse(VERSION)
+    fixed = spec_config(
+        oracles.static(scenario.num_speculative_tokens), scenario.method, version, scenario.max_num_seqs
+    )
+    tuned = spec_config(table, scenario.method, version, scenario.max_num_seqs)
+    if fixed is None or tuned is None:
+        return False
+    return all(tuned.k_for(version, b, b) == fixed.k_for(version, b, b) for b in range(static_run.peak_running + 1))
+
+
+def _as_static(scenario: Scenario, intent: SpeculationIntent, source: PolicyRun) -> PolicyRun:
+    name = oracles.label(intent)
+    return PolicyRun(scenario.name, name, name, source.outcomes, source.actuations, [(0.0, name)], source.series,
+                     source.duration_s, 0.0, peak_running=source.peak_running)  # fmt: skip
 
 
 def _specpilot_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
@@ -294,14 +314,28 @@ def run_scenario(
     k = scenario.num_speculative_tokens
     theta = oracles.candidates(k, scenario.max_num_seqs)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
-    jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in theta]
+    tables = [i for i in theta if i.batch_schedule]
+    fixed = [i for i in theta if not i.batch_schedule]
+    jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in fixed]
     jobs.append((_specpilot_job, (scenario, theta[0], seed)))
     jobs.append((_lenient_job, (scenario, theta[0], seed)))
     done = _run_jobs(jobs, workers)
-    statics = {r.policy: r for r in done[:-2]}
     mine, lenient = done[-2], done[-1]
-    for r in done:
-        say(f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s")
+    statics = {r.policy: r for r in done[:-2]}
+    # A table that never leaves K within the batch sizes the static K run reached replays that run step for step.
+    static_k = statics[oracles.label(oracles.static(k))]
+    reused = {
+        oracles.label(t): _as_static(scenario, t, static_k) for t in tables if same_as_static(scenario, t, static_k)
+    }
+    rest = [(_static_job, (scenario, t, seed)) for t in tables if oracles.label(t) not in reused]
+    extra = _run_jobs(rest, workers) if rest else []
+    by_label = {**statics, **reused, **{r.policy: r for r in extra}}
+    statics = {oracles.label(i): by_label[oracles.label(i)] for i in theta}
+    for r in [*statics.values(), mine, lenient]:
+        say(
+            f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s"
+            + (" (same steps as K, reused)" if r.policy in reused else "")
+        )
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     best = oracles.best_static(scores)
@@ -312,7 +346,12 @@ def run_scenario(
     plan_names = oracles.switching_plan(per_window, preset_named(scenario.preset).restart_s, scenario.window_s)
     by_name = {oracles.label(i): i for i in theta}
     started = time.monotonic()
-    oracle = run_plan(scenario, [by_name[n] for n in plan_names], seed, items)
+    if len(set(plan_names)) == 1:  # no switch: the plan is that static run (same seed, same requests)
+        source = statics[plan_names[0]]
+        oracle = Replica(scenario, preset_named(scenario.preset), by_name[plan_names[0]], seed)
+        oracle.outcomes, oracle.timeline, oracle.series = source.outcomes, source.timeline, source.series
+    else:
+        oracle = run_plan(scenario, [by_name[n] for n in plan_names], seed, items)
     say(f"{scenario.name}: oracle done in {time.monotonic() - started:.1f}s")
     runs: list[PolicyRun] = []
 

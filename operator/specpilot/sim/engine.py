@@ -172,6 +172,7 @@ class Engine:
             created=now,
         )
         self._sizes = capture_sizes(config.capture_max)
+        self.peak_running = 0  # the largest batch seen (a K-per-batch table differs from a fixed K only beyond it)
         self._init_series()
 
     # ------------------------------------------------------------------------------------------ set-up
@@ -342,7 +343,10 @@ class Engine:
         drafter = c.drafter
         start = self.now
         budget = c.max_num_batched_tokens
-        k_step = spec.k_for(c.version, len(self.running), len(self.running)) if spec else 0
+        batch = len(self.running)
+        if batch > self.peak_running:
+            self.peak_running = batch
+        k_step = spec.k_for(c.version, batch, batch) if spec else 0
         decodes: list[tuple[SimRequest, int]] = []
         prefills: list[tuple[SimRequest, int]] = []
         preempted = 0
@@ -414,6 +418,8 @@ class Engine:
             budget -= chunk
             tokens += chunk
             kv_read += r.prefilled + chunk
+        if len(self.running) > self.peak_running:
+            self.peak_running = len(self.running)
         scheduled = len(decodes) + len(prefills)
         if scheduled == 0:
             self._gauges()
@@ -430,16 +436,21 @@ class Engine:
         gen_name = self.names.generation_tokens.removesuffix("_total")
         itl = m.histograms.get(self.names.inter_token_latency)
         drafts = draft_tokens = accepted_total = 0
-        per_pos = [0] * (spec.num_speculative_tokens if spec else 0)
+        k_max = spec.num_speculative_tokens if spec else 0
+        accepted_hist = [0] * (k_max + 1)  # decodes by accepted length; per-position counts are its tail sums
         block = c.block_size
         positional = drafter is not None and not bursty
         rho = drafter.rho if drafter is not None else 1.0
         itl_counts = itl.counts if itl is not None else None
         itl_bounds = itl.bounds if itl is not None else ()
         itl_sum, itl_n = 0.0, 0
+        last_seen: float | None = None  # requests decoded in the previous step share one gap: one bisect for all
+        bucket = 0
+        done: list[SimRequest] = []  # reached their target this step, in emission order
+        emit = emitted.append
         for r, proposal in decodes:
-            accepted = 0
             if proposal > 0:
+                accepted = 0
                 if positional:  # acceptance.accept, inlined: the hot loop of every benchmark
                     a = r.accept_state.alpha  # type: ignore[union-attr]
                     u = r.rng.random()
@@ -455,23 +466,34 @@ class Engine:
                 drafts += 1
                 draft_tokens += proposal
                 accepted_total += accepted
-                for pos in range(accepted):
-                    per_pos[pos] += 1
-            n = min(accepted + 1, r.target_len - r.generated)
+                accepted_hist[accepted] += 1
+                n = accepted + 1
+            else:
+                n = 1
+            generated = r.generated
+            target_len = r.target_len
+            if n > target_len - generated:
+                n = target_len - generated
             last = r.last_token_at
             if itl_counts is not None and last is not None:
                 gap = end - last
-                itl_counts[bisect_left(itl_bounds, gap)] += 1
+                if last != last_seen:
+                    last_seen = last
+                    bucket = bisect_left(itl_bounds, gap)
+                itl_counts[bucket] += 1
                 itl_sum += gap
                 itl_n += 1
-            r.generated += n
+            generated += n
+            r.generated = generated
             r.last_token_at = end
-            emitted.append((r, n))
+            emit((r, n))
             emitted_total += n
-            keep = -(-(r.prompt_tokens + r.generated) // block)
+            keep = -(-(r.prompt_tokens + generated) // block)
             if keep < r.blocks:  # release the slots of rejected drafts
                 self.used_blocks -= r.blocks - keep
                 r.blocks = keep
+            if generated >= target_len:
+                done.append(r)
         if itl is not None:
             itl.total += itl_sum
             itl.count += itl_n
@@ -479,6 +501,11 @@ class Engine:
             m.inc("vllm:spec_decode_num_drafts", float(drafts))
             m.inc("vllm:spec_decode_num_draft_tokens", float(draft_tokens))
             m.inc("vllm:spec_decode_num_accepted_tokens", float(accepted_total))
+            tail = 0
+            per_pos = [0] * k_max
+            for pos in range(k_max - 1, -1, -1):
+                tail += accepted_hist[pos + 1]
+                per_pos[pos] = tail
             for pos, count in enumerate(per_pos):
                 if count:
                     m.inc("vllm:spec_decode_num_accepted_tokens_per_pos", float(count), (str(pos),))
@@ -500,9 +527,11 @@ class Engine:
                 emitted.append((r, 1))
                 emitted_total += 1
                 m.inc(gen_name, 1.0)
+                if r.generated >= r.target_len:
+                    done.append(r)
         m.observe("vllm:iteration_tokens_total", float(prefill_tokens + emitted_total))
-        for r, _n in emitted:
-            if r.generated >= r.target_len and r.prefilled >= r.prefill_goal and r.finished_at is None:
+        for r in done:
+            if r.finished_at is None:
                 self._finish(r, end)
                 finished.append(r)
         self._gauges()
