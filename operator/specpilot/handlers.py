@@ -390,9 +390,9 @@ class DecidedFrom:
 
 
 def _caught_up(memory: ObjectMemory, resource_version: str) -> None:
-    """Forget our last status write once the watch has delivered it (or anything newer)."""
-    written = memory.written_status
-    if written is not None and not rec.resource_version_is_older(resource_version, written[0]):
+    """Forget our last status write once the watch has delivered it (or anything newer): `_status_of`'s rule
+    (reconcile.current_status), for the periodic pass, which decides from the summary before unpacking the body."""
+    if memory.written_status is not None and not rec.current_status(resource_version, {}, memory.written_status)[1]:
         memory.written_status = None
 
 

@@ -158,12 +158,11 @@ def step_cost_model(preset: Preset) -> StepCostModel:
 
 # The calibrated set-ups (sim/presets.py; performance.md §2.4-§2.5): `llama8b-h100` within 0.08x of SpecDecode-Bench,
 # `llama70b-4xh100` fitted to its 70B curves. The capture limit is vLLM's default 512; the eager penalty an assumption.
-LLAMA8B_H100 = step_cost_model(presets.LLAMA8B_H100)
-LLAMA70B_4XH100 = step_cost_model(presets.LLAMA70B_4XH100)
-
 PROFILES: dict[str, StepCostModel] = {
     p.name: step_cost_model(p) for p in presets.PRESETS.values() if p.target_model is not None
 }
+LLAMA8B_H100 = PROFILES[presets.LLAMA8B_H100.name]
+LLAMA70B_4XH100 = PROFILES[presets.LLAMA70B_4XH100.name]
 
 
 def model_for_method(model: StepCostModel, method: str) -> StepCostModel:

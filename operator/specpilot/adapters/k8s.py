@@ -179,7 +179,7 @@ class KubeAdapter:
         """Merge-patch the status subresource; (resourceVersion, status) as written, or None when the object is gone.
 
         Done here rather than through kopf's patch so the caller learns which version holds its write (see
-        handlers.current_status: kopf hands timers a body that may predate our last patch). With
+        reconcile.current_status: the body the watch delivered may predate our last patch). With
         `resource_version`, the API server applies the patch only to that version (raises StaleStatus otherwise):
         a decision made from one version of the object is never written over a newer one.
         """
