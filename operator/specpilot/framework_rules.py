@@ -42,7 +42,14 @@ from specpilot.baseline import (
     record_acceptance,
     summary,
 )
-from specpilot.conditions import ConditionUpdate, Status
+from specpilot.conditions import (
+    ACCEPTANCE_METHOD,
+    MIXED_WORKLOAD,
+    QUANTIZATION_PENALTY,
+    SHORT_OUTPUTS,
+    ConditionUpdate,
+    Status,
+)
 from specpilot.measurements import Measurement, valid_value, why_not_valid
 from specpilot.policy import PolicyInputs
 from specpilot.promql import LATENCY_SIGNALS, Signal, short_output_bound
@@ -51,11 +58,8 @@ from specpilot.vllm.dialects import UnsupportedCombination, render_command
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.versions import Engine, VllmVersion
 
-QUANTIZATION_PENALTY = "QuantizationPenalty"
-ACCEPTANCE_METHOD = "AcceptanceMethod"
-SHORT_OUTPUTS = "ShortOutputs"
-MIXED_WORKLOAD = "MixedWorkload"
-FRAMEWORK_CONDITIONS = (QUANTIZATION_PENALTY, ACCEPTANCE_METHOD, SHORT_OUTPUTS, MIXED_WORKLOAD)
+# The four condition types are named in conditions.py (FRAMEWORK_CONDITIONS, part of CONDITION_TYPES), so every
+# object lists them from its first reconcile.
 # Reasons whose condition is a problem: one Warning event when the condition turns True with one of these (the
 # acceptance-method advice is a Normal event: a lever to consider, not a fault).
 WARNING_REASONS = {
