@@ -13,7 +13,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from specpilot import baseline, framework_rules
@@ -36,8 +36,6 @@ from specpilot.policy import (
 )
 from specpilot.promql import Scope, Signal
 from specpilot.reconcile import Event, ObservedDeployment
-from specpilot.vllm.dialects import UnsupportedCombination, render_command
-from specpilot.vllm.versions import Engine
 
 ACTUATION_HISTORY = 10
 ACTION_EVENT_REASONS = {
@@ -311,11 +309,7 @@ def conclude(
     findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
     verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
     if not inputs.paused:
-        findings, framework_state = framework_rules.evaluate(
-            _framework_inputs(inputs, state, now, previous),
-            framework_rules.FrameworkState.from_dict(framework),
-            now,
-        )
+        findings, framework_state = framework_rules.assess(inputs, state.baseline, framework, previous, now)
         framework = framework_state.to_dict()
         verdicts = framework_rules.keep_verdicts(findings, previous)
         events.extend(Event(*e) for e in framework_rules.events_for(verdicts, previous))
@@ -338,32 +332,6 @@ def conclude(
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
-
-
-def _framework_inputs(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, previous: list[dict[str, Any]]
-) -> framework_rules.FrameworkInputs:
-    """The framework rules see what the policy saw; a window counts once the config settled (rule 13)."""
-    spec = inputs.spec
-    settle = inputs.window.seconds + 2 * parse_duration(spec.autotune.scrape_interval)
-    settled = not inputs.rollout_in_progress and (
-        inputs.config_since is None or now >= inputs.config_since + timedelta(seconds=settle)
-    )
-    try:
-        engine = render_command(spec, inputs.current.with_speculation()).engine
-    except UnsupportedCombination:
-        engine = Engine.V1
-    return framework_rules.FrameworkInputs(
-        spec=spec,
-        current=inputs.current,
-        measurements=inputs.measurements,
-        window_seconds=inputs.window.seconds,
-        engine=engine,
-        settled=settled,
-        canary=inputs.canary if inputs.current.enabled else None,
-        baseline=state.baseline,
-        firing=frozenset(str(c.get("type")) for c in previous if c.get("status") == "True"),
-    )
 
 
 # Fields that say when an evaluation ran, not what it found.

@@ -22,6 +22,12 @@ MEMORY_FIT = "MemoryFit"
 THROTTLED = "Throttled"
 PAUSED = "Paused"
 THRESHOLD_SUPPORTED = "ThresholdSupported"
+# The seed framework's advice (framework_rules.py): set by every autotune evaluation, Unknown until the first one.
+QUANTIZATION_PENALTY = "QuantizationPenalty"
+ACCEPTANCE_METHOD = "AcceptanceMethod"
+SHORT_OUTPUTS = "ShortOutputs"
+MIXED_WORKLOAD = "MixedWorkload"
+FRAMEWORK_CONDITIONS: tuple[str, ...] = (QUANTIZATION_PENALTY, ACCEPTANCE_METHOD, SHORT_OUTPUTS, MIXED_WORKLOAD)
 
 CONDITION_TYPES: tuple[str, ...] = (
     READY,
@@ -33,6 +39,7 @@ CONDITION_TYPES: tuple[str, ...] = (
     THROTTLED,
     PAUSED,
     THRESHOLD_SUPPORTED,
+    *FRAMEWORK_CONDITIONS,
 )
 
 

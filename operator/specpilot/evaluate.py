@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from specpilot import framework_rules
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import (
@@ -186,30 +187,46 @@ def evaluate_once(
     current: SpeculationIntent | None = None,
     state: PolicyState | None = None,
     fit: FitSettings | None = None,
+    canary_scope: Scope | None = None,
+    framework: Mapping[str, Any] | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Measure once and decide as this evaluation alone would; JSON-able.
 
     Keys: `scope`, `window`, `current`, `measurements` (name -> class, value, samples, resolved query, detail),
-    `warnings` (from Prometheus), `decision` (`action` one of Keep, DisableSpeculation, EnableSpeculation,
-    ChangeBatchThreshold; `reason`; `to`; `evidence`). `current` defaults to what the spec asks for; `state`
-    (status.autotune) supplies the baseline record and the history of an existing deployment.
+    `canaryMeasurements` (the canary replica's, or null), `warnings` (from Prometheus), `decision` (`action` one of
+    Keep, DisableSpeculation, EnableSpeculation, ChangeBatchThreshold; `reason`; `to`; `evidence`), `framework`
+    (the seed framework's findings: `condition`, `status`, `reason`, `message`, `evidence`, from
+    framework_rules.assess, the function the operator uses for status.recommendation.framework). `current` defaults
+    to what the spec asks for; `state` (status.autotune) supplies the baseline record and the history of an existing
+    deployment; `framework` (status.autotune.framework) the acceptance record and `conditions` (status.conditions)
+    which rules were firing. The dry run sees no Deployment, so the window counts as settled.
     """
     state = state or PolicyState()
     running = current or desired_intent(spec, state).intent
     measurements = measure(spec, scope, client, now)
+    canary = measure(spec, canary_scope, client, now) if canary_scope is not None else None
     window = effective_window(spec.autotune)
     inputs = PolicyInputs(
-        spec=spec, current=running, measurements=measurements, window=window, fit=fit or fit_settings_for(spec)
+        spec=spec,
+        current=running,
+        measurements=measurements,
+        window=window,
+        canary=canary,
+        fit=fit or fit_settings_for(spec),
     )
     decision = evaluate_alone(inputs, state, now)
+    findings, _ = framework_rules.assess(inputs, state.baseline, framework, conditions, now)
     return {
         "scope": scope.to_dict(),
         "window": {"value": window.promql(), "requested": spec.autotune.window, "note": window.note},
         "evaluatedAt": format_time(now.replace(microsecond=0)),
         "current": intent_to_dict(running),
         "measurements": {str(name): m.to_dict() for name, m in measurements.items()},
+        "canaryMeasurements": None if canary is None else {str(k): m.to_dict() for k, m in canary.items()},
         "warnings": collect_warnings(measurements),
         "decision": decision.to_dict(),
+        "framework": [f.to_dict() for f in findings],
     }
 
 
@@ -311,6 +328,30 @@ def _timeout_seconds(flag: str | None, spec_timeout: str) -> float:
         raise ValueError(f"--timeout: {err}") from None
 
 
+@dataclass(frozen=True)
+class StoredContext:
+    """What the dry run takes from a stored status besides the policy state (evaluate_once's keyword arguments)."""
+
+    current: SpeculationIntent
+    canary_scope: Scope | None
+    framework: Mapping[str, Any] | None
+    conditions: Sequence[Mapping[str, Any]]
+
+
+def from_status(
+    stored: Mapping[str, Any], spec: SpeculativeDeploymentSpec, scope: Scope, state: PolicyState
+) -> StoredContext:
+    """The stored status (as the API server returns it) read as the operator reads it in autotune.conclude."""
+    # What the pods run (the lossless record in status.effective) beats what autotune last chose.
+    current = (running_intent(stored, spec) if stored else None) or desired_intent(spec, state).intent
+    # The canary replica (other mode, same Service), measured as the operator measures it (autotune.evaluation_scopes).
+    canary_hash = ((stored.get("effective") or {}).get("canary") or {}).get("configHash")
+    canary_scope = scope.with_config_hash(str(canary_hash)) if canary_hash and scope.config_hash else None
+    autotune = stored.get("autotune")
+    framework = autotune.get("framework") if isinstance(autotune, Mapping) else None
+    return StoredContext(current, canary_scope, framework, list(stored.get("conditions") or ()))
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     try:
         loaded = _load(args.file)
@@ -366,11 +407,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     state = _policy_state(status, notes)
     for note in notes:
         print(f"warning: {args.file}: {note}", file=sys.stderr)
-    # What the pods run (the lossless record in status.effective) beats what autotune last chose.
-    running = running_intent(status.model_dump(by_alias=True, exclude_none=True), spec) if status else None
-    current = running or desired_intent(spec, state).intent
+    stored = from_status(status.model_dump(by_alias=True, exclude_none=True) if status else {}, spec, scope, state)
     with PrometheusClient(connection) as client:
-        result = evaluate_once(spec, scope, client, datetime.now(UTC), current=current, state=state)
+        result = evaluate_once(
+            spec,
+            scope,
+            client,
+            datetime.now(UTC),
+            current=stored.current,
+            state=state,
+            canary_scope=stored.canary_scope,
+            framework=stored.framework,
+            conditions=stored.conditions,
+        )
     if config_hash is None:
         result["scope"]["note"] = "no config hash known: measured every configuration of this deployment"
     failure = prometheus_failure(result["measurements"])
@@ -409,10 +458,12 @@ def _header(text: str) -> tuple[str, str]:
 
 
 def render_text(result: Mapping[str, Any]) -> str:
-    """A terminal view: one line per measurement, then the decision and its reason."""
+    """A terminal view: one line per measurement, the decision and its reason, then one line per framework rule."""
     scope = result["scope"]
+    canary = result.get("canaryMeasurements")
     lines = [
         f"scope    {scope['selector']}" + (f"  ({scope['note']})" if scope.get("note") else ""),
+        *([f"canary   {len(canary)} measurements of the canary replica (-o json shows them)"] if canary else []),
         f"window   {result['window']['value']}"
         + (f"  ({result['window']['note']})" if result["window"]["note"] else ""),
         "",
@@ -431,5 +482,11 @@ def render_text(result: Mapping[str, Any]) -> str:
     lines += ["", f"decision {decision['action']}: {decision['reason']}"]
     if decision["action"] != "Keep":
         lines.append(f"to       {json.dumps(decision['to'])}")
+    findings = result.get("framework") or []
+    if findings:
+        lines += ["", "framework (recommendations, never applied; -o json shows the evidence)"]
+        width = max(len(f["condition"]) for f in findings)
+        lines += [f"{f['condition']:<{width}}  {f['status']:<7} {f['reason']}: {f['message']}" for f in findings]
+        lines.append("")
     lines.append("queries  -o json shows every resolved query")
     return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AcceptanceMethod, Quantization, SpeculativeDeploymentSpec
 from specpilot.baseline import (
     AcceptanceWindow,
@@ -41,18 +42,24 @@ from specpilot.baseline import (
     record_acceptance,
     summary,
 )
-from specpilot.conditions import ConditionUpdate, Status
+from specpilot.conditions import (
+    ACCEPTANCE_METHOD,
+    MIXED_WORKLOAD,
+    QUANTIZATION_PENALTY,
+    SHORT_OUTPUTS,
+    ConditionUpdate,
+    Status,
+)
 from specpilot.measurements import Measurement, valid_value, why_not_valid
+from specpilot.policy import PolicyInputs
 from specpilot.promql import LATENCY_SIGNALS, Signal, short_output_bound
 from specpilot.vllm.acceptance import methods_available, relaxed_rendering
+from specpilot.vllm.dialects import UnsupportedCombination, render_command
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.versions import Engine, VllmVersion
 
-QUANTIZATION_PENALTY = "QuantizationPenalty"
-ACCEPTANCE_METHOD = "AcceptanceMethod"
-SHORT_OUTPUTS = "ShortOutputs"
-MIXED_WORKLOAD = "MixedWorkload"
-FRAMEWORK_CONDITIONS = (QUANTIZATION_PENALTY, ACCEPTANCE_METHOD, SHORT_OUTPUTS, MIXED_WORKLOAD)
+# The four condition types are named in conditions.py (FRAMEWORK_CONDITIONS, part of CONDITION_TYPES), so every
+# object lists them from its first reconcile.
 # Reasons whose condition is a problem: one Warning event when the condition turns True with one of these (the
 # acceptance-method advice is a Normal event: a lever to consider, not a fault).
 WARNING_REASONS = {
@@ -469,6 +476,45 @@ def evaluate(inputs: FrameworkInputs, state: FrameworkState, now: datetime) -> t
         mixed_workload(inputs, now),
     ]
     return findings, state
+
+
+def assess(
+    policy: PolicyInputs,
+    baseline: Sequence[BaselineEntry],
+    record: Mapping[str, Any] | None,
+    previous: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> tuple[list[Finding], FrameworkState]:
+    """The rules on what the policy saw, from the stored status (`record` = status.autotune.framework, `previous` =
+    status.conditions): the operator's evaluation (autotune.conclude) and the `specpilot evaluate` dry run both call
+    this, so the dry run prints exactly the findings the operator would put in status.recommendation.framework."""
+    return evaluate(_inputs_from_policy(policy, baseline, now, previous), FrameworkState.from_dict(record), now)
+
+
+def _inputs_from_policy(
+    policy: PolicyInputs, baseline: Sequence[BaselineEntry], now: datetime, previous: Sequence[Mapping[str, Any]]
+) -> FrameworkInputs:
+    """The framework rules see what the policy saw; a window counts once the config settled (rule 13)."""
+    spec = policy.spec
+    settle = policy.window.seconds + 2 * parse_duration(spec.autotune.scrape_interval)
+    settled = not policy.rollout_in_progress and (
+        policy.config_since is None or now >= policy.config_since + timedelta(seconds=settle)
+    )
+    try:
+        engine = render_command(spec, policy.current.with_speculation()).engine
+    except UnsupportedCombination:
+        engine = Engine.V1
+    return FrameworkInputs(
+        spec=spec,
+        current=policy.current,
+        measurements=policy.measurements,
+        window_seconds=policy.window.seconds,
+        engine=engine,
+        settled=settled,
+        canary=policy.canary if policy.current.enabled else None,
+        baseline=baseline,
+        firing=frozenset(str(c.get("type")) for c in previous if c.get("status") == "True"),
+    )
 
 
 def keep_verdicts(findings: Sequence[Finding], previous: Sequence[Mapping[str, Any]]) -> list[Finding]:

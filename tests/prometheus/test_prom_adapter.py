@@ -234,6 +234,9 @@ def test_cli_evaluate_prints_json(prometheus: PrometheusServer, client: Promethe
     assert out["decision"]["action"] == "Keep"
     assert out["measurements"]["acceptance_rate"]["value"] == pytest.approx(0.7)
     assert out["scope"]["configHash"] == "cfg-spec"
+    framework = {f["condition"]: f["status"] for f in out["framework"]}
+    assert list(framework) == ["QuantizationPenalty", "AcceptanceMethod", "ShortOutputs", "MixedWorkload"]
+    assert framework["AcceptanceMethod"] == "False"  # the target is unquantized: checked and fine
     text = subprocess.run(
         [sys.executable, "-m", "specpilot", "evaluate", str(path), "--prometheus", prometheus.url],
         capture_output=True,
@@ -242,6 +245,7 @@ def test_cli_evaluate_prints_json(prometheus: PrometheusServer, client: Promethe
         check=False,
     )
     assert "decision Keep: acceptance 0.70 >= disableBelow 0.50" in text.stdout
+    assert "AcceptanceMethod     False   TargetNotQuantized: the target runs unquantized weights" in text.stdout
 
 
 def test_bad_query_is_an_error(client: PrometheusClient) -> None:

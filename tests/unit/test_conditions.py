@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specpilot import conditions as c
 
 
@@ -58,3 +60,17 @@ def test_a_later_update_of_the_same_type_keeps_the_stored_transition_time() -> N
     )
     degraded = next(x for x in again if x["type"] == c.DEGRADED)
     assert (degraded["status"], degraded["lastTransitionTime"]) == ("True", "t0")
+
+
+@pytest.mark.parametrize("ctype", ["QuantizationPenalty", "AcceptanceMethod", "ShortOutputs", "MixedWorkload"])
+def test_framework_conditions_are_listed_from_the_first_reconcile(ctype: str) -> None:
+    """The seed framework's conditions are standard types: Unknown before the first autotune evaluation, and in
+    CONDITION_TYPES' order (not sorted after the others) once an evaluation sets them."""
+    first = c.merge_conditions([], [], generation=1, now="t0")
+    listed = c.find(first, ctype)
+    assert listed is not None
+    assert (listed["status"], listed["reason"]) == ("Unknown", "NotYetObserved")
+    evaluated = c.merge_conditions(first, [c.ConditionUpdate(ctype, "True", ctype)], generation=1, now="t1")
+    assert [x["type"] for x in evaluated] == list(c.CONDITION_TYPES)
+    assert c.find(evaluated, ctype) == {**listed, "status": "True", "reason": ctype, "lastTransitionTime": "t1"}
+    assert set(c.FRAMEWORK_CONDITIONS) <= set(c.CONDITION_TYPES)

@@ -20,15 +20,17 @@ SCOPE = Scope("ml", "chat", "9f2c1a")
 class CannedPrometheus:
     """Answers by the first matching fragment of the query; records what was asked (a fake, not a mock)."""
 
-    def __init__(self, answers: list[tuple[str, RawResult]], default: RawResult | None = None) -> None:
-        self.answers = answers
+    def __init__(
+        self, answers: list[tuple[str, RawResult]], default: RawResult | None = None, now: datetime = NOW
+    ) -> None:
+        self.answers, self.now = answers, now
         self.default = default or RawResult.from_response(
             200, {"status": "success", "data": {"resultType": "vector", "result": []}}
         )
         self.asked: list[str] = []
 
     def query(self, promql: str, at: datetime | None = None) -> RawResult:
-        assert at == NOW, "every query of one evaluation is evaluated at the same instant"
+        assert at == self.now, "every query of one evaluation is evaluated at the same instant"
         self.asked.append(promql)
         return next((raw for fragment, raw in self.answers if fragment in promql), self.default)
 
@@ -98,7 +100,17 @@ def test_evaluate_once_json_shape_and_text_view() -> None:
         ]
     )
     out = evaluate_once(spec(), SCOPE, client, NOW)
-    assert set(out) == {"scope", "window", "evaluatedAt", "current", "measurements", "warnings", "decision"}
+    assert set(out) == {
+        "scope",
+        "window",
+        "evaluatedAt",
+        "current",
+        "measurements",
+        "canaryMeasurements",
+        "warnings",
+        "decision",
+        "framework",
+    }
     json.dumps(out)
     assert out["measurements"]["acceptance_rate"] == {
         "class": "Valid",
@@ -112,3 +124,95 @@ def test_evaluate_once_json_shape_and_text_view() -> None:
     text = render_text(out)
     assert "decision DisableSpeculation: acceptance 0.38 < disableBelow 0.50" in text
     assert "tpot_p99                NoData  -  empty result" in text
+
+
+# ------------------------------------------------------------------------------------------------ framework findings
+
+SHORT_SHARE = 'le=~"50|50[.]0"'
+DRAFTED = "increase(vllm:spec_decode_num_draft_tokens_total"
+REQUESTS = "increase(vllm:e2e_request_latency_seconds_count"
+ACCEPTED = "sum(rate(vllm:spec_decode_num_accepted_tokens_total"
+RUNNING = "avg(avg_over_time(vllm:num_requests_running"
+
+
+@pytest.mark.parametrize(
+    ("target", "answers", "firing"),
+    [
+        pytest.param({}, [], set(), id="nothing-measured"),
+        pytest.param(
+            {},
+            [(SHORT_SHARE, "0.8"), (REQUESTS, "800"), (DRAFTED, "41000"), (ACCEPTED, "0.72"), (RUNNING, "4")],
+            {"ShortOutputs"},
+            id="short-outputs",
+        ),
+        pytest.param(
+            {"quantization": "awq"},
+            [(REQUESTS, "800"), (DRAFTED, "41000"), (ACCEPTED, "0.58"), (RUNNING, "4")],
+            {"AcceptanceMethod"},
+            id="quantized-near-break-even",
+        ),
+    ],
+)
+def test_dry_run_prints_the_framework_findings_the_operator_stores(
+    target: dict[str, Any], answers: list[tuple[str, str]], firing: set[str]
+) -> None:
+    """The same stored status and the same Prometheus answers give `specpilot evaluate` exactly the findings the
+    operator puts in status.recommendation.framework (both through framework_rules.assess), in JSON and in text."""
+    import copy
+
+    from specpilot.api.v1alpha1 import SpeculativeDeploymentStatus
+    from specpilot.autotune import conclude
+    from specpilot.evaluate import from_status
+    from specpilot.policy import PolicyState
+    from tests.seams import ROUND_TRIP_SPEC, Cluster
+
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["autotune"]["mode"] = "Recommend"
+    raw["target"].update(target)
+    cluster = Cluster(raw)
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)  # past the first config's settling time
+    s = parse_spec(cluster.spec)
+    scope = Scope("inference", "chat", cluster.status["effective"]["configHash"])
+    now = cluster.now
+    client = CannedPrometheus([(fragment, scalar(value)) for fragment, value in answers], now=now)
+
+    operator = conclude(
+        s,
+        annotations={},
+        status=copy.deepcopy(cluster.status),
+        deployment=cluster._observed(),
+        measurements=measure(s, scope, client, now),
+        canary=None,
+        now=now,
+    ).fields["recommendation"]["framework"]
+
+    # The CLI's path: the stored status through the model it validates with, then from_status -> evaluate_once.
+    stored = SpeculativeDeploymentStatus.model_validate(cluster.status).model_dump(by_alias=True, exclude_none=True)
+    state, problem = PolicyState.from_status(stored.get("autotune"))
+    assert problem is None
+    context = from_status(stored, s, scope, state)
+    out = evaluate_once(
+        s,
+        scope,
+        client,
+        now,
+        current=context.current,
+        state=state,
+        canary_scope=context.canary_scope,
+        framework=context.framework,
+        conditions=context.conditions,
+    )
+    assert out["framework"] == operator
+    assert [f["condition"] for f in out["framework"]] == [
+        "QuantizationPenalty",
+        "AcceptanceMethod",
+        "ShortOutputs",
+        "MixedWorkload",
+    ]
+    assert {f["condition"] for f in out["framework"] if f["status"] == "True"} == firing
+    json.dumps(out)
+    text = render_text(out)
+    for finding in operator:
+        assert f"{finding['status']:<7} {finding['reason']}: {finding['message']}" in text

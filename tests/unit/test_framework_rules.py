@@ -18,6 +18,7 @@ from specpilot.baseline import (
     Mode,
     record_acceptance,
 )
+from specpilot.conditions import SHORT_OUTPUTS
 from specpilot.framework_rules import (
     Finding,
     FrameworkInputs,
@@ -488,11 +489,11 @@ def test_an_inconclusive_window_keeps_the_last_verdict_and_tells_nothing_again(
     previous: dict[str, str] | None, expected: tuple[str, str, str]
 ) -> None:
     """A rollout's warm-up window has too few responses (Unknown); ShortOutputs stays True and no second event."""
-    inconclusive = fr.Finding(fr.SHORT_OUTPUTS, "Unknown", "NoEvidence", "no responses")
-    before = [] if previous is None else [{"type": fr.SHORT_OUTPUTS, **previous}]
+    inconclusive = fr.Finding(SHORT_OUTPUTS, "Unknown", "NoEvidence", "no responses")
+    before = [] if previous is None else [{"type": SHORT_OUTPUTS, **previous}]
     kept = fr.keep_verdicts([inconclusive], before)
     assert [(f.status, f.reason, f.message) for f in kept] == [expected]
     assert fr.events_for(kept, before) == []
-    conclusive_again = fr.Finding(fr.SHORT_OUTPUTS, "True", "ShortOutputs", "91% short")
+    conclusive_again = fr.Finding(SHORT_OUTPUTS, "True", "ShortOutputs", "91% short")
     told = fr.events_for(fr.keep_verdicts([conclusive_again], before), before)
     assert len(told) == (0 if previous and previous["status"] == "True" else 1)

@@ -23,20 +23,19 @@ import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.baseline import Mode, entry_from_window, record
-from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
-from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
-from specpilot.evaluate import effective_window, measure
+from specpilot.bench.specpilot_policy import bench_spec, to_datetime
+from specpilot.evaluate import effective_window
 from specpilot.k0tax import relative_rate
 from specpilot.measurements import Measurement
 from specpilot.policy import Action, OffReason, PolicyInputs, PolicyState, evaluate_alone
-from specpilot.promql import Scope, Signal
+from specpilot.promql import Signal
 from specpilot.schedule import LLAMA8B_H100 as PROFILE_8B
 from specpilot.schedule import FitSettings, profile_geometric
-from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+from specpilot.sim.engine import SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
 from specpilot.vllm.intent import SpeculationIntent
-from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
+from tests.sim_windows import fixed_batch_window
 
 VERSION = VllmVersion.parse("0.32.0")
 SECONDS = 75.0  # a 1m window and its scrapes, on the virtual clock
@@ -56,31 +55,11 @@ def spec(*, schedule_max: int = 512, method: str = "eagle3") -> SpeculativeDeplo
 def window(
     batch: int, speculation: SpecConfig | None, alpha_multiplier: float = 1.0, seed: int = 1
 ) -> dict[str, Measurement]:
-    """`batch` requests running at all times (a finished one is replaced at once), prompts 300 and responses 200
-    tokens; the last minute measured as the operator measures it."""
-    engine = Engine(EngineConfig(LLAMA8B_H100, VERSION, "bench", 512, speculation=speculation), seed=seed)
-    history = ScrapeHistory()
-    made = 0
-
-    def submit() -> None:
-        nonlocal made
-        engine.submit(SimRequest(f"r{made}", engine.now, 300, 200, 200, alpha_multiplier=alpha_multiplier))
-        made += 1
-
-    for _ in range(batch):
-        submit()
-    next_scrape = 15.0
-    while engine.now < SECONDS:
-        report = engine.step()
-        for _ in report.finished:
-            submit()
-        while next_scrape <= engine.now:
-            history.add(snapshot(engine.metrics, next_scrape))
-            next_scrape += 15.0
-    s = spec()
-    scope = Scope("bench", "bench", "sim")
-    client = SimQueryClient(metric_names_for(VERSION), scope, effective_window(s.autotune), history, to_seconds)
-    return dict(measure(s, scope, client, to_datetime(SECONDS)))
+    """`batch` requests running at all times (tests/sim_windows.py), prompts 300 and responses 200 tokens; the last
+    minute measured as the operator measures it."""
+    return fixed_batch_window(
+        spec(), batch, speculation, version=VERSION, seconds=SECONDS, multipliers=(alpha_multiplier,), seed=seed
+    ).measurements
 
 
 def value(ms: dict[str, Measurement], signal: Signal) -> float:
@@ -167,3 +146,14 @@ def test_the_k0_tax_measured_in_the_simulator_and_the_off_recommendation() -> No
     assert decision.action is Action.DISABLE, decision.reason
     assert decision.off_kind is OffReason.LOAD
     assert decision.evidence["threshold"]["k0Tax"]["offWins"]
+
+
+@pytest.mark.parametrize(("batch", "speculation"), [(8, None), (256, None), (8, SpecConfig("eagle3", 3))])
+def test_the_shared_driver_holds_the_batch_it_was_given(batch: int, speculation: SpecConfig | None) -> None:
+    """tests/sim_windows.py replaces every finished request at once: the measured batch is the one asked for, and
+    the window saw traffic (its requests and, when speculating, its acceptance). Within 5%: a scrape can fall
+    between a request finishing and its replacement's first step."""
+    ms = window(batch, speculation)
+    assert value(ms, Signal.BATCH_SIZE) == pytest.approx(batch, rel=0.05)
+    assert value(ms, Signal.REQUESTS_IN_WINDOW) > 0
+    assert ms[Signal.ACCEPTANCE_RATE].valid is (speculation is not None)

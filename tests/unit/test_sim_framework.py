@@ -14,23 +14,18 @@ Quantization penalty and short outputs are shown on simulated windows in tests/u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.bench.oracles import quantile
-from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
-from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
-from specpilot.evaluate import effective_window, measure
+from specpilot.bench.specpilot_policy import bench_spec, to_datetime
 from specpilot.framework_rules import FrameworkInputs, acceptance_method_advice, mixed_workload
-from specpilot.measurements import Measurement
-from specpilot.promql import Scope, Signal
-from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
+from specpilot.promql import Signal
+from specpilot.sim.engine import SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100, LLAMA70B_4XH100, Preset
 from specpilot.vllm.intent import SpeculationIntent
-from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
+from tests.sim_windows import SimWindow, fixed_batch_window
 
 VERSION = VllmVersion.parse("0.33.0")
 BIG = LLAMA70B_4XH100
@@ -45,12 +40,6 @@ def spec(method: str, quantization: str = "none") -> SpeculativeDeploymentSpec:
     return parse_spec(raw)
 
 
-@dataclass
-class Window:
-    measurements: dict[str, Measurement]
-    tpots: list[float]
-
-
 def run(
     batch: int,
     speculation: SpecConfig | None,
@@ -58,41 +47,24 @@ def run(
     method: str = "eagle3",
     seed: int = 1,
     preset: Preset = LLAMA8B_H100,
-) -> Window:
-    """`batch` requests running at all times, each with the next alpha multiplier of the cycle (the traffic mix),
-    prompts of 300 tokens, responses of 150-250;
-    the last minute measured through specpilot's `measure`, and every finished request's TPOT kept."""
-    engine = Engine(EngineConfig(preset, VERSION, "bench", 512, speculation=speculation), seed=seed)
-    history = ScrapeHistory()
-    made = 0
-    tpots: list[float] = []
-
-    def submit() -> None:
-        nonlocal made
-        multiplier = multipliers[made % len(multipliers)]
-        out = 150 + (made * 37) % 101  # 150-250 tokens, spread so the batch does not finish in lockstep waves
-        engine.submit(SimRequest(f"r{made}", engine.now, 300, out, out, alpha_multiplier=multiplier))
-        made += 1
-
-    for _ in range(batch):
-        submit()
-    next_scrape = 15.0
-    while engine.now < SECONDS:
-        report = engine.step()
-        for r in report.finished:
-            if r.tpot is not None:
-                tpots.append(r.tpot)
-            submit()
-        while next_scrape <= engine.now:
-            history.add(snapshot(engine.metrics, next_scrape))
-            next_scrape += 15.0
-    s = spec(method)
-    scope = Scope("bench", "bench", "sim")
-    client = SimQueryClient(metric_names_for(VERSION), scope, effective_window(s.autotune), history, to_seconds)
-    return Window(dict(measure(s, scope, client, to_datetime(SECONDS))), tpots)
+) -> SimWindow:
+    """`batch` requests running at all times (tests/sim_windows.py), each with the next alpha multiplier of the
+    cycle (the traffic mix), prompts of 300 tokens, responses of 150-250 (spread so the batch does not finish in
+    lockstep waves); the last minute measured through specpilot's `measure`, and every finished request's TPOT kept."""
+    return fixed_batch_window(
+        spec(method),
+        batch,
+        speculation,
+        version=VERSION,
+        seconds=SECONDS,
+        multipliers=multipliers,
+        output_tokens=lambda made: 150 + (made * 37) % 101,
+        preset=preset,
+        seed=seed,
+    )
 
 
-def value(w: Window, signal: Signal) -> float:
+def value(w: SimWindow, signal: Signal) -> float:
     m = w.measurements[signal]
     assert m.valid, m.detail
     assert m.value is not None
