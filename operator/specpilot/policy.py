@@ -1444,8 +1444,13 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
     elif state.streak is not None and keys_agree(state.streak.key, key):
-        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py)
-        streak = replace(state.streak, count=state.streak.count + 1)
+        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
+        # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
+        # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window. Found by
+        # the benchmark (mixed-temperature): a change agreed at 660 s and held by the backlog gate drifted from
+        # 38 to 34 by 1,440 s, and the fresh streak cost another 10 minutes past capacity.
+        agreed = state.streak.count >= needed and now - state.streak.since >= window
+        streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
     else:
         streak = Streak(key, proposal.action, 1, now)
     state = replace(state, streak=streak)

@@ -415,3 +415,43 @@ def test_the_fit_is_agreed_and_installed_through_the_stored_status() -> None:
     assert current.batch_schedule is not None
     assert current.batch_schedule[-1][2] == 1
     assert state.off is None, "nothing was switched off"
+
+
+def shifted(intent: SpeculationIntent, by: int) -> SpeculationIntent:
+    """The same fit with every boundary between ranges moved by `by` batch sizes."""
+    schedule = intent.batch_schedule
+    assert schedule is not None
+    moved = tuple(
+        (lo if i == 0 else lo + by, hi if i == len(schedule) - 1 else hi + by, k)
+        for i, (lo, hi, k) in enumerate(schedule)
+    )
+    threshold = intent.disable_above_batch_size
+    return replace(intent, batch_schedule=moved, disable_above_batch_size=threshold and threshold + by)
+
+
+@pytest.mark.parametrize(
+    ("case", "count", "minutes", "by", "anchor_after", "count_after"),
+    [
+        # agreed (3 of 3 over the 2m window) and held by a gate: the anchor follows the newest fit
+        ("agreed, held", 5, 10, 2, "newest", 6),
+        # still gathering agreement: the first proposal stays the anchor (no creeping into agreement)
+        ("agreeing", 1, 1, 2, "first", 2),
+        # agreed, but the newest fit is another decision: a fresh streak
+        ("agreed, another fit", 5, 10, 30, "newest", 1),
+    ],
+)
+def test_an_agreed_streak_follows_a_drifting_fit(
+    case: str, count: int, minutes: int, by: int, anchor_after: str, count_after: int
+) -> None:
+    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
+    measurements = tp.tuned_observation(batch=180)
+    newest = evaluate_alone(tp.inputs(spec, measurements), state, T0).target
+    first = Proposal(Action.CHANGE_THRESHOLD, shifted(newest, by), "", {}).key()
+    streak = Streak(first, Action.CHANGE_THRESHOLD, count, T0 - minutes * MINUTE)
+    _, after = decide(tp.inputs(spec, measurements), replace(state, streak=streak), T0)
+    assert after.streak is not None
+    assert after.streak.count == count_after
+    newest_key = Proposal(Action.CHANGE_THRESHOLD, newest, "", {}).key()
+    assert after.streak.key == (newest_key if anchor_after == "newest" else first)
