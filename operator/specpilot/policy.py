@@ -189,6 +189,7 @@ class PolicyState:
     step_samples: tuple[StepSample, ...] = ()  # (batch, K, step time) per settled window, for the online fit
     step_sampled: datetime | None = None
     backlog_since: datetime | None = None  # an agreed restart first deferred because requests queued (backlog.py)
+    backlog_dropped: float | None = None  # what that restart would have dropped then: prices the wait (backlog.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -238,6 +239,7 @@ class PolicyState:
             "stepSamples": [s.to_dict() for s in self.step_samples],
             "stepSampled": _t(self.step_sampled),
             "backlogSince": _t(self.backlog_since),
+            "backlogDropped": self.backlog_dropped,
         }
 
     @classmethod
@@ -293,6 +295,7 @@ class PolicyState:
             step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
             step_sampled=_pt(raw.get("stepSampled")),
             backlog_since=_pt(raw.get("backlogSince")),
+            backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
         )
 
     @classmethod
@@ -594,6 +597,14 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 "note": prediction,
             }
             missing = speed.evidence.get("note", speed.reason)
+            plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
+            if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
+                reason = (
+                    f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
+                    f"consistent with the measured TPOT, prices a refit above both the running config and speculation "
+                    f"off: {plan.reason}"
+                )
+                return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
             if inputs.spec.speculation.adaptive_verification:
                 reason = (
                     f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
@@ -670,6 +681,25 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
         summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
+    if plan is not None:
+        if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
+            return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
+        if plan.proposed is not None:
+            return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
+        summary_text += f"; threshold unchanged: {plan.reason}"
+    return _keep(inputs, summary_text, evidence)
+
+
+def _fit_plan(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    acceptance: float,
+    batch: float | None,
+    evidence: dict[str, Any],
+) -> ThresholdPlan | None:
+    """The threshold/schedule fit on this deployment's own step-cost curve when it has one; filed in `evidence`."""
     step_fit = fit_step_cost(
         state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
     )
@@ -677,12 +707,20 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
-        if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
-            return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
-        if plan.proposed is not None:
-            return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
-        summary_text += f"; threshold unchanged: {plan.reason}"
-    return _keep(inputs, summary_text, evidence)
+    return plan
+
+
+def _fit_beats_off(plan: ThresholdPlan) -> bool:
+    """Did the K = 0 comparison (k0tax.compare_with_off) price the fitted schedule above speculation off?
+
+    Only a schedule fit runs that comparison, and only with a cost model that matched the measured TPOT (a plan
+    from an inconsistent model proposes nothing). Found by the benchmark (mixed-temperature, 8B EAGLE-3 K=3 at 20
+    QPS): the acceptance gate (0.36 < 0.50, no plain baseline at batch ~250) proposed speculation off for the whole
+    hour, while the fit priced K=1 at that batch 25% above off and 17% above K=3 (goodput, tokens/s within SLO, of
+    the static configs: off 32, K=3 75, K=1 2,983).
+    """
+    tax = plan.evidence.get("k0Tax") or {}
+    return not plan.disable and tax.get("offWins") is False and float(tax.get("netSeconds", 0.0)) < 0
 
 
 def _k0_window_proposal(
@@ -1199,6 +1237,7 @@ def record_actuation(
         streak=None,
         throttled=False,
         backlog_since=None,
+        backlog_dropped=None,
     )
 
 
@@ -1397,7 +1436,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             events=tuple(events),
             **common,
         )
-        return decision, replace(state, streak=None, throttled=False, backlog_since=None)
+        return decision, replace(state, streak=None, throttled=False, backlog_since=None, backlog_dropped=None)
 
     key = proposal.key()
     needed = at.agreeing_evaluations
@@ -1405,8 +1444,13 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
     elif state.streak is not None and keys_agree(state.streak.key, key):
-        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py)
-        streak = replace(state.streak, count=state.streak.count + 1)
+        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
+        # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
+        # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window. Found by
+        # the benchmark (mixed-temperature): a change agreed at 660 s and held by the backlog gate drifted from
+        # 38 to 34 by 1,440 s, and the fresh streak cost another 10 minutes past capacity.
+        agreed = state.streak.count >= needed and now - state.streak.since >= window
+        streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
     else:
         streak = Streak(key, proposal.action, 1, now)
     state = replace(state, streak=streak)
@@ -1476,10 +1520,13 @@ def backlog_gate(
         deferred_since=state.backlog_since,
         now=now,
         horizon_s=inputs.fit.horizon_s,
+        dropped_at_deferral=state.backlog_dropped,
     )
     if verdict.hold:
-        return verdict, replace(state, backlog_since=state.backlog_since or now)
-    return verdict, replace(state, backlog_since=None)
+        first = state.backlog_since is None or state.backlog_dropped is None
+        dropped = verdict.evidence.get("droppedByRestart") if first else state.backlog_dropped
+        return verdict, replace(state, backlog_since=state.backlog_since or now, backlog_dropped=dropped)
+    return verdict, replace(state, backlog_since=None, backlog_dropped=None)
 
 
 def rendered_hash(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> str | None:

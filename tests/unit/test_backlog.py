@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -101,6 +102,42 @@ def test_a_lasting_overload_gets_its_restart_after_the_bound() -> None:
     result = tp.run(spec, [queue(2000.0)] * 40)
     assert result.acted == [34], "2,028 s: the 10% the disable would gain has by then cost what the restart drops"
     assert result.decisions[34].evidence["backlog"]["reason"].startswith("restart despite the queue")
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "at_deferral", "hold", "limit_s"),
+    [
+        # first deferred with 2,000 queued (4,056 to drop); 30 min later 4,000 queue (6,056 to drop)
+        ("a growing queue keeps the first bound", 4000.0, 4056.0, True, 2028),
+        ("a state from before the record: priced from the queue now", 4000.0, None, True, 3028),
+    ],
+)
+def test_the_bound_is_priced_at_the_first_deferral(
+    case: str, waiting: float, at_deferral: float | None, hold: bool, limit_s: int
+) -> None:
+    verdict = restart_under_backlog(
+        queue(waiting), restart_cost_s=90.0, gain=0.1, gain_source="test", deferred_since=T0 - 30 * MINUTE, now=T0,
+        horizon_s=3600.0, dropped_at_deferral=at_deferral,
+    )  # fmt: skip
+    assert verdict.hold is hold
+    assert verdict.evidence["maxDeferralSeconds"] == limit_s
+    assert verdict.evidence["droppedByRestart"] == 6056
+
+
+def test_a_growing_queue_does_not_push_its_own_restart_out() -> None:
+    """The benchmark's mixed-temperature in small: 20/s arrive, the queue grows by 100 a minute while the agreed change
+    waits. Priced from the queue at each evaluation the bound grew 50 s a minute and the change waited for ever; priced
+    at the first deferral (kept in status.autotune, so an operator restart keeps it) it goes in after 2,028 s."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
+    steps = [queue(2000.0 + 100 * i) for i in range(40)]
+    result = tp.run(spec, steps)
+    assert result.acted == [34]
+    assert result.decisions[33].evidence["backlog"]["droppedAtFirstDeferral"] == 4056
+    assert result.decisions[33].evidence["backlog"]["droppedByRestart"] == 4056 + 3300
+    mid = tp.run(spec, steps[:5]).state
+    assert mid.backlog_dropped == 4056
+    assert PolicyState.from_dict(json.loads(json.dumps(mid.to_dict()))).backlog_dropped == 4056
+    assert result.state.backlog_dropped is None, "cleared by the actuation"
 
 
 def test_no_queue_no_gate() -> None:

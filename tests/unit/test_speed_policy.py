@@ -8,6 +8,7 @@ fitted schedules whose boundaries jitter by a batch size or two between windows 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,19 @@ import tests.unit.test_policy as tp
 from specpilot.agreement import boundary_close, intents_agree, keys_agree
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.baseline import Mode
-from specpilot.policy import Action, OffReason, OffRecord, PolicyState, Proposal, Streak, decide, evaluate_alone
+from specpilot.measurements import Measurement
+from specpilot.policy import (
+    Action,
+    OffReason,
+    OffRecord,
+    PolicyState,
+    Proposal,
+    Streak,
+    decide,
+    evaluate_alone,
+    record_actuation,
+)
+from specpilot.promql import Signal
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
 from specpilot.vllm.intent import SpeculationIntent
 
@@ -312,3 +325,133 @@ def test_jittering_fitted_schedules_reach_agreement_and_install() -> None:
     assert after.streak.key == anchor, "the streak keeps its first proposal as the anchor"
     assert decision.actuate
     assert decision.target == first.target, "the newest fit is installed"
+
+
+# ------------------------------------------------------------------------------------------------ gate vs the fit
+
+
+def tuned_spec(*, tune: bool = True) -> SpeculativeDeploymentSpec:
+    """The benchmark's closed-loop spec: vLLM 0.32 (batch-size schedules), maxNumSeqs 256, the threshold tuned."""
+    spec = tp.make_spec(
+        version="0.32.0",
+        agreeingEvaluations=3,
+        stabilization="2m",
+        batchThreshold={"tune": tune, "min": 8, "max": 256},
+    )
+    return spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+
+
+HEAVY = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)  # batch [128,256) all along
+
+
+def tpot_ms(measurements: dict[str, Measurement]) -> float:
+    value = measurements[Signal.TPOT_MEAN].value
+    assert value is not None
+    return value * 1000
+
+
+@pytest.mark.parametrize(
+    ("case", "tune", "alpha", "tpot_scale", "plain_measured", "action", "in_reason"),
+    [
+        # the benchmark's mixed-temperature: EAGLE-3 K=3 at aggregate acceptance 0.34, batch 214, no plain record:
+        # the fit (K=1 at the top, priced above off by the K = 0 comparison) is proposed, not speculation off
+        ("mixed-temperature", True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "prices a refit above both"),
+        # the threshold is not tuned: the acceptance gate acts as before
+        ("tune-off", False, 0.55, 1.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
+        # a mean TPOT five times what the cost model predicts: an inconsistent model proposes no fit, the gate acts
+        ("inconsistent", True, 0.55, 5.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
+        # a collapsed drafter: no K beats off, the gate acts
+        ("collapse", True, 0.10, 1.0, False, Action.DISABLE, "acceptance 0.04 < disableBelow 0.50 over 5m"),
+        # plain measured at this load, as fast as speculation now: the measurement decides, not the model
+        ("measured", True, 0.55, 1.0, True, Action.DISABLE, "with speculation vs"),
+    ],
+)  # fmt: skip
+def test_an_acceptance_disable_without_measured_speed_gives_way_to_a_fit_that_beats_off(
+    case: str,
+    tune: bool,
+    alpha: float,
+    tpot_scale: float,
+    plain_measured: bool,
+    action: Action,
+    in_reason: str,
+) -> None:
+    measurements = tp.tuned_observation(batch=214, alpha=alpha)
+    on_ms = tpot_ms(measurements) * tpot_scale
+    measurements[Signal.TPOT_MEAN] = tp.m(Signal.TPOT_MEAN, on_ms / 1000, samples=800)
+    state = HEAVY
+    if plain_measured:
+        state = replace(state, baseline=(tp.baseline(Mode.OFF, 8, 400.0, tpot_mean_ms=on_ms),))
+    decision = evaluate_alone(tp.inputs(tuned_spec(tune=tune), measurements), state, T0)
+    assert decision.action is action, decision.reason
+    assert in_reason in decision.reason
+    if action is Action.CHANGE_THRESHOLD:
+        schedule = decision.target.batch_schedule
+        assert schedule is not None
+        assert decision.target.enabled
+        assert schedule[-1] == (171, 256, 1), "K=1 where the deployment runs"
+        tax = decision.evidence["threshold"]["k0Tax"]
+        assert tax["offWins"] is False
+        assert tax["netSeconds"] < 0
+
+
+def test_the_fit_is_agreed_and_installed_through_the_stored_status() -> None:
+    """Like the operator: each evaluation reads the state back from status.autotune as the API server stores it."""
+    spec = tuned_spec()
+    state, current = HEAVY, ON
+    applied: list[int] = []
+    for i in range(4):
+        stored, malformed = PolicyState.from_status(json.loads(json.dumps(state.to_dict())))
+        assert malformed is None
+        now = T0 + i * MINUTE
+        decision, state = decide(tp.inputs(spec, tp.tuned_observation(batch=214, alpha=0.55), current), stored, now)
+        assert decision.proposal is Action.CHANGE_THRESHOLD, decision.reason
+        if decision.actuate:
+            state = record_actuation(state, decision, current, now, spec.autotune.budget)
+            applied.append(i)
+            current = decision.target
+            break
+    assert applied == [2], "three agreeing evaluations over the 2m stabilization, then one install"
+    assert current.enabled
+    assert current.batch_schedule is not None
+    assert current.batch_schedule[-1][2] == 1
+    assert state.off is None, "nothing was switched off"
+
+
+def shifted(intent: SpeculationIntent, by: int) -> SpeculationIntent:
+    """The same fit with every boundary between ranges moved by `by` batch sizes."""
+    schedule = intent.batch_schedule
+    assert schedule is not None
+    moved = tuple(
+        (lo if i == 0 else lo + by, hi if i == len(schedule) - 1 else hi + by, k)
+        for i, (lo, hi, k) in enumerate(schedule)
+    )
+    threshold = intent.disable_above_batch_size
+    return replace(intent, batch_schedule=moved, disable_above_batch_size=threshold and threshold + by)
+
+
+@pytest.mark.parametrize(
+    ("case", "count", "minutes", "by", "anchor_after", "count_after"),
+    [
+        # agreed (3 of 3 over the 2m window) and held by a gate: the anchor follows the newest fit
+        ("agreed, held", 5, 10, 2, "newest", 6),
+        # still gathering agreement: the first proposal stays the anchor (no creeping into agreement)
+        ("agreeing", 1, 1, 2, "first", 2),
+        # agreed, but the newest fit is another decision: a fresh streak
+        ("agreed, another fit", 5, 10, 30, "newest", 1),
+    ],
+)
+def test_an_agreed_streak_follows_a_drifting_fit(
+    case: str, count: int, minutes: int, by: int, anchor_after: str, count_after: int
+) -> None:
+    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
+    measurements = tp.tuned_observation(batch=180)
+    newest = evaluate_alone(tp.inputs(spec, measurements), state, T0).target
+    first = Proposal(Action.CHANGE_THRESHOLD, shifted(newest, by), "", {}).key()
+    streak = Streak(first, Action.CHANGE_THRESHOLD, count, T0 - minutes * MINUTE)
+    _, after = decide(tp.inputs(spec, measurements), replace(state, streak=streak), T0)
+    assert after.streak is not None
+    assert after.streak.count == count_after
+    newest_key = Proposal(Action.CHANGE_THRESHOLD, newest, "", {}).key()
+    assert after.streak.key == (newest_key if anchor_after == "newest" else first)
