@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,24 @@ from pathlib import Path
 import httpx
 
 from e2e.waiting import free_port, log_tail, stop_process
+
+CHART_DEPLOYMENT = Path(__file__).resolve().parents[1] / "charts" / "specpilot" / "templates" / "deployment.yaml"
+ALLOCATOR_VARIABLES = ("PYTHONMALLOC", "MALLOC_ARENA_MAX")
+
+
+def chart_allocator() -> dict[str, str]:
+    """The allocator settings the chart gives the operator's container, read from the chart itself, so memory
+    figures measured on an operator started here are the ones production gets."""
+    text = CHART_DEPLOYMENT.read_text()
+    found = {
+        m["name"]: m["value"]
+        for m in re.finditer(r'- name: (?P<name>\w+)\n\s+value: "?(?P<value>[^"\n]+)"?', text)
+        if m["name"] in ALLOCATOR_VARIABLES
+    }
+    missing = [name for name in ALLOCATOR_VARIABLES if name not in found]
+    if missing:
+        raise RuntimeError(f"{CHART_DEPLOYMENT}: no env entry for {', '.join(missing)}")
+    return found
 
 
 @dataclass
@@ -74,8 +93,7 @@ def launch_operator(
     for namespace in namespaces:
         args += ["--namespace", namespace]
     args += list(extra_args)
-    # the chart's allocator setting (charts/specpilot/templates/deployment.yaml), so memory figures are production's
-    environment = {**os.environ, "PYTHONMALLOC": "malloc", **(env or {}), "KUBECONFIG": str(kubeconfig)}
+    environment = {**os.environ, **chart_allocator(), **(env or {}), "KUBECONFIG": str(kubeconfig)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environment)
     running = RunningOperator(process, metrics_port, health_port, log_path, kubeconfig, ",".join(namespaces), args)

@@ -72,10 +72,46 @@ def format_time(at: datetime) -> str:
     return baseline.format_time(at.replace(microsecond=0))
 
 
+@dataclass(frozen=True)
+class Cadence:
+    """What in a spec decides when the object is due: all the fleet's rounds keep per object between evaluations
+    (a few bytes, where the parsed spec is ~20 KiB of objects), so a round parses only the specs it evaluates."""
+
+    active: bool  # autotune on (mode not Off) with a Prometheus to ask
+    interval_s: float
+
+    @staticmethod
+    def of(spec: v1alpha1.SpeculativeDeploymentSpec) -> Cadence:
+        active = spec.autotune.mode != v1alpha1.AutotuneMode.OFF and spec.autotune.prometheus is not None
+        return Cadence(active, parse_duration(spec.autotune.interval))
+
+
+@dataclass(frozen=True)
+class DueMarks:
+    """The only parts of an object's annotations and status `is_due` reads. The periodic pass keeps them per object
+    (handlers.BodySummary), so a round unpacks and parses only the objects that are due."""
+
+    reevaluate: str | None = None  # metadata.annotations[specpilot.dev/reevaluate]
+    handled: str | None = None  # status.lastHandledReevaluate
+    evaluated_at: str | None = None  # status.observed.evaluatedAt
+
+    @staticmethod
+    def of(status: Mapping[str, Any], annotations: Mapping[str, str]) -> DueMarks:
+        return DueMarks(annotations.get(v1alpha1.ANNOTATION_REEVALUATE)).with_status(status)
+
+    def with_status(self, status: Mapping[str, Any]) -> DueMarks:
+        """The same annotation with another status's marks (the status our last write produced, before the watch
+        delivers it)."""
+        handled = status.get("lastHandledReevaluate")
+        recorded = (status.get("observed") or {}).get("evaluatedAt")
+        return DueMarks(
+            self.reevaluate, str(handled) if handled is not None else None, str(recorded) if recorded else None
+        )
+
+
 def is_due(
-    spec: v1alpha1.SpeculativeDeploymentSpec,
-    status: Mapping[str, Any],
-    annotations: Mapping[str, str],
+    cadence: Cadence,
+    marks: DueMarks,
     now: datetime,
     *,
     phase_key: str | None = None,
@@ -88,17 +124,16 @@ def is_due(
     first evaluation instead of all falling due in the same round forever. `evaluated_at` is this process's own
     record of the last evaluation, for when the watch has not yet delivered the status that says so.
     """
-    if spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None:
+    if not cadence.active:
         return False
-    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
-    if token and token != status.get("lastHandledReevaluate"):
+    if marks.reevaluate and marks.reevaluate != marks.handled:
         return True
-    recorded = (status.get("observed") or {}).get("evaluatedAt")
-    candidates = [t for t in (baseline.parse_time(str(recorded)) if recorded else None, evaluated_at) if t]
+    recorded = marks.evaluated_at
+    candidates = [t for t in (baseline.parse_time(recorded) if recorded else None, evaluated_at) if t]
     if not candidates:
         return True
     last = max(candidates)
-    interval = parse_duration(spec.autotune.interval)
+    interval = cadence.interval_s
     elapsed = (now - last).total_seconds()
     if phase_key is None:
         return elapsed >= interval

@@ -34,6 +34,8 @@ from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
 from specpilot.autotune import (
     AutotuneOutcome,
+    Cadence,
+    DueMarks,
     conclude,
     evaluation_scopes,
     format_time,
@@ -98,11 +100,14 @@ class BodySummary:
     generation: int
     pod_monitor: bool
     rollout_in_flight: bool  # its deadline passes with nothing changing (status.effective.rolloutStarted)
+    # what a round's due check reads: rounds unpack only the bodies of objects that are due
+    due: DueMarks
 
     @staticmethod
     def of(body: Mapping[str, Any]) -> BodySummary:
         metadata = body.get("metadata") or {}
-        effective = (body.get("status") or {}).get("effective") or {}
+        status = body.get("status") or {}
+        effective = status.get("effective") or {}
         return BodySummary(
             namespace=str(metadata.get("namespace")),
             name=str(metadata.get("name")),
@@ -110,6 +115,7 @@ class BodySummary:
             generation=int(metadata.get("generation", 0)),
             pod_monitor=bool(((body.get("spec") or {}).get("monitoring") or {}).get("podMonitor", False)),
             rollout_in_flight=bool(effective.get("configHash")) and not effective.get("rolloutCompleted"),
+            due=DueMarks.of(status, metadata.get("annotations") or {}),
         )
 
 
@@ -138,8 +144,9 @@ class ObjectMemory:
     # kept for every object for as long as it lives: 3.5 KiB instead of 53 KiB of dicts (measured on a bench object
     # whose status carries a recommendation), decompressed in ~0.14 ms when a round or a changed object needs it.
     kept: tuple[BodySummary, bytes] | None = None
-    # The spec parsed once per generation: (generation, spec or None when invalid).
-    parsed: tuple[int, v1alpha1.SpeculativeDeploymentSpec | None] | None = None
+    # When the spec says the object is due, worked out once per generation: (generation, cadence or None when the
+    # spec is invalid). Not the parsed spec itself: that is ~20 KiB of objects per object for as long as it lives.
+    cadence: tuple[int, Cadence | None] | None = None
     # When this process last evaluated the object (the watch may not have delivered status.observed yet).
     evaluated_at: datetime | None = None
     # What the last completed reconcile decided from (resourceVersions of the object, our status write and the
@@ -608,18 +615,25 @@ def post_events(body: kopf.Body, events: list[rec.Event]) -> None:
             telemetry.EVENTS.labels(event.reason, "suppressed").inc()
 
 
-def _spec_of(memory: ObjectMemory) -> v1alpha1.SpeculativeDeploymentSpec | None:
-    """The parsed spec of the kept body, parsed once per generation (rounds look at every object every tick)."""
+def _spec_of(body: kopf.Body) -> v1alpha1.SpeculativeDeploymentSpec | None:
+    """The body's parsed spec, None when invalid (the reconcile reports why)."""
+    try:
+        return v1alpha1.parse_spec(dict(body.spec))
+    except v1alpha1.InvalidSpec:
+        return None
+
+
+def _cadence_of(memory: ObjectMemory) -> Cadence | None:
+    """When the kept body's spec makes it due, worked out once per generation (rounds look at every object every
+    tick; only the due ones are unpacked and parsed)."""
     summary = memory.summary
     if summary is None:
         return None
-    if memory.parsed is None or memory.parsed[0] != summary.generation:
+    if memory.cadence is None or memory.cadence[0] != summary.generation:
         body = memory.body
-        try:
-            memory.parsed = (summary.generation, v1alpha1.parse_spec(dict(body.spec) if body else {}))
-        except v1alpha1.InvalidSpec:
-            memory.parsed = (summary.generation, None)
-    return memory.parsed[1]
+        spec = _spec_of(body) if body is not None else None
+        memory.cadence = (summary.generation, Cadence.of(spec) if spec is not None else None)
+    return memory.cadence[1]
 
 
 def _idle_outcome(spec: v1alpha1.SpeculativeDeploymentSpec | None) -> AutotuneOutcome | None:
@@ -667,7 +681,7 @@ def _reconcile_if_changed(trigger: str, indexes: Indexes, memory: ObjectMemory) 
     if body is None:
         return
     decided = _status_of(body, memory)
-    if run_reconcile(trigger, body, decided, indexes, memory, autotune=_idle_outcome(_spec_of(memory))) is not None:
+    if run_reconcile(trigger, body, decided, indexes, memory, autotune=_idle_outcome(_spec_of(body))) is not None:
         memory.fingerprint = fingerprint
 
 
@@ -692,7 +706,7 @@ def _remember(body: kopf.Body, kwargs: Mapping[str, Any]) -> tuple[ObjectMemory,
 def reconcile_speculativedeployment(body: kopf.Body, reason: str, **kwargs: Any) -> None:
     memory, indexes = _remember(body, kwargs)
     with memory.lock:  # one reconcile per object at a time: timer and create/update run in different threads
-        idle = _idle_outcome(_spec_of(memory))
+        idle = _idle_outcome(_spec_of(body))
         decided = _status_of(body, memory)
         fingerprint = _fingerprint(BodySummary.of(body), indexes, memory)
         if run_reconcile(str(reason), body, decided, indexes, memory, autotune=idle) is not None:
@@ -790,17 +804,18 @@ def run_round(now: datetime) -> int:
     groups: dict[tuple[Any, ...], tuple[PrometheusClient | connections.UnavailablePrometheus, list[_Due]]] = {}
     resolved: dict[tuple[str, str], tuple[connections.Resolution, list[rec.Event]]] = {}
     for uid, memory in MEMORY.snapshot():
-        spec = _spec_of(memory)
-        if spec is None or spec.autotune.prometheus is None or spec.autotune.mode == v1alpha1.AutotuneMode.OFF:
-            continue
-        body = memory.body
-        if body is None:
+        summary, cadence = memory.summary, _cadence_of(memory)
+        if summary is None or cadence is None or not cadence.active:
             continue
         written = memory.written_status
-        status = written[1] if written else dict(body.get("status", {}))
-        annotations = dict(body.metadata.annotations)
-        if not is_due(spec, status, annotations, now, phase_key=uid, evaluated_at=memory.evaluated_at):
+        marks = summary.due.with_status(written[1]) if written else summary.due
+        if not is_due(cadence, marks, now, phase_key=uid, evaluated_at=memory.evaluated_at):
             continue
+        body = memory.body
+        spec = _spec_of(body) if body is not None else None
+        if body is None or spec is None or spec.autotune.prometheus is None:
+            continue
+        status = written[1] if written else dict(body.get("status", {}))
         namespace, name = str(body.metadata.namespace), str(body.metadata.name)
         scopes = evaluation_scopes(spec, name=name, namespace=namespace, status=status)
         if scopes is None:

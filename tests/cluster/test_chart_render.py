@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from e2e.cluster.fixture import KubeCluster
+from e2e.operator_process import ALLOCATOR_VARIABLES, chart_allocator
 
 pytestmark = pytest.mark.cluster
 
@@ -224,3 +225,21 @@ def test_leader_election_rbac_is_one_lease_in_the_release_namespace(kube_cluster
         operator["args"]
     )
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in operator["env"]
+
+
+def test_the_operator_processes_tests_start_get_the_charts_allocator_settings(kube_cluster: KubeCluster) -> None:
+    """Memory figures from e2e's operator (benchmarks, tests) are production's only with the chart's allocator
+    settings: e2e.operator_process reads them from the template; here they equal what `helm template` renders."""
+    rendered = _helm(kube_cluster, "template", "sp", str(CHART), "-n", "ops", values={})
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {v["name"]: v["value"] for v in operator["env"] if "value" in v}
+    assert (
+        {name: env[name] for name in ALLOCATOR_VARIABLES}
+        == chart_allocator()
+        == {
+            "PYTHONMALLOC": "malloc",
+            "MALLOC_ARENA_MAX": "2",
+        }
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specpilot.api.v1alpha1 import parse_spec
-from specpilot.autotune import format_time, is_due, phase_offset, without_heartbeat
+from specpilot.autotune import Cadence, DueMarks, format_time, is_due, phase_offset, without_heartbeat
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
 SPEC = parse_spec(
@@ -20,6 +20,7 @@ SPEC = parse_spec(
         "autotune": {"mode": "Recommend", "prometheus": {"url": "http://prometheus:9090"}, "interval": "60s"},
     }
 )
+CADENCE = Cadence.of(SPEC)
 
 
 def evaluated(at: datetime) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def test_a_burst_spreads_over_the_interval_after_the_first_evaluation() -> None:
     due_in_round: list[int] = []
     for round_ in range(1, 19):  # three intervals
         now = NOW + timedelta(seconds=10 * round_)
-        due = [uid for uid, at in times.items() if is_due(SPEC, evaluated(at[-1]), {}, now, phase_key=uid)]
+        due = [u for u, at in times.items() if is_due(CADENCE, DueMarks.of(evaluated(at[-1]), {}), now, phase_key=u)]
         for uid in due:
             times[uid].append(now)
         due_in_round.append(len(due))
@@ -68,12 +69,38 @@ def test_due_reads_status_and_this_process_memory(
 ) -> None:
     status = evaluated(NOW - timedelta(seconds=last_seconds_ago)) if last_seconds_ago is not None else {}
     memory = NOW - timedelta(seconds=memory_seconds_ago) if memory_seconds_ago is not None else None
-    assert is_due(SPEC, status, {}, NOW, phase_key="uid-1", evaluated_at=memory) is due
+    assert is_due(CADENCE, DueMarks.of(status, {}), NOW, phase_key="uid-1", evaluated_at=memory) is due
 
 
 def test_a_new_reevaluate_token_is_due_at_once() -> None:
     annotations = {"specpilot.dev/reevaluate": "t2"}
-    assert is_due(SPEC, evaluated(NOW), annotations, NOW, phase_key="uid-1")
+    assert is_due(CADENCE, DueMarks.of(evaluated(NOW), annotations), NOW, phase_key="uid-1")
+    handled = {**evaluated(NOW), "lastHandledReevaluate": "t2"}
+    assert not is_due(CADENCE, DueMarks.of(handled, annotations), NOW, phase_key="uid-1"), "handled: not again"
+
+
+@pytest.mark.parametrize(
+    ("autotune", "cadence"),
+    [
+        ({"mode": "Recommend", "prometheus": {"url": "http://p:9090"}, "interval": "60s"}, Cadence(True, 60.0)),
+        ({"mode": "Auto", "prometheus": {"url": "http://p:9090"}, "interval": "5m"}, Cadence(True, 300.0)),
+        ({"mode": "Off", "prometheus": {"url": "http://p:9090"}, "interval": "60s"}, Cadence(False, 60.0)),
+        ({"mode": "Recommend", "interval": "2m"}, Cadence(False, 120.0)),  # no Prometheus to ask
+    ],
+)
+def test_the_cadence_is_what_the_spec_says_about_when_to_evaluate(autotune: dict[str, Any], cadence: Cadence) -> None:
+    spec = parse_spec({**SPEC.model_dump(mode="json", by_alias=True, exclude_none=True), "autotune": autotune})
+    assert Cadence.of(spec) == cadence
+    assert not is_due(Cadence(False, 60.0), DueMarks(), NOW), "inactive: never due, not even unevaluated"
+
+
+def test_our_own_status_write_moves_the_marks_but_keeps_the_annotations_token() -> None:
+    """The round reads the status our last patch produced (before the watch delivers it) with the kept token."""
+    kept = DueMarks.of({"observed": {"evaluatedAt": "2026-11-26T11:00:00Z"}}, {"specpilot.dev/reevaluate": "t3"})
+    written = {"observed": {"evaluatedAt": format_time(NOW)}, "lastHandledReevaluate": "t3"}
+    assert kept.with_status(written) == DueMarks("t3", "t3", format_time(NOW))
+    assert is_due(CADENCE, kept, NOW, phase_key="uid-1"), "token not yet handled in the kept status"
+    assert not is_due(CADENCE, kept.with_status(written), NOW, phase_key="uid-1")
 
 
 STORED = {

@@ -14,6 +14,7 @@ from typing import Any, cast
 import kopf
 import pytest
 
+from specpilot.autotune import DueMarks
 from specpilot.handlers import BodySummary, ObjectMemory
 
 STORED: dict[str, Any] = json.loads(
@@ -24,7 +25,7 @@ STORED: dict[str, Any] = json.loads(
 def _changed(**changes: Any) -> dict[str, Any]:
     body = copy.deepcopy(STORED)
     for path, value in changes.items():
-        *parents, leaf = path.split("__")
+        *parents, leaf = path.replace("specpilot_reevaluate", "specpilot.dev/reevaluate").split("__")
         node = body
         for key in parents:
             node = node.setdefault(key, {})
@@ -35,39 +36,40 @@ def _changed(**changes: Any) -> dict[str, Any]:
     return body
 
 
+NAMESPACE, VERSION = STORED["metadata"]["namespace"], STORED["metadata"]["resourceVersion"]
+EVALUATED = DueMarks(None, None, "2026-11-26T19:35:19Z")  # the stored object's status.observed.evaluatedAt
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        (
-            STORED,
-            BodySummary(
-                STORED["metadata"]["namespace"], "sd-0005", STORED["metadata"]["resourceVersion"], 1, False, False
-            ),
-        ),
+        (STORED, BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, EVALUATED)),
         (
             _changed(spec__monitoring={"podMonitor": True}),
-            BodySummary(
-                STORED["metadata"]["namespace"], "sd-0005", STORED["metadata"]["resourceVersion"], 1, True, False
-            ),
+            BodySummary(NAMESPACE, "sd-0005", VERSION, 1, True, False, EVALUATED),
         ),
         (  # rolled out but not yet complete: the periodic pass must keep timing its deadline
             _changed(status__effective__rolloutCompleted=None),
-            BodySummary(
-                STORED["metadata"]["namespace"], "sd-0005", STORED["metadata"]["resourceVersion"], 1, False, True
-            ),
+            BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, True, EVALUATED),
         ),
-        (  # nothing rendered yet
+        (  # nothing rendered yet, never evaluated
             _changed(status=None),
-            BodySummary(
-                STORED["metadata"]["namespace"], "sd-0005", STORED["metadata"]["resourceVersion"], 1, False, False
-            ),
+            BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, DueMarks()),
         ),
         (
             _changed(metadata__generation=7, metadata__resourceVersion="991"),
-            BodySummary(STORED["metadata"]["namespace"], "sd-0005", "991", 7, False, False),
+            BodySummary(NAMESPACE, "sd-0005", "991", 7, False, False, EVALUATED),
+        ),
+        (  # a user asked for a new evaluation (kubectl annotate ... specpilot.dev/reevaluate=...)
+            _changed(metadata__annotations__specpilot_reevaluate="t1"),
+            BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, DueMarks("t1", None, EVALUATED.evaluated_at)),
+        ),
+        (  # ... which the operator handled
+            _changed(metadata__annotations__specpilot_reevaluate="t1", status__lastHandledReevaluate="t1"),
+            BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, DueMarks("t1", "t1", EVALUATED.evaluated_at)),
         ),
     ],
-    ids=["stored", "pod-monitor", "rollout-in-flight", "no-status", "new-generation"],
+    ids=["stored", "pod-monitor", "rollout-in-flight", "no-status", "new-generation", "reevaluate", "reevaluated"],
 )
 def test_the_summary_holds_what_the_periodic_pass_compares(body: dict[str, Any], expected: BodySummary) -> None:
     assert BodySummary.of(body) == expected
