@@ -77,13 +77,23 @@ class Cadence:
     """What in a spec decides when the object is due: all the fleet's rounds keep per object between evaluations
     (a few bytes, where the parsed spec is ~20 KiB of objects), so a round parses only the specs it evaluates."""
 
-    active: bool  # autotune on (mode not Off) with a Prometheus to ask
+    idle: str | None  # why autotune cannot run ("AutotuneOff", "NoPrometheus"; see idle_conditions), None when it can
     interval_s: float
+
+    @property
+    def active(self) -> bool:
+        return self.idle is None
 
     @staticmethod
     def of(spec: v1alpha1.SpeculativeDeploymentSpec) -> Cadence:
-        active = spec.autotune.mode != v1alpha1.AutotuneMode.OFF and spec.autotune.prometheus is not None
-        return Cadence(active, parse_duration(spec.autotune.interval))
+        idle = (
+            "AutotuneOff"
+            if spec.autotune.mode == v1alpha1.AutotuneMode.OFF
+            else "NoPrometheus"
+            if spec.autotune.prometheus is None
+            else None
+        )
+        return Cadence(idle, parse_duration(spec.autotune.interval))
 
 
 @dataclass(frozen=True)
@@ -206,9 +216,8 @@ def _conditions(state: PolicyState, previous: list[dict[str, Any]], halted: str 
     return [metrics, throttled, paused]
 
 
-def idle_conditions(spec: v1alpha1.SpeculativeDeploymentSpec) -> list[cond.ConditionUpdate]:
-    """Conditions while autotune cannot run (mode Off, or no Prometheus configured)."""
-    why = "AutotuneOff" if spec.autotune.mode == v1alpha1.AutotuneMode.OFF else "NoPrometheus"
+def idle_conditions(why: str) -> list[cond.ConditionUpdate]:
+    """Conditions while autotune cannot run (`why`, a Cadence's idle: mode Off, or no Prometheus configured)."""
     return [
         cond.ConditionUpdate(
             cond.METRICS_AVAILABLE,

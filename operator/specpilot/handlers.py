@@ -636,10 +636,10 @@ def _cadence_of(memory: ObjectMemory) -> Cadence | None:
     return memory.cadence[1]
 
 
-def _idle_outcome(spec: v1alpha1.SpeculativeDeploymentSpec | None) -> AutotuneOutcome | None:
+def _idle_outcome(cadence: Cadence | None) -> AutotuneOutcome | None:
     """The autotune conditions of an object that cannot be evaluated (mode Off, or no Prometheus)."""
-    if spec is not None and (spec.autotune.mode == v1alpha1.AutotuneMode.OFF or spec.autotune.prometheus is None):
-        return AutotuneOutcome({}, idle_conditions(spec), [])
+    if cadence is not None and cadence.idle is not None:
+        return AutotuneOutcome({}, idle_conditions(cadence.idle), [])
     return None
 
 
@@ -681,7 +681,7 @@ def _reconcile_if_changed(trigger: str, indexes: Indexes, memory: ObjectMemory) 
     if body is None:
         return
     decided = _status_of(body, memory)
-    if run_reconcile(trigger, body, decided, indexes, memory, autotune=_idle_outcome(_spec_of(body))) is not None:
+    if run_reconcile(trigger, body, decided, indexes, memory, autotune=_idle_outcome(_cadence_of(memory))) is not None:
         memory.fingerprint = fingerprint
 
 
@@ -706,7 +706,7 @@ def _remember(body: kopf.Body, kwargs: Mapping[str, Any]) -> tuple[ObjectMemory,
 def reconcile_speculativedeployment(body: kopf.Body, reason: str, **kwargs: Any) -> None:
     memory, indexes = _remember(body, kwargs)
     with memory.lock:  # one reconcile per object at a time: timer and create/update run in different threads
-        idle = _idle_outcome(_spec_of(body))
+        idle = _idle_outcome(_cadence_of(memory))
         decided = _status_of(body, memory)
         fingerprint = _fingerprint(BodySummary.of(body), indexes, memory)
         if run_reconcile(str(reason), body, decided, indexes, memory, autotune=idle) is not None:

@@ -111,6 +111,11 @@ def test_create_builds_children_with_owner_refs_and_status(
         "Throttled",
         "Paused",
     }
+    # no spec.autotune.prometheus: the idle conditions say why autotune cannot run (the cadence kept per generation)
+    assert (condition(cr, "MetricsAvailable")["status"], condition(cr, "MetricsAvailable")["reason"]) == (
+        "Unknown",
+        "NoPrometheus",
+    )
     # the reconcile posts its events after the status write the wait above saw
     reasons = wait_for(
         "RolloutCompleted event",

@@ -82,16 +82,17 @@ def test_a_new_reevaluate_token_is_due_at_once() -> None:
 @pytest.mark.parametrize(
     ("autotune", "cadence"),
     [
-        ({"mode": "Recommend", "prometheus": {"url": "http://p:9090"}, "interval": "60s"}, Cadence(True, 60.0)),
-        ({"mode": "Auto", "prometheus": {"url": "http://p:9090"}, "interval": "5m"}, Cadence(True, 300.0)),
-        ({"mode": "Off", "prometheus": {"url": "http://p:9090"}, "interval": "60s"}, Cadence(False, 60.0)),
-        ({"mode": "Recommend", "interval": "2m"}, Cadence(False, 120.0)),  # no Prometheus to ask
+        ({"mode": "Recommend", "prometheus": {"url": "http://p:9090"}, "interval": "60s"}, Cadence(None, 60.0)),
+        ({"mode": "Auto", "prometheus": {"url": "http://p:9090"}, "interval": "5m"}, Cadence(None, 300.0)),
+        ({"mode": "Off", "prometheus": {"url": "http://p:9090"}, "interval": "60s"}, Cadence("AutotuneOff", 60.0)),
+        ({"mode": "Recommend", "interval": "2m"}, Cadence("NoPrometheus", 120.0)),  # no Prometheus to ask
     ],
 )
 def test_the_cadence_is_what_the_spec_says_about_when_to_evaluate(autotune: dict[str, Any], cadence: Cadence) -> None:
     spec = parse_spec({**SPEC.model_dump(mode="json", by_alias=True, exclude_none=True), "autotune": autotune})
     assert Cadence.of(spec) == cadence
-    assert not is_due(Cadence(False, 60.0), DueMarks(), NOW), "inactive: never due, not even unevaluated"
+    assert Cadence.of(spec).active is (cadence.idle is None)
+    assert not is_due(Cadence("AutotuneOff", 60.0), DueMarks(), NOW), "inactive: never due, not even unevaluated"
 
 
 def test_our_own_status_write_moves_the_marks_but_keeps_the_annotations_token() -> None:
