@@ -14,26 +14,20 @@ from typing import Any, cast
 import kopf
 import pytest
 
+from specpilot.api.v1alpha1 import ANNOTATION_REEVALUATE as REEVALUATE
 from specpilot.autotune import DueMarks
 from specpilot.handlers import BodySummary, ObjectMemory
+from tests.seams import apply_merge_patch
 
 STORED: dict[str, Any] = json.loads(
     (Path(__file__).parents[1] / "testdata" / "stored-speculativedeployment.json").read_text()
 )
 
 
-def _changed(**changes: Any) -> dict[str, Any]:
-    body = copy.deepcopy(STORED)
-    for path, value in changes.items():
-        *parents, leaf = path.replace("specpilot_reevaluate", "specpilot.dev/reevaluate").split("__")
-        node = body
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is None:
-            node.pop(leaf, None)
-        else:
-            node[leaf] = value
-    return body
+def _changed(patch: dict[str, Any]) -> dict[str, Any]:
+    """The stored object with an RFC 7386 merge patch applied (None deletes), as the API server would store it."""
+    changed: dict[str, Any] = apply_merge_patch(STORED, patch)
+    return changed
 
 
 NAMESPACE, VERSION = STORED["metadata"]["namespace"], STORED["metadata"]["resourceVersion"]
@@ -45,27 +39,27 @@ EVALUATED = DueMarks(None, None, "2026-11-26T19:35:19Z")  # the stored object's 
     [
         (STORED, BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, EVALUATED)),
         (
-            _changed(spec__monitoring={"podMonitor": True}),
+            _changed({"spec": {"monitoring": {"podMonitor": True}}}),
             BodySummary(NAMESPACE, "sd-0005", VERSION, 1, True, False, EVALUATED),
         ),
         (  # rolled out but not yet complete: the periodic pass must keep timing its deadline
-            _changed(status__effective__rolloutCompleted=None),
+            _changed({"status": {"effective": {"rolloutCompleted": None}}}),
             BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, True, EVALUATED),
         ),
         (  # nothing rendered yet, never evaluated
-            _changed(status=None),
+            _changed({"status": None}),
             BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, DueMarks()),
         ),
         (
-            _changed(metadata__generation=7, metadata__resourceVersion="991"),
+            _changed({"metadata": {"generation": 7, "resourceVersion": "991"}}),
             BodySummary(NAMESPACE, "sd-0005", "991", 7, False, False, EVALUATED),
         ),
         (  # a user asked for a new evaluation (kubectl annotate ... specpilot.dev/reevaluate=...)
-            _changed(metadata__annotations__specpilot_reevaluate="t1"),
+            _changed({"metadata": {"annotations": {REEVALUATE: "t1"}}}),
             BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, DueMarks("t1", None, EVALUATED.evaluated_at)),
         ),
         (  # ... which the operator handled
-            _changed(metadata__annotations__specpilot_reevaluate="t1", status__lastHandledReevaluate="t1"),
+            _changed({"metadata": {"annotations": {REEVALUATE: "t1"}}, "status": {"lastHandledReevaluate": "t1"}}),
             BodySummary(NAMESPACE, "sd-0005", VERSION, 1, False, False, DueMarks("t1", "t1", EVALUATED.evaluated_at)),
         ),
     ],
