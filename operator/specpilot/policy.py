@@ -40,7 +40,7 @@ from specpilot.api.v1alpha1 import (
     SpeculationOverride,
     SpeculativeDeploymentSpec,
 )
-from specpilot.backlog import BacklogVerdict, proposal_gain, restart_under_backlog
+from specpilot.backlog import BacklogVerdict, proposal_gain, restart_under_backlog, ttft_deadline_s
 from specpilot.baseline import (
     BaselineEntry,
     BaselineSummary,
@@ -1521,6 +1521,7 @@ def backlog_gate(
         now=now,
         horizon_s=inputs.fit.horizon_s,
         dropped_at_deferral=state.backlog_dropped,
+        ttft_deadline_s=ttft_deadline_s(inputs.spec.autotune.latency),
     )
     if verdict.hold:
         first = state.backlog_since is None or state.backlog_dropped is None

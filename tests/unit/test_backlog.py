@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.backlog import proposal_gain, restart_under_backlog
+from specpilot.backlog import proposal_gain, restart_under_backlog, ttft_deadline_s
 from specpilot.policy import Action, PolicyState
 from specpilot.promql import Signal
 
@@ -145,6 +145,100 @@ def test_no_queue_no_gate() -> None:
     result = tp.run(spec, [queue(0.0)])
     assert result.acted == [0]
     assert "backlog" not in result.decisions[0].evidence
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "rate", "deadline_s", "in_time", "arriving", "hold", "limit_s"),
+    [
+        # 256 running, 90 s restart, 20 done/s, a gain of 10%; every case 2 minutes into the deferral
+        ("no deadline declared: every queued request counts", 2000.0, 20.0, None, 2000, 1800, True, 2028),
+        # FIFO at 20 completions/s: only the next 20 x 2 = 40 can still start within 2 s; an arrival would wait
+        # 2,000 / 20 = 100 s > 2 + 90 behind the rest: 40 + 256 dropped, which 10% of 20/s repays in 148 s
+        ("2 s deadline: the other 1,960 and the arrivals miss it either way", 2000.0, 20.0, 2.0, 40, 0, True, 148),
+        ("the same at 5 s", 2000.0, 20.0, 5.0, 100, 0, True, 178),
+        # 1,000 queued: arrivals after 1,000 / 20 - 2 = 48 s of the 90 s restart could have been in time (42 s x 20)
+        ("a shorter queue: the late part of the restart's arrivals count", 1000.0, 20.0, 2.0, 40, 840, True, 568),
+        ("a queue no longer than rate x deadline counts whole", 30.0, 20.0, 2.0, 30, 1800, True, 1043),
+        # a 600 s SLO (the flash-crowd test's): 12,000 could still start in time, so the whole queue counts
+        ("600 s deadline: the whole queue is still in time", 2000.0, 20.0, 600.0, 2000, 1800, True, 2028),
+        # nothing finishes: nothing says how fast the queue moves, so all of it counts (and no rate: the horizon)
+        ("no completions measured", 2000.0, 0.0, 2.0, 2000, 0, True, 3600),
+    ],
+)
+def test_only_the_work_that_can_still_meet_its_ttft_deadline_counts(
+    case: str,
+    waiting: float,
+    rate: float,
+    deadline_s: float | None,
+    in_time: int,
+    arriving: int,
+    hold: bool,
+    limit_s: int,
+) -> None:
+    verdict = restart_under_backlog(
+        queue(waiting, rate=rate), restart_cost_s=90.0, gain=0.1, gain_source="test", deferred_since=T0 - 2 * MINUTE,
+        now=T0, horizon_s=3600.0, ttft_deadline_s=deadline_s,
+    )  # fmt: skip
+    e = verdict.evidence
+    assert (e["queuedInTime"], e["arrivalsInTime"]) == (in_time, arriving)
+    assert e["droppedByRestart"] == in_time + 256 + arriving
+    assert e["maxDeferralSeconds"] == limit_s
+    assert e["ttftDeadlineSeconds"] == deadline_s
+    assert verdict.hold is hold, verdict.reason
+    assert ("miss it either way" in verdict.reason) is (in_time < waiting), verdict.reason
+
+
+def test_past_the_deadline_the_bound_is_short() -> None:
+    """Three minutes in: without a deadline the 2,000 queued hold the restart for 2,028 s; with a 2 s deadline what
+    could still be served in time (40 queued + 256 running) is repaid by the change's gain in 148 s."""
+    since = T0 - 3 * MINUTE
+    held, acts = (
+        restart_under_backlog(
+            queue(2000.0),
+            restart_cost_s=90.0,
+            gain=0.1,
+            gain_source="test",
+            deferred_since=since,
+            now=T0,
+            horizon_s=3600.0,
+            ttft_deadline_s=deadline,
+        )
+        for deadline in (None, 2.0)
+    )
+    assert held.hold
+    assert not acts.hold
+    assert acts.reason.startswith("restart despite the queue: 2000 requests waiting and 256 running; a restart now")
+    assert "the 40 queued that can still start within the 2s TTFT deadline at 20.0 completions/s" in acts.reason
+
+
+@pytest.mark.parametrize(
+    ("latency", "deadline_s"),
+    [
+        ({}, None),
+        ({"ttftDeadline": "2s"}, 2.0),
+        ({"metric": "ttft", "p99Target": "1500ms"}, 1.5),  # 99% of first tokens within 1.5 s: a later one missed it
+        ({"metric": "tpot", "p99Target": "15ms"}, None),  # a TPOT target says nothing about the first token
+        ({"metric": "ttft", "p99Target": "1500ms", "ttftDeadline": "3s"}, 3.0),
+    ],
+)
+def test_the_ttft_deadline_comes_from_the_cr(latency: dict[str, str], deadline_s: float | None) -> None:
+    assert ttft_deadline_s(tp.make_spec(latency=latency).autotune.latency) == deadline_s
+
+
+@pytest.mark.parametrize(
+    ("latency", "acted"),
+    [
+        ({}, [34]),  # every queued request counts: as test_a_lasting_overload_gets_its_restart_after_the_bound
+        ({"ttftDeadline": "600s"}, [34]),
+        # 40 of the 2,000 can still start within 2 s, no arrival could: a restart drops 296, repaid in 148 s
+        ({"ttftDeadline": "2s"}, [3]),
+    ],
+)
+def test_decide_prices_the_restart_on_the_requests_still_in_time(latency: dict[str, str], acted: list[int]) -> None:
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", latency=latency)
+    result = tp.run(spec, [queue(2000.0)] * 40)
+    assert result.acted == acted
+    assert result.decisions[0].gate.startswith("backlog: restart deferred while requests queue")
 
 
 # ------------------------------------------------------------------------------------------------ in the simulator

@@ -168,6 +168,7 @@ CEL_REFUSALS = [
     ("autotune.interval", "0s", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline must be greater"),
     ("autotune.rolloutDeadline", "0ms", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline"),
     ("autotune.latency", {"p99Target": "0s"}, "spec.autotune.latency.p99Target must be greater than 0s"),
+    ("autotune.latency", {"ttftDeadline": "0s"}, "spec.autotune.latency.ttftDeadline must be greater than 0s"),
     (
         "speculation.acceptance",
         {"method": "Exact", "posteriorAlpha": 0.3},

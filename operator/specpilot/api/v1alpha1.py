@@ -511,6 +511,14 @@ class LatencySpec(_Spec):
     regression_tolerance: float = Field(
         0.1, ge=0, le=10, description="Allowed P99 regression versus the non-speculative baseline (0.1 = 10%)."
     )
+    ttft_deadline: Duration | None = Field(
+        None,
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        description="Optional TTFT objective per request, e.g. 2s: a request whose first token comes later has "
+        "missed its SLO. A restart under a queue is then priced only on the queued requests that can still start "
+        "within it (backlog.py). Defaults to p99Target when metric is ttft; unset, every queued request counts.",
+    )
 
 
 class WorkloadSpec(_Spec):
@@ -930,6 +938,12 @@ FIELD_RULES: tuple[CrossFieldRule, ...] = (
         cel="!has(self.p99Target) || duration(self.p99Target) > duration('0s')",
         message="spec.autotune.latency.p99Target must be greater than 0s",
         holds=lambda s: _positive(s.autotune.latency.p99_target),
+    ),
+    CrossFieldRule(
+        at=("autotune", "latency"),
+        cel="!has(self.ttftDeadline) || duration(self.ttftDeadline) > duration('0s')",
+        message="spec.autotune.latency.ttftDeadline must be greater than 0s",
+        holds=lambda s: _positive(s.autotune.latency.ttft_deadline),
     ),
 )
 

@@ -184,7 +184,7 @@ def run_specpilot(
 ) -> tuple[Replica, SpecpilotController]:
     preset = preset_named(scenario.preset)
     spec = bench_spec(preset, scenario.method, scenario.num_speculative_tokens, scenario.max_num_seqs,
-                      scenario.max_model_len, acceptance)  # fmt: skip
+                      scenario.max_model_len, acceptance, scenario.ttft_slo_s)  # fmt: skip
     controller = SpecpilotController(spec, preset)
     replica = Replica(scenario, preset, controller.initial_intent(), seed)
     t = 0.0

@@ -4,7 +4,8 @@ It does per evaluation what operator/specpilot/autotune.py does in the operator:
 `evaluate.measure` (here against the simulated Prometheus of bench.queries), build PolicyInputs with the running
 intent, the rollout state and the config's start time, call `policy.decide`, and when the decision actuates,
 `policy.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
-(interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), vLLM 0.32.0.
+(interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), vLLM 0.32.0, and
+the scenario's TTFT SLO as latency.ttftDeadline.
 """
 
 from __future__ import annotations
@@ -49,10 +50,14 @@ def bench_spec(
     max_num_seqs: int,
     max_model_len: int,
     acceptance: dict[str, float] | None = None,
+    ttft_slo_s: float | None = None,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
     `acceptance` overrides spec.autotune.acceptance (disableBelow / enableAbove) for the sensitivity variant.
+    `ttft_slo_s`: the scenario's TTFT SLO, declared as spec.autotune.latency.ttftDeadline the way a user who is
+    judged on it declares it (the scenario's TPOT SLO stays undeclared: the guarded metric and p99Target keep their
+    defaults).
     """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k}
     if method in DRAFT_MODELS:
@@ -72,7 +77,8 @@ def bench_spec(
             "speculation": speculation,
             "autotune": {"mode": "Auto", "prometheus": {"url": "http://simulated-prometheus:9090"},
                          "batchThreshold": {"tune": True, "min": 8, "max": max_num_seqs},
-                         **({"acceptance": acceptance} if acceptance else {})},
+                         **({"acceptance": acceptance} if acceptance else {}),
+                         **({"latency": {"ttftDeadline": f"{round(ttft_slo_s * 1000)}ms"}} if ttft_slo_s else {})},
         },
     }  # fmt: skip
     return v1alpha1.parse_resource(doc).spec
