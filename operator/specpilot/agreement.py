@@ -7,12 +7,30 @@ schedule made consecutive evaluations never agree, so no fitted schedule was eve
 benchmark). Here two proposals agree when they are the same decision: same action, same on/off, same K, the same K
 per range in the same order, and every boundary (and threshold) within BOUNDARY_TOLERANCE of the streak's first
 proposal. Comparing against the first, not the previous one, stops a slow drift from agreeing with itself forever.
+
+Two rules for a change whose gain is priced (found by the benchmark, drafter-degraded: acceptance fell to 0.45x at
+1,200 s; the fit moved [[1,84,2],[85,256,1]] -> [[1,256,1]] by 1,440 s, restarting the streak at each step, agreed
+3/3 at 1,560 s predicting +19%, and waited until 2,040 s for the 10-minute span while K = 3 held the engine past its
+per-token latency objective: 3.7 of 18 windows served almost nothing):
+
+- The stabilization span is no longer than the change takes to repay one restart (`stabilization_for`): waiting
+  forgoes gain x time, acting wrongly costs about one restart, so waiting beyond restart / gain costs more than the
+  mistake it guards against (the ski-rental break-even; the backlog gate prices its wait the same way). A change with
+  no gain figure, or a small one, keeps the full span; the agreeing evaluations are always required.
+- A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
+  K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
+  step per evaluation; those steps are one decision in the safe direction (less speculation; control-loop.md §3:
+  fast toward safe), and the newest, furthest fit is the one applied. A fit moving back toward more speculation
+  still starts a new streak unless its boundaries are within the tolerance.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from datetime import timedelta
 
+from specpilot.schedule import k_for_batch
 from specpilot.vllm.intent import SpeculationIntent, intent_from_dict
 
 BOUNDARY_TOLERANCE_ABS = 2  # batch sizes: the ±1 jitter of two windows on either side of the anchor
@@ -61,3 +79,35 @@ def keys_agree(anchor: str, key: str) -> bool:
     if first is None or second is None or first[0] != second[0]:
         return False
     return intents_agree(first[1], second[1])
+
+
+def _k_by_batch(intent: SpeculationIntent, max_k: int, max_num_seqs: int) -> list[int]:
+    return [k_for_batch(intent, b, max_k) for b in range(1, max_num_seqs + 1)]
+
+
+def sheds(current: SpeculationIntent, target: SpeculationIntent, max_num_seqs: int) -> bool:
+    """Does `target` speculate less than `current`: K lower or equal at every batch size up to maxNumSeqs (off is
+    K = 0 everywhere), lower at some?"""
+    max_k = max(current.num_speculative_tokens or 0, target.num_speculative_tokens or 0)
+    now = _k_by_batch(current, max_k, max_num_seqs)
+    new = _k_by_batch(target, max_k, max_num_seqs)
+    return all(b <= a for a, b in zip(now, new, strict=True)) and new != now
+
+
+def further_shed(anchor: str, key: str, current: SpeculationIntent, max_num_seqs: int) -> bool:
+    """Does the proposal `key` shed speculation at least as far as the streak's first proposal `anchor`, both the
+    same action and both shedding from the running `current`? (A fit falling while its window fills.)"""
+    first, second = _split(anchor), _split(key)
+    if first is None or second is None or first[0] != second[0]:
+        return False
+    if not (sheds(current, first[1], max_num_seqs) and sheds(current, second[1], max_num_seqs)):
+        return False
+    return first[1] == second[1] or sheds(first[1], second[1], max_num_seqs)
+
+
+def stabilization_for(span: timedelta, gain: float, restart_cost_s: float) -> tuple[timedelta, bool]:
+    """The stabilization span for a change of this relative gain: min(span, restart / gain); True when shortened."""
+    payback = restart_cost_s / gain if gain > 0 else math.inf
+    if payback < span.total_seconds():
+        return timedelta(seconds=payback), True
+    return span, False

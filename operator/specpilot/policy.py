@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specpilot.agreement import keys_agree
+from specpilot.agreement import further_shed, keys_agree, sheds, stabilization_for
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
@@ -1441,6 +1441,11 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     key = proposal.key()
     needed = at.agreeing_evaluations
     window = timedelta(seconds=parse_duration(at.stabilization))
+    max_num_seqs = inputs.spec.engine.max_num_seqs
+    # no longer than the change takes to repay its restart (agreement.stabilization_for)
+    gain, gain_source = proposal_gain(proposal.evidence, 0.0)
+    window, shortened = stabilization_for(window, gain, inputs.fit.restart_cost_s)
+    shed = not proposal.advisory and sheds(inputs.current, proposal.target, max_num_seqs)
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
     elif state.streak is not None and keys_agree(state.streak.key, key):
@@ -1451,6 +1456,10 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         # 38 to 34 by 1,440 s, and the fresh streak cost another 10 minutes past capacity.
         agreed = state.streak.count >= needed and now - state.streak.since >= window
         streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
+    elif state.streak is not None and shed and further_shed(state.streak.key, key, inputs.current, max_num_seqs):
+        # a fit falling beyond the tolerance, shedding further than the streak's first proposal: the same decision
+        # in the safe direction (agreement.py); the newest, furthest shed is the anchor and the one applied
+        streak = replace(state.streak, count=state.streak.count + 1, key=key)
     else:
         streak = Streak(key, proposal.action, 1, now)
     state = replace(state, streak=streak)
@@ -1461,10 +1470,17 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         "since": format_time(streak.since),
         "stabilization": at.stabilization,
     }
+    if shortened:
+        evidence["agreement"]["stabilizationShortenedTo"] = format_duration(window.total_seconds())
+        evidence["agreement"]["why"] = (
+            f"restart {inputs.fit.restart_cost_s:.0f}s repaid by the change's {gain:+.1%} ({gain_source}) in "
+            f"{format_duration(window.total_seconds())}, sooner than the stabilization"
+        )
+    span = format_duration(window.total_seconds()) + " (the change's payback)" if shortened else at.stabilization
     if streak.count < needed or stable < window:
         gate = (
             f"waiting for agreement: {streak.count}/{needed} evaluations, stable for "
-            f"{format_duration(stable.total_seconds())} of {at.stabilization}"
+            f"{format_duration(stable.total_seconds())} of {span}"
         )
         decision = Decision(
             Action.KEEP,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.agreement import boundary_close, intents_agree, keys_agree
+from specpilot.agreement import boundary_close, further_shed, intents_agree, keys_agree, sheds, stabilization_for
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.baseline import Mode
 from specpilot.measurements import Measurement
@@ -436,8 +437,10 @@ def shifted(intent: SpeculationIntent, by: int) -> SpeculationIntent:
         ("agreed, held", 5, 10, 2, "newest", 6),
         # still gathering agreement: the first proposal stays the anchor (no creeping into agreement)
         ("agreeing", 1, 1, 2, "first", 2),
-        # agreed, but the newest fit is another decision: a fresh streak
-        ("agreed, another fit", 5, 10, 30, "newest", 1),
+        # agreed, but the newest fit moved back toward more speculation, beyond the tolerance: a fresh streak
+        ("agreed, another fit", 5, 10, -30, "newest", 1),
+        # the newest fit sheds further than the streak's first, beyond the tolerance: the same decision, newest applies
+        ("agreeing, a further shed", 1, 1, 30, "newest", 2),
     ],
 )
 def test_an_agreed_streak_follows_a_drifting_fit(
@@ -455,3 +458,105 @@ def test_an_agreed_streak_follows_a_drifting_fit(
     assert after.streak.count == count_after
     newest_key = Proposal(Action.CHANGE_THRESHOLD, newest, "", {}).key()
     assert after.streak.key == (newest_key if anchor_after == "newest" else first)
+
+
+# ------------------------------------------------------------------------------------------------ priced agreement
+
+
+@pytest.mark.parametrize(
+    ("gain", "restart_s", "expected_s", "shortened"),
+    [
+        (0.0, 90.0, 600.0, False),  # no gain figure: the full span
+        (0.10, 90.0, 600.0, False),  # repaid in 15m: longer than the span
+        (0.15, 90.0, 600.0, False),  # repaid in exactly the span
+        (0.30, 90.0, 300.0, True),
+        (0.42, 300.0, 600.0, False),  # a 70B restart of 300 s repays in 12m
+        (3.0, 90.0, 30.0, True),
+    ],
+)
+def test_the_stabilization_is_no_longer_than_the_changes_payback(
+    gain: float, restart_s: float, expected_s: float, shortened: bool
+) -> None:
+    span, short = stabilization_for(timedelta(minutes=10), gain, restart_s)
+    assert span.total_seconds() == pytest.approx(expected_s)
+    assert short is shortened
+
+
+K3 = SpeculationIntent(enabled=True, num_speculative_tokens=3)
+FIT_321 = replace(K3, batch_schedule=((1, 45, 3), (46, 170, 2), (171, 256, 1)))
+FIT_21 = replace(K3, batch_schedule=((1, 119, 2), (120, 256, 1)))
+FIT_1 = replace(K3, batch_schedule=((1, 256, 1),))
+FIT_3_0 = replace(K3, batch_schedule=((1, 63, 3), (64, 256, 0)), disable_above_batch_size=64)
+
+
+@pytest.mark.parametrize(
+    ("current", "target", "expected"),
+    [
+        (K3, FIT_321, True),
+        (K3, FIT_1, True),
+        (K3, K3.without_speculation(), True),  # off is K = 0 everywhere
+        (K3, FIT_3_0, True),
+        (FIT_321, FIT_21, True),
+        (FIT_21, FIT_321, False),  # K 3 again at low batch: more speculation there
+        (FIT_3_0, FIT_1, False),  # less at low batch, more above 64
+        (K3, K3, False),  # no change is no shed
+        (K3.without_speculation(), K3, False),
+        (replace(K3, num_speculative_tokens=2), K3, False),
+    ],
+)
+def test_a_shed_speculates_less_at_every_batch_size(
+    current: SpeculationIntent, target: SpeculationIntent, expected: bool
+) -> None:
+    assert sheds(current, target, 256) is expected
+
+
+def key(intent: SpeculationIntent, action: Action = Action.CHANGE_THRESHOLD) -> str:
+    return Proposal(action, intent, "", {}).key()
+
+
+@pytest.mark.parametrize(
+    ("anchor", "newest", "expected"),
+    [
+        (key(FIT_321), key(FIT_21), True),  # the drafter-degraded fit falling as its window fills
+        (key(FIT_321), key(FIT_1), True),
+        (key(FIT_21), key(FIT_21), True),
+        (key(FIT_1), key(FIT_21), False),  # back toward more speculation: another decision
+        (key(FIT_321), key(FIT_1, Action.DISABLE), False),  # another action
+        (key(K3.without_speculation(), Action.DISABLE), key(FIT_1), False),
+        ("garbage", key(FIT_1), False),
+    ],
+)
+def test_a_further_shed_agrees_with_the_streaks_first(anchor: str, newest: str, expected: bool) -> None:
+    assert further_shed(anchor, newest, K3, 256) is expected
+
+
+@pytest.mark.parametrize(
+    ("case", "alphas", "acted", "shortened_to"),
+    [
+        # +4% predicted (repaid in 37m): the full 10-minute span, as before
+        ("small gain", [0.7] * 12, [10], None),
+        # +42% predicted, a 90 s restart repaid in 3m33s: it waits that long, not 10 minutes
+        ("large gain", [0.3] * 12, [4], "3m33s"),
+        # the drafter-degraded sequence: each window's fit sheds further than the last, beyond the boundary
+        # tolerance; one streak from the first, installed once the newest repays the restart
+        ("falling fit", [0.6, 0.5, 0.4] + [0.3] * 9, [4], "3m33s"),
+        # a fit rising back toward more speculation is another decision: the streak starts again
+        ("rising fit", [0.3, 0.3, 0.6] + [0.6] * 9, [], None),
+    ],
+)
+def test_a_priced_change_waits_for_its_payback_not_the_whole_stabilization(
+    case: str, alphas: list[float], acted: list[int], shortened_to: str | None
+) -> None:
+    """Benchmark, drafter-degraded: the agreed shed waited 8 minutes for the span while K = 3 missed the SLO."""
+    tuning = {"tune": True, "min": 8, "max": 256}
+    spec = tp.make_spec(version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold=tuning)
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    result = tp.run(spec, [tp.tuned_observation(batch=180, alpha=a) for a in alphas], state=HEAVY)
+    assert [i for i, d in enumerate(result.decisions) if d.actuate] == acted
+    for i in acted:
+        agreement = result.decisions[i].evidence["agreement"]
+        assert agreement.get("stabilizationShortenedTo") == shortened_to
+        if shortened_to is None:
+            continue
+        assert result.decisions[i].target.batch_schedule == ((1, 256, 1),)
+        assert "repaid by the change's +42.2% (the schedule's predicted gain)" in agreement["why"]

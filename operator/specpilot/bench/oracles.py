@@ -1,16 +1,23 @@
 """Configurations, goodput and the choice rules of the oracles (reference/performance.md §8; pure).
 
-Theta, the deployable configurations a study compares: speculation off, a static K, and K with a batch-size table that
-drops to K = 0 at a threshold T (vLLM >= 0.24 `num_speculative_tokens_per_batch_size`). Goodput is the output tokens
-per second of requests that met both SLOs (TTFT and per-token latency); aborted or lost requests count as misses.
+Theta, the deployable configurations a study compares: speculation off, a static K, K with a batch-size table that
+drops to K = 0 at a threshold T (vLLM >= 0.24 `num_speculative_tokens_per_batch_size`), and the per-batch-size
+schedules specpilot's own fit (schedule.fit_schedule) produces from the scenario's true acceptance, so that every kind
+of configuration the policy can install is in the oracles' search space. Goodput is the output tokens per second of
+requests that met both SLOs (TTFT and per-token latency); aborted or lost requests count as misses.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from specpilot import schedule
+from specpilot.bench.scenarios import Arrival, Scenario
+from specpilot.sim.acceptance import mean_alpha
+from specpilot.sim.presets import AcceptanceKind, DrafterPreset, Preset
 from specpilot.vllm.intent import SpeculationIntent
 
 
@@ -43,14 +50,104 @@ def label(intent: SpeculationIntent) -> str:
     return f"K{k}"
 
 
-def candidates(k_max: int, max_num_seqs: int) -> tuple[SpeculationIntent, ...]:
-    """Theta of one scenario: off, K in {1, 2, k_max}, and k_max with thresholds 32 and 128."""
+def candidates(
+    k_max: int, max_num_seqs: int, schedules: Sequence[SpeculationIntent] = ()
+) -> tuple[SpeculationIntent, ...]:
+    """Theta of one scenario: off, K in {1, 2, k_max}, k_max with thresholds 32 and 128, and `schedules` (the fitted
+    per-batch-size schedules of `fitted_schedules`), without duplicates."""
     ks = sorted({1, 2, k_max})
     out: list[SpeculationIntent] = [off(), *(static(k) for k in ks)]
     for t in (32, 128):
         if t < max_num_seqs:
             out.append(threshold(k_max, t, max_num_seqs))
+    for fitted in schedules:
+        if label(fitted) not in {label(i) for i in out}:
+            out.append(fitted)
     return tuple(out)
+
+
+def true_survival(drafter: DrafterPreset, temperature: float, multiplier: float, k: int) -> tuple[float, ...]:
+    """r_1..r_k of one request of the simulator's positional acceptance model (sim/acceptance.py), exactly.
+
+    alpha_i ~ Beta(a, b) with a = mu·kappa, b = (1 - mu)·kappa, position j accepted with alpha_i·rho^(j-1) given the
+    earlier ones: r_j = E[alpha_i^j]·rho^(j(j-1)/2), E[X^j] = prod_{i<j} (a + i)/(a + b + i).
+    """
+    mu = mean_alpha(drafter, temperature, multiplier)
+    kappa = max(drafter.kappa, 1e-3)
+    a, b = mu * kappa, (1 - mu) * kappa
+    out: list[float] = []
+    moment = 1.0
+    for j in range(1, k + 1):
+        moment *= (a + j - 1) / (a + b + j - 1)
+        out.append(moment * drafter.rho ** (j * (j - 1) / 2))
+    return tuple(out)
+
+
+def window_fit(
+    items: Sequence[Arrival], drafter: DrafterPreset, model: schedule.StepCostModel, k: int, scenario: Scenario
+) -> SpeculationIntent:
+    """The schedule specpilot's fit would install if it measured these requests' acceptance without noise.
+
+    What the operator measures, computed from the truth: survival per position as a step-weighted mean over the
+    requests (a request is in ~n/E_k verification steps; vLLM's per-position counter over drafts is such a mean),
+    responses' mean length (schedule.with_output_length), and the model's mean context L̄ as the decode-step-weighted
+    mean of prompt + half the output. The fit is schedule.fit_schedule with the bench spec's batchThreshold bounds
+    (min 8, max maxNumSeqs), the intent built as policy.py builds it (K, threshold = first K = 0, schedule).
+    """
+    totals = [0.0] * k
+    steps_sum = context_sum = tokens = 0.0
+    for a in items:
+        r = true_survival(drafter, a.temperature, a.alpha_multiplier, k)
+        steps = a.output_tokens / (1 + sum(r))
+        steps_sum += steps
+        for j in range(k):
+            totals[j] += steps * r[j]
+        context_sum += a.output_tokens * (a.prompt_tokens + a.output_tokens / 2)
+        tokens += a.output_tokens
+    profile = schedule.with_output_length(
+        schedule.AcceptanceProfile(tuple(t / steps_sum for t in totals), "true (scenario)"), tokens / len(items)
+    )
+    fit = schedule.fit_schedule(
+        profile,
+        replace(model, mean_context_tokens=context_sum / tokens),
+        max_k=k,
+        max_num_seqs=scenario.max_num_seqs,
+        bounds=(8, scenario.max_num_seqs),
+    )
+    return SpeculationIntent(
+        enabled=True, num_speculative_tokens=k, disable_above_batch_size=fit.threshold, batch_schedule=fit.schedule
+    )
+
+
+def fitted_schedules(
+    scenario: Scenario, items: Sequence[Arrival], preset: Preset, limit: int = 4
+) -> tuple[SpeculationIntent, ...]:
+    """The per-batch-size schedules the oracles add to Theta: specpilot's fit over each window's true acceptance.
+
+    One fit per window (`window_fit`, the preset's own step model: the cost model the operator uses for this set-up).
+    Fits of neighbouring windows differ by a batch size or two at each crossover, differences the policy itself
+    cannot see (its gain and payback are priced at one representative batch per power-of-two load bucket,
+    schedule.representative_batch), so fits that give the same K at every representative batch are one candidate,
+    the one fitted most often standing for them. The `limit` classes that cover the most windows are kept (each costs
+    one simulation of the whole trace). The n-gram (bursty) acceptance has no closed form: no fitted schedules.
+    """
+    drafter = preset.drafter(scenario.method)
+    k = scenario.num_speculative_tokens
+    if drafter.acceptance is not AcceptanceKind.POSITIONAL or not items:
+        return ()
+    model = schedule.model_for_method(schedule.step_cost_model(preset), scenario.method)
+    count = max(1, math.ceil(scenario.duration_s / scenario.window_s))
+    per_window: list[list[Arrival]] = [[] for _ in range(count)]
+    for a in items:
+        per_window[min(count - 1, int(a.at // scenario.window_s))].append(a)
+    fits = [window_fit(chunk, drafter, model, k, scenario) for chunk in per_window if chunk]
+    buckets = range(scenario.max_num_seqs.bit_length() + 1)  # the load buckets up to maxNumSeqs (0: idle)
+    classes: dict[tuple[int, ...], Counter[SpeculationIntent]] = {}
+    for fit in fits:
+        key = tuple(schedule.k_for_batch(fit, schedule.representative_batch(b), k) for b in buckets)
+        classes.setdefault(key, Counter())[fit] += 1
+    ranked = sorted(classes.values(), key=lambda c: -sum(c.values()))
+    return tuple(c.most_common(1)[0][0] for c in ranked[:limit])
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,11 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
             gain = sp["goodput"] / best["goodput"] - 1
             target = f"target >= +10%: {'met' if gain >= 0.10 else 'MISSED'}" if meta.get("dynamic") else "no target"
             out.append(f"{name}: goodput vs best static ({best['config']}) {gain:+.1%} ({target})")
+        plain_best = meta.get("best_static_without_fitted_schedules")
+        plain_goodput = meta.get("static_goodput", {}).get(plain_best, 0.0)
+        if best and plain_best and plain_best != best["config"] and plain_goodput > 0:
+            gain = sp["goodput"] / plain_goodput - 1
+            out.append(f"{name}: goodput vs best static without fitted schedules ({plain_best}) {gain:+.1%}")
         mine, plain = windows.get(name, []), windows.get("off", [])
         if mine and plain and off:
             skip = max(1, math.ceil(1800 / meta["window_s"]))  # after stabilization: 30 min in

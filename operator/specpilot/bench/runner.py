@@ -4,7 +4,8 @@ A `Replica` is one vLLM pod behind a Service: an Engine, the requests of the sce
 a Prometheus-like scrape every 15 s, and restarts: changing the configuration aborts what is in flight, loses the
 arrivals during the restart (no ready endpoint) and starts a fresh engine, with fresh counters, after the preset's
 restart time. Policies: off, always on (static K), a static threshold, the best static configuration in hindsight
-(O_static, searched over Theta), the switching-aware per-window oracle, and specpilot's own policy in closed loop.
+(O_static, searched over Theta, the fitted per-batch-size schedules included), the switching-aware per-window oracle
+(over the same Theta), and specpilot's own policy in closed loop.
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def spec_config(intent: SpeculationIntent, method: str, version: VllmVersion, ma
     return SpecConfig(method=method, num_speculative_tokens=k, schedule=schedule, disable_by_batch_size=threshold)
 
 
+def engine_config(scenario: Scenario, preset: Preset, intent: SpeculationIntent, version: VllmVersion) -> EngineConfig:
+    s = scenario
+    return EngineConfig(
+        preset=preset,
+        version=version,
+        model_name="bench",
+        max_num_seqs=s.max_num_seqs,
+        max_model_len=s.max_model_len,
+        max_num_batched_tokens=max(8192, min(s.max_model_len, 16384)),
+        speculation=spec_config(intent, s.method, version, s.max_num_seqs),
+    )
+
+
 @dataclass
 class Replica:
     scenario: Scenario
@@ -67,16 +81,7 @@ class Replica:
         self.timeline.append((0.0, oracles.label(self.intent)))
 
     def _config(self, intent: SpeculationIntent) -> EngineConfig:
-        s = self.scenario
-        return EngineConfig(
-            preset=self.preset,
-            version=self.version,
-            model_name="bench",
-            max_num_seqs=s.max_num_seqs,
-            max_model_len=s.max_model_len,
-            max_num_batched_tokens=max(8192, min(s.max_model_len, 16384)),
-            speculation=spec_config(intent, s.method, self.version, s.max_num_seqs),
-        )
+        return engine_config(self.scenario, self.preset, intent, self.version)
 
     def fork(self) -> Replica:
         """An independent copy from this instant (for the oracle's what-ifs); outcomes start empty."""
@@ -256,15 +261,21 @@ def _static_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
                      time.monotonic() - started, peak_running=r.engine.peak_running)  # fmt: skip
 
 
-def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: PolicyRun) -> bool:
+def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: PolicyRun, k: int | None = None) -> bool:
     """Whether a K-per-batch-size table would have run exactly like the static K run: it gives that K at every batch
-    size the static run reached (same seed, same arrivals, so the same steps; the table only changes K beyond)."""
+    size the static run reached (same seed, same arrivals, so the same steps; the table only changes K beyond).
+    `k`: the static run's K (default the scenario's)."""
     version = VllmVersion.parse(VERSION)
-    fixed = spec_config(
-        oracles.static(scenario.num_speculative_tokens), scenario.method, version, scenario.max_num_seqs
-    )
+    fixed = spec_config(oracles.static(k or scenario.num_speculative_tokens), scenario.method, version,
+                        scenario.max_num_seqs)  # fmt: skip
     tuned = spec_config(table, scenario.method, version, scenario.max_num_seqs)
     if fixed is None or tuned is None:
+        return False
+    preset = preset_named(scenario.preset)
+    static_k = oracles.static(k or scenario.num_speculative_tokens)
+    if engine_config(scenario, preset, table, version).capture_max != (
+        engine_config(scenario, preset, static_k, version).capture_max
+    ):  # the CUDA-graph sizes follow the configured K, not the K a step uses
         return False
     return all(tuned.k_for(version, b, b) == fixed.k_for(version, b, b) for b in range(static_run.peak_running + 1))
 
@@ -312,7 +323,9 @@ def run_scenario(
     say = progress or (lambda _: None)
     items = arrivals(scenario, seed)
     k = scenario.num_speculative_tokens
-    theta = oracles.candidates(k, scenario.max_num_seqs)
+    preset = preset_named(scenario.preset)
+    fitted = oracles.fitted_schedules(scenario, items, preset)
+    theta = oracles.candidates(k, scenario.max_num_seqs, fitted)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     tables = [i for i in theta if i.batch_schedule]
     fixed = [i for i in theta if not i.batch_schedule]
@@ -322,11 +335,14 @@ def run_scenario(
     done = _run_jobs(jobs, workers)
     mine, lenient = done[-2], done[-1]
     statics = {r.policy: r for r in done[:-2]}
-    # A table that never leaves K within the batch sizes the static K run reached replays that run step for step.
-    static_k = statics[oracles.label(oracles.static(k))]
-    reused = {
-        oracles.label(t): _as_static(scenario, t, static_k) for t in tables if same_as_static(scenario, t, static_k)
-    }
+    # A table that never leaves one static K within the batch sizes that static run reached replays it step for step.
+    reused: dict[str, PolicyRun] = {}
+    for t in tables:
+        for i in fixed:
+            run = statics[oracles.label(i)]
+            if i.num_speculative_tokens and i.enabled and same_as_static(scenario, t, run, i.num_speculative_tokens):
+                reused[oracles.label(t)] = _as_static(scenario, t, run)
+                break
     rest = [(_static_job, (scenario, t, seed)) for t in tables if oracles.label(t) not in reused]
     extra = _run_jobs(rest, workers) if rest else []
     by_label = {**statics, **reused, **{r.policy: r for r in extra}}
@@ -339,19 +355,32 @@ def run_scenario(
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     best = oracles.best_static(scores)
+    fitted_labels = {oracles.label(i) for i in fitted}
+    best_unfitted = oracles.best_static({n: v for n, v in scores.items() if n not in fitted_labels})
     per_window = {
         n: oracles.window_scores(r.outcomes, scenario.window_s, scenario.duration_s, tpot_slo, ttft_slo)
         for n, r in statics.items()
     }
-    plan_names = oracles.switching_plan(per_window, preset_named(scenario.preset).restart_s, scenario.window_s)
+    plan_names = oracles.switching_plan(per_window, preset.restart_s, scenario.window_s)
     by_name = {oracles.label(i): i for i in theta}
     started = time.monotonic()
     if len(set(plan_names)) == 1:  # no switch: the plan is that static run (same seed, same requests)
         source = statics[plan_names[0]]
-        oracle = Replica(scenario, preset_named(scenario.preset), by_name[plan_names[0]], seed)
+        oracle = Replica(scenario, preset, by_name[plan_names[0]], seed)
         oracle.outcomes, oracle.timeline, oracle.series = source.outcomes, source.timeline, source.series
     else:
         oracle = run_plan(scenario, [by_name[n] for n in plan_names], seed, items)
+    # The DP prices each window from each configuration's own run (its own queue state), an estimate: replayed with
+    # real restarts, a switching plan can come out below a constant one. A constant plan is in the oracle's search
+    # space too, so the oracle is the better of the two; it never falls below any member of Theta.
+    replayed = oracles.goodput(oracle.outcomes, scenario.duration_s, tpot_slo, ttft_slo)
+    constant = max(totals, key=lambda n: totals[n])
+    if totals[constant] > replayed:
+        say(f"{scenario.name}: the switching plan replayed {replayed:.2f} < {constant} {totals[constant]:.2f}: kept")
+        plan_names = [constant] * len(plan_names)
+        source = statics[constant]
+        oracle = Replica(scenario, preset, by_name[constant], seed)
+        oracle.outcomes, oracle.timeline, oracle.series = source.outcomes, source.timeline, source.series
     say(f"{scenario.name}: oracle done in {time.monotonic() - started:.1f}s")
     runs: list[PolicyRun] = []
 
@@ -373,6 +402,8 @@ def run_scenario(
         "description": scenario.description,
         "static_goodput": {n: round(g, 2) for n, g in totals.items()},
         "best_static": best,
+        "best_static_without_fitted_schedules": best_unfitted,
+        "fitted_schedules": sorted(fitted_labels),
         "oracle_plan": plan_names,
         "dynamic": scenario.dynamic,
         "actuation_reasons": mine.notes,
