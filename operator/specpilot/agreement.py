@@ -13,7 +13,8 @@ Two rules for a change whose gain is priced (found by the benchmark, drafter-deg
 3/3 at 1,560 s predicting +19%, and waited until 2,040 s for the 10-minute span while K = 3 held the engine past its
 per-token latency objective: 3.7 of 18 windows served almost nothing):
 
-- The stabilization span is no longer than the change takes to repay one restart (`stabilization_for`): waiting
+- The stabilization span of a change that sheds speculation is no longer than the change takes to repay one restart
+  (`stabilization_for`; a change toward more speculation keeps the whole span: fast toward safe): waiting
   forgoes gain x time, acting wrongly costs about one restart, so waiting beyond restart / gain costs more than the
   mistake it guards against (the ski-rental break-even; the backlog gate prices its wait the same way). A change with
   no gain figure, or a small one, keeps the full span; the agreeing evaluations are always required.

@@ -1442,10 +1442,11 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     needed = at.agreeing_evaluations
     window = timedelta(seconds=parse_duration(at.stabilization))
     max_num_seqs = inputs.spec.engine.max_num_seqs
-    # no longer than the change takes to repay its restart (agreement.stabilization_for)
-    gain, gain_source = proposal_gain(proposal.evidence, 0.0)
-    window, shortened = stabilization_for(window, gain, inputs.fit.restart_cost_s)
     shed = not proposal.advisory and sheds(inputs.current, proposal.target, max_num_seqs)
+    # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
+    # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe (control-loop.md §3)
+    gain, gain_source = proposal_gain(proposal.evidence, 0.0)
+    window, shortened = stabilization_for(window, gain, inputs.fit.restart_cost_s) if shed else (window, False)
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
     elif state.streak is not None and keys_agree(state.streak.key, key):

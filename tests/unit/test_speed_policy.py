@@ -560,3 +560,24 @@ def test_a_priced_change_waits_for_its_payback_not_the_whole_stabilization(
             continue
         assert result.decisions[i].target.batch_schedule == ((1, 256, 1),)
         assert "repaid by the change's +42.2% (the schedule's predicted gain)" in agreement["why"]
+
+
+def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization() -> None:
+    """Cooldowns are asymmetric, fast toward safe (control-loop.md §3): the payback shortcut is for shedding
+    speculation. Running K = 1 everywhere at light load, the fit prices K3@1/2@129 at +53% (repaid in under 3
+    minutes); it still waits the 10-minute span: agreed at evaluation 3, installed at evaluation 10."""
+    light = PolicyState(load={1: 7200.0}, load_updated=T0 - MINUTE)
+    spec = tp.make_spec(
+        version="0.32.0",
+        agreeingEvaluations=3,
+        stabilization="10m",
+        batchThreshold={"tune": True, "min": 8, "max": 256},
+    )
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    result = tp.run(spec, [tp.tuned_observation(batch=4, alpha=0.9) for _ in range(12)], state=light, current=FIT_1)
+    acted = [i for i, d in enumerate(result.decisions) if d.actuate]
+    assert acted == [10], [d.evidence.get("agreement") for d in result.decisions]
+    decision = result.decisions[10]
+    assert decision.action is Action.CHANGE_THRESHOLD
+    assert decision.target.batch_schedule == ((1, 128, 3), (129, 256, 2))
+    assert "stabilizationShortenedTo" not in decision.evidence["agreement"]
