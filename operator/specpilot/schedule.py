@@ -9,7 +9,9 @@ What is measured and what is assumed:
   load.
 - Assumed (inputs, `StepCostModel`): the step time T(B, k) of the target + drafter, the smooth roofline of
   performance.md §2.2 (2): T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
-  plus the drafter term of §2.4 and the scheduler overhead. The numbers are a calibrated simulator preset's
+  plus the drafter term of §2.4 and the scheduler overhead. L̄ is measured when Prometheus has it
+  (`with_context_length`: mean prompt plus half the mean output of the window's finished requests), else
+  MEAN_CONTEXT_TOKENS is assumed. The numbers are a calibrated simulator preset's
   (`step_cost_model`), chosen per deployment by costprofile.py (`llama8b-h100` when nothing chooses); with
   both TPOTs at hand the drafter cost is rescaled so the model's step-time ratio T(B,k)/T(B,off) matches the measured
   one, and a model whose predicted TPOT is off by more than `model_tolerance` blocks any change.
@@ -77,6 +79,7 @@ class StepCostModel:
     spec_fixed_fraction: float  # cost of having speculation configured at all, even in steps with K = 0
     capture_limit_tokens: int | None  # CUDA-graph capture limit; None ignores the cliff
     eager_penalty_ms: float  # extra step time beyond the capture limit
+    context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
 
     def verify_ms(self, batch: int, k: int) -> float:
         tokens = batch * (k + 1)
@@ -116,7 +119,8 @@ class StepCostModel:
             "ridgeTokens": self.ridge_tokens,
             "ridgeSharpness": self.ridge_sharpness,
             "kvReadNsPerToken": self.kv_read_ns_per_token,
-            "meanContextTokens": self.mean_context_tokens,
+            "meanContextTokens": round(self.mean_context_tokens, 1),
+            "meanContextSource": self.context_source,
             "schedMs": self.sched_ms,
             "drafter": self.drafter.value,
             "draftMs": round(self.draft_ms, 4),
@@ -129,7 +133,32 @@ class StepCostModel:
         }
 
 
-MEAN_CONTEXT_TOKENS = 1000.0  # L̄ of the operator's step model, an assumption (the simulator tracks real contexts)
+MEAN_CONTEXT_TOKENS = 1000.0  # L̄ of the operator's step model where nothing measured it (with_context_length)
+
+
+def decode_context_tokens(mean_prompt_tokens: float, mean_output_tokens: float | None) -> float:
+    """L̄, the mean context a decode step attends over, from the mean prompt and output lengths of finished requests.
+
+    A request of prompt P and output n attends over P + i tokens at its i-th decode step, so over its decode it
+    averages P + n/2. Weighting every request alike (what two means allow) gives P̄ + n̄/2. The true per-step mean
+    weights long responses more (they run more steps): with lengths independent it is P̄ + E[n²]/(2n̄), larger by
+    Var(n)/(2n̄), about n̄/2 more for the log-normal outputs of chat traffic. The error leans toward a cheaper KV
+    term, and it matters only where outputs are long next to prompts, where the KV term is small anyway.
+    Without a measured output length, the prompt alone.
+    """
+    return mean_prompt_tokens + (mean_output_tokens / 2 if mean_output_tokens is not None else 0.0)
+
+
+def with_context_length(model: StepCostModel, mean_context_tokens: float | None) -> StepCostModel:
+    """The same model with L̄ measured for this deployment (None or <= 0: unchanged, MEAN_CONTEXT_TOKENS assumed).
+
+    Found by the benchmark (long-context, 8B EAGLE-3 K=3, prompts growing to ~8k tokens): at the assumed 1000
+    tokens the model predicted TPOT 5.4 ms against 16.1 ms measured, so the consistency check refused every fit
+    and every cost-model prediction, and the acceptance gate switched speculation off with nothing to weigh it.
+    """
+    if mean_context_tokens is None or mean_context_tokens <= 0:
+        return model
+    return replace(model, mean_context_tokens=mean_context_tokens, context_source="measured")
 
 
 def step_cost_model(preset: Preset) -> StepCostModel:

@@ -27,6 +27,7 @@ from specpilot.schedule import (
     ThresholdSupport,
     best_k,
     calibrate_drafter,
+    decode_context_tokens,
     fit_schedule,
     fit_support,
     fit_threshold,
@@ -40,8 +41,11 @@ from specpilot.schedule import (
     representative_batch,
     speedup,
     tokens_per_ms,
+    with_context_length,
     with_output_length,
 )
+from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
+from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
 from specpilot.vllm.dialects import ThresholdSupport as RenderedSupport
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.versions import v
@@ -243,6 +247,43 @@ def test_model_consistency_blocks_an_uncalibrated_profile() -> None:
     ok, note = model_consistency(LLAMA8B_H100, profile, batch=32, k=4, tpot_ms=true_tpot * 5, tolerance=2)
     assert not ok
     assert "calibrate" in note
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output", "context"),
+    [(8000.0, 600.0, 8300.0), (8000.0, None, 8000.0), (200.0, 50.0, 225.0), (0.0, 400.0, 200.0)],
+)
+def test_decode_context_is_the_prompt_plus_half_the_output(prompt: float, output: float | None, context: float) -> None:
+    assert decode_context_tokens(prompt, output) == context
+
+
+def long_context_tpot_ms(profile: AcceptanceProfile, batch: int, context: int, k: int = 3) -> float:
+    """The simulator's true TPOT for `batch` decodes of `context` tokens each at K (decode steps only)."""
+    engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "ctx", 512, speculation=SpecConfig("eagle3", k)), seed=1)
+    return engine.step_ms(batch * (k + 1), batch * context, batch, k) / profile.expected_tokens(k)
+
+
+@pytest.mark.parametrize(
+    ("measured_context", "consistent", "predicted_ms"),
+    [
+        (None, False, 5.16),  # L-bar assumed 1000: the KV reads of 8k contexts go missing, TPOT x2.4 off
+        (8300.0, True, 12.56),  # L-bar measured: the model is the simulator's own curve
+        (4000.0, True, 8.20),  # half the context: within the tolerance, not exact (the check is a guard, not a fit)
+    ],
+)
+def test_the_consistency_check_with_long_contexts_needs_the_measured_context(
+    measured_context: float | None, consistent: bool, predicted_ms: float
+) -> None:
+    """Found by the benchmark (long-context: 8B EAGLE-3 K=3, ~8k-token prompts): with L-bar assumed the check
+    refused every fit; fed the measured context it accepts the simulator's own step curve."""
+    profile = AcceptanceProfile(tuple(0.62 * 0.9**j for j in range(3)), "synthetic")
+    measured_tpot = long_context_tpot_ms(profile, batch=64, context=8300)
+    model = with_context_length(LLAMA8B_H100, measured_context)
+    ok, note = model_consistency(model, profile, batch=64, k=3, tpot_ms=measured_tpot, tolerance=2)
+    assert ok is consistent, note
+    assert f"predicts TPOT {predicted_ms:.2f} ms at batch 64, K=3; measured 12.56 ms" in note
+    assert model.context_source == ("assumed" if measured_context is None else "measured")
+    assert model.to_dict()["meanContextTokens"] == (measured_context or 1000.0)
 
 
 def test_predicted_gain_weighs_the_observed_load() -> None:
