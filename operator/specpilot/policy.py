@@ -81,6 +81,7 @@ from specpilot.schedule import (
     speedup,
     with_context_length,
     with_output_length,
+    with_prefill,
 )
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
 from specpilot.stepfit import (
@@ -89,6 +90,7 @@ from specpilot.stepfit import (
     fit_step_cost,
     mean_context_tokens,
     mean_output_tokens,
+    prefill_tokens_per_step,
     sample_from_window,
 )
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
@@ -577,10 +579,17 @@ def propose(inputs: PolicyInputs, state: PolicyState, now: datetime, *, probe_no
 
 
 def with_measured_context(inputs: PolicyInputs) -> PolicyInputs:
-    """The cost model priced at this window's measured mean context (stepfit.mean_context_tokens) instead of the
-    profile's assumed one, for every use below: the consistency check, the speed prediction, the fit and the K = 0
-    comparison. Unchanged when the window has no Valid mean prompt length."""
-    model = with_context_length(inputs.fit.model, mean_context_tokens(inputs.measurements))
+    """The cost model priced at this window's measured prompt lengths, for every use below (the consistency check,
+    the speed prediction, the fit and the K = 0 comparison): the mean context of the KV reads
+    (stepfit.mean_context_tokens) instead of the profile's assumed one, and the prompt tokens chunked into each
+    step (stepfit.prefill_tokens_per_step) at the running config's measured step time (mean TPOT x tokens per step).
+    Unchanged when the window has no Valid mean prompt length."""
+    m = inputs.measurements
+    model = with_context_length(inputs.fit.model, mean_context_tokens(m))
+    tpot = valid_value(m, Signal.TPOT_MEAN)
+    per_step = valid_value(m, Signal.MEAN_ACCEPTANCE_LENGTH) if inputs.current.enabled else 1.0
+    if tpot is not None and per_step is not None:
+        model = with_prefill(model, prefill_tokens_per_step(m, tpot * 1000 * per_step))
     return inputs if model is inputs.fit.model else replace(inputs, fit=replace(inputs.fit, model=model))
 
 

@@ -11,7 +11,8 @@ What is measured and what is assumed:
   performance.md §2.2 (2): T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
   plus the drafter term of §2.4 and the scheduler overhead. L̄ is measured when Prometheus has it
   (`with_context_length`: mean prompt plus half the mean output of the window's finished requests), else
-  MEAN_CONTEXT_TOKENS is assumed. The numbers are a calibrated simulator preset's
+  MEAN_CONTEXT_TOKENS is assumed; N also counts the prompt tokens chunked into each step, when measured
+  (`with_prefill`). The numbers are a calibrated simulator preset's
   (`step_cost_model`), chosen per deployment by costprofile.py (`llama8b-h100` when nothing chooses); with
   both TPOTs at hand the drafter cost is rescaled so the model's step-time ratio T(B,k)/T(B,off) matches the measured
   one, and a model whose predicted TPOT is off by more than `model_tolerance` blocks any change.
@@ -80,9 +81,11 @@ class StepCostModel:
     capture_limit_tokens: int | None  # CUDA-graph capture limit; None ignores the cliff
     eager_penalty_ms: float  # extra step time beyond the capture limit
     context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
+    prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
 
-    def verify_ms(self, batch: int, k: int) -> float:
-        tokens = batch * (k + 1)
+    def verify_ms(self, batch: int, k: int, *, prefill: bool = True) -> float:
+        """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step."""
+        tokens = batch * (k + 1) + (self.prefill_tokens_per_step if prefill else 0.0)
         bend = math.pow(1 + math.pow(tokens / self.ridge_tokens, self.ridge_sharpness), 1 / self.ridge_sharpness)
         roof = self.verify_base_ms * bend
         cliff = (
@@ -101,7 +104,7 @@ class StepCostModel:
         if self.drafter is Drafter.PARALLEL:
             return self.draft_ms + self.draft_ms_per_request * batch * k + kv
         if self.drafter is Drafter.DRAFT_MODEL:
-            return k * self.draft_model_cost_ratio * self.verify_ms(batch, 0)
+            return k * self.draft_model_cost_ratio * self.verify_ms(batch, 0, prefill=False)
         return self.lookup_fraction * self.verify_ms(batch, k)
 
     def step_ms(self, batch: int, k: int, *, configured: bool = True) -> float:
@@ -121,6 +124,7 @@ class StepCostModel:
             "kvReadNsPerToken": self.kv_read_ns_per_token,
             "meanContextTokens": round(self.mean_context_tokens, 1),
             "meanContextSource": self.context_source,
+            "prefillTokensPerStep": round(self.prefill_tokens_per_step, 1),
             "schedMs": self.sched_ms,
             "drafter": self.drafter.value,
             "draftMs": round(self.draft_ms, 4),
@@ -159,6 +163,21 @@ def with_context_length(model: StepCostModel, mean_context_tokens: float | None)
     if mean_context_tokens is None or mean_context_tokens <= 0:
         return model
     return replace(model, mean_context_tokens=mean_context_tokens, context_source="measured")
+
+
+def with_prefill(model: StepCostModel, tokens_per_step: float | None) -> StepCostModel:
+    """The same model with this many prompt tokens chunked into every step (None or <= 0: unchanged, none).
+
+    vLLM V1 schedules prefill chunks into the decode steps, so every step of a deployment that admits P prompt
+    tokens per second per engine carries P·T_step of them on average. Measured at the running config's step time
+    and held constant across K: a K that shortens the step also thins its prefill share, which this ignores (it
+    prices small K a little high). Found by the benchmark: with the context measured, the model read an 8B EAGLE-3
+    at batch 256 and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced
+    K = 1 +9.6% over K = 3, which the simulator measured 2% slower.
+    """
+    if tokens_per_step is None or tokens_per_step <= 0:
+        return model
+    return replace(model, prefill_tokens_per_step=tokens_per_step)
 
 
 def step_cost_model(preset: Preset) -> StepCostModel:

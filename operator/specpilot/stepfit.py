@@ -23,7 +23,7 @@ from typing import Any
 from specpilot.baseline import load_bucket
 from specpilot.measurements import Measurement
 from specpilot.promql import Signal
-from specpilot.schedule import StepCostModel, decode_context_tokens, with_context_length
+from specpilot.schedule import StepCostModel, decode_context_tokens, with_context_length, with_prefill
 
 MIN_SAMPLES = 6
 MIN_BUCKETS = 3
@@ -39,6 +39,7 @@ class StepSample:
     configured: bool  # speculation configured (its fixed overhead applies)
     step_ms: float
     context_tokens: float | None = None  # L̄ measured in that window (None: not measured, the prior's is used)
+    prefill_tokens: float | None = None  # prompt tokens per step in that window (None: not measured, none)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -49,17 +50,20 @@ class StepSample:
         }
         if self.context_tokens is not None:
             out["contextTokens"] = round(self.context_tokens, 1)
+        if self.prefill_tokens is not None:
+            out["prefillTokens"] = round(self.prefill_tokens, 1)
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StepSample:
-        context = raw.get("contextTokens")
+        context, prefill = raw.get("contextTokens"), raw.get("prefillTokens")
         return cls(
             float(raw["batch"]),
             int(raw["k"]),
             bool(raw["configured"]),
             float(raw["stepMs"]),
             None if context is None else float(context),
+            None if prefill is None else float(prefill),
         )
 
 
@@ -80,6 +84,18 @@ def mean_context_tokens(m: Mapping[str, Measurement]) -> float | None:
     return decode_context_tokens(prompt, mean_output_tokens(m))
 
 
+def prefill_tokens_per_step(m: Mapping[str, Measurement], step_ms: float) -> float | None:
+    """Prompt tokens chunked into each step of `step_ms` (schedule.with_prefill): finished requests per second times
+    their mean prompt, per engine (running requests over running requests per engine), times the step time. None
+    without a Valid request rate and mean prompt length."""
+    rate, prompt = _valid(m, Signal.REQUEST_RATE), _valid(m, Signal.MEAN_PROMPT_TOKENS)
+    if rate is None or prompt is None or rate <= 0 or prompt <= 0 or step_ms <= 0:
+        return None
+    running, batch = _valid(m, Signal.RUNNING_REQUESTS), _valid(m, Signal.BATCH_SIZE)
+    engines = running / batch if running is not None and batch is not None and running > 0 and batch > 0 else 1.0
+    return rate * prompt / max(engines, 1.0) * step_ms / 1000
+
+
 def _valid(m: Mapping[str, Measurement], signal: Signal) -> float | None:
     found = m.get(signal)
     return found.value if found is not None and found.valid else None
@@ -97,12 +113,15 @@ def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: 
     # rounded as to_dict rounds, so a sample read back from status equals the one in memory
     measured = mean_context_tokens(measurements)
     context = None if measured is None else round(measured, 1)
-    if not speculating:
-        return StepSample(round(batch, 2), 0, False, round(tpot * 1000, 3), context)
-    length = _valid(measurements, Signal.MEAN_ACCEPTANCE_LENGTH)
+    length = _valid(measurements, Signal.MEAN_ACCEPTANCE_LENGTH) if speculating else 1.0
     if length is None:
         return None
-    return StepSample(round(batch, 2), int(k_at(max(1, round(batch)))), True, round(tpot * 1000 * length, 3), context)
+    step_ms = round(tpot * 1000 * length, 3)
+    prefill = prefill_tokens_per_step(measurements, step_ms)
+    prefill = None if prefill is None else round(prefill, 1)
+    if not speculating:
+        return StepSample(round(batch, 2), 0, False, step_ms, context, prefill)
+    return StepSample(round(batch, 2), int(k_at(max(1, round(batch)))), True, step_ms, context, prefill)
 
 
 @dataclass(frozen=True)
@@ -134,7 +153,7 @@ def _features(prior: StepCostModel, s: StepSample) -> tuple[float, float, float]
     context that grew between windows is not read as a slower target."""
     batch = max(1, round(s.batch))
     fixed = 1 + prior.spec_fixed_fraction if s.configured else 1.0
-    at = with_context_length(prior, s.context_tokens)
+    at = with_prefill(with_context_length(prior, s.context_tokens), s.prefill_tokens)
     return at.verify_ms(batch, s.k) * fixed, at.draft_cost_ms(batch, s.k) * fixed, fixed
 
 
@@ -208,7 +227,9 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)
     errors = [
-        with_context_length(model, s.context_tokens).step_ms(max(1, round(s.batch)), s.k, configured=s.configured)
+        with_prefill(with_context_length(model, s.context_tokens), s.prefill_tokens).step_ms(
+            max(1, round(s.batch)), s.k, configured=s.configured
+        )
         / s.step_ms
         - 1
         for s in samples

@@ -43,6 +43,7 @@ from specpilot.schedule import (
     tokens_per_ms,
     with_context_length,
     with_output_length,
+    with_prefill,
 )
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
@@ -284,6 +285,21 @@ def test_the_consistency_check_with_long_contexts_needs_the_measured_context(
     assert f"predicts TPOT {predicted_ms:.2f} ms at batch 64, K=3; measured 12.56 ms" in note
     assert model.context_source == ("assumed" if measured_context is None else "measured")
     assert model.to_dict()["meanContextTokens"] == (measured_context or 1000.0)
+
+
+@pytest.mark.parametrize(("prefill", "k"), [(0.0, 1), (600.0, 3), (1100.0, 3)])
+def test_prefill_chunks_in_the_step_price_verification_tokens_cheaper(prefill: float, k: int) -> None:
+    """Found by the benchmark's decisions: 8B EAGLE-3 at batch 256 with 300-token prompts carries ~1,100 prompt
+    tokens in every step. Priced as pure decode steps, K = 1 beat K = 3 by 6%; with the prefill chunks the step is
+    compute-bound either way, and K = 3's extra tokens per step win (the simulator measured K = 3 2% faster)."""
+    profile = AcceptanceProfile(tuple((0.62 * 1.3) ** j for j in range(1, 4)), "synthetic")
+    model = with_prefill(with_context_length(LLAMA8B_H100, 400.0), prefill)
+    engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "ctx", 512, speculation=SpecConfig("eagle3", 3)), seed=1)
+    for j in (1, 2, 3):
+        truth = engine.step_ms(256 * (j + 1) + round(prefill), 256 * 400, 256, j)
+        assert model.step_ms(256, j) == pytest.approx(truth, rel=1e-9), "the simulator's step, prefill chunks and all"
+    assert best_k(profile, model, 256, max_k=3, prefer_within=0.01) == k
+    assert model.to_dict()["prefillTokensPerStep"] == prefill
 
 
 def test_predicted_gain_weighs_the_observed_load() -> None:

@@ -116,25 +116,31 @@ def test_windows_are_priced_at_the_context_they_ran_with(recorded: bool, verify_
 
 
 @pytest.mark.parametrize(
-    ("prompt", "output_rate", "context"),
+    ("prompt", "output_rate", "running", "context", "prefill"),
     [
-        (8000.0, 1200.0, 8300.0),  # 2 requests/s generating 1200 tokens/s: 600 per response, half of it on top
-        (8000.0, None, 8000.0),  # no output length: the prompt alone
-        (None, 1200.0, None),  # no prompt length: not measured, the profile's L-bar stays
+        # 2 requests/s generating 1200 tokens/s: 600 per response, half of it on top of the prompt; 16 prompt
+        # tokens/ms over a 25 ms step (TPOT 10 ms x 2.5 tokens per step)
+        (8000.0, 1200.0, None, 8300.0, 400.0),
+        (8000.0, 1200.0, 40.0, 8300.0, 200.0),  # 40 running at 20 per engine: two engines share the prompts
+        (8000.0, None, None, 8000.0, 400.0),  # no output length: the prompt alone
+        (None, 1200.0, None, None, None),  # no prompt length: neither measured, the profile's stays
     ],
 )
-def test_a_window_records_the_context_it_ran_with(
-    prompt: float | None, output_rate: float | None, context: float | None
+def test_a_window_records_the_prompt_lengths_it_ran_with(
+    prompt: float | None, output_rate: float | None, running: float | None, context: float | None, prefill: float | None
 ) -> None:
     window = tp.observed(batch=20, tpot_s=0.010)
     window[Signal.MEAN_ACCEPTANCE_LENGTH] = tp.m(Signal.MEAN_ACCEPTANCE_LENGTH, 2.5)
     window[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, 2.0)
-    if prompt is not None:
-        window[Signal.MEAN_PROMPT_TOKENS] = tp.m(Signal.MEAN_PROMPT_TOKENS, prompt)
-    if output_rate is not None:
-        window[Signal.GENERATION_TOKEN_RATE] = tp.m(Signal.GENERATION_TOKEN_RATE, output_rate)
+    for signal, value in (
+        (Signal.MEAN_PROMPT_TOKENS, prompt),
+        (Signal.GENERATION_TOKEN_RATE, output_rate),
+        (Signal.RUNNING_REQUESTS, running),
+    ):
+        if value is not None:
+            window[signal] = tp.m(signal, value)
     sample = sample_from_window(window, speculating=True, k_at=lambda b: 3)
-    assert sample == StepSample(20, 3, True, 25.0, context)
+    assert sample == StepSample(20, 3, True, 25.0, context, prefill)
     assert StepSample.from_dict(sample.to_dict()) == sample
     assert ("contextTokens" in sample.to_dict()) is (context is not None), "status written before stays readable"
 
