@@ -84,13 +84,20 @@ class StepCostModel:
     prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
 
     def verify_ms(self, batch: int, k: int, *, prefill: bool = True) -> float:
-        """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step."""
-        tokens = batch * (k + 1) + (self.prefill_tokens_per_step if prefill else 0.0)
+        """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step.
+
+        The prefill is spread over every step, but the CUDA-graph cliff is judged on the verified tokens alone:
+        prompts arrive in some steps, not all (about half of them for 8B at 20 QPS in the simulator), and spreading
+        them would push a decode batch just under the capture limit (K = 1 at batch 255: 510 tokens) over the cliff
+        in every step, pricing it 6% slow where the simulator pays the cliff only in the steps that carry a prompt.
+        """
+        verified = batch * (k + 1)
+        tokens = verified + (self.prefill_tokens_per_step if prefill else 0.0)
         bend = math.pow(1 + math.pow(tokens / self.ridge_tokens, self.ridge_sharpness), 1 / self.ridge_sharpness)
         roof = self.verify_base_ms * bend
         cliff = (
             self.eager_penalty_ms
-            if self.capture_limit_tokens is not None and tokens > self.capture_limit_tokens
+            if self.capture_limit_tokens is not None and verified > self.capture_limit_tokens
             else 0.0
         )
         return roof + self.kv_read_ns_per_token * 1e-6 * batch * self.mean_context_tokens + cliff

@@ -297,7 +297,10 @@ def test_prefill_chunks_in_the_step_price_verification_tokens_cheaper(prefill: f
     engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "ctx", 512, speculation=SpecConfig("eagle3", 3)), seed=1)
     for j in (1, 2, 3):
         truth = engine.step_ms(256 * (j + 1) + round(prefill), 256 * 400, 256, j)
-        assert model.step_ms(256, j) == pytest.approx(truth, rel=1e-9), "the simulator's step, prefill chunks and all"
+        # the simulator's step carrying that much prefill, except the CUDA-graph cliff, which the model leaves to
+        # the verified tokens (K = 1 at batch 256 fills the 512 captured exactly; a step with a prompt pays 3 ms more)
+        cliff = SIM_8B.eager_penalty_ms * (1 + model.spec_fixed_fraction) if prefill and j == 1 else 0.0
+        assert model.step_ms(256, j) == pytest.approx(truth - cliff, rel=1e-9)
     assert best_k(profile, model, 256, max_k=3, prefer_within=0.01) == k
     assert model.to_dict()["prefillTokensPerStep"] == prefill
 
