@@ -588,8 +588,9 @@ def with_measured_context(inputs: PolicyInputs) -> PolicyInputs:
     model = with_context_length(inputs.fit.model, mean_context_tokens(m))
     tpot = valid_value(m, Signal.TPOT_MEAN)
     per_step = valid_value(m, Signal.MEAN_ACCEPTANCE_LENGTH) if inputs.current.enabled else 1.0
-    if tpot is not None and per_step is not None:
-        model = with_prefill(model, prefill_tokens_per_step(m, tpot * 1000 * per_step))
+    batch = valid_value(m, Signal.BATCH_SIZE)
+    if tpot is not None and per_step is not None and batch is not None:
+        model = with_prefill(model, prefill_tokens_per_step(m, tpot * 1000 * per_step), max(1, round(batch)))
     return inputs if model is inputs.fit.model else replace(inputs, fit=replace(inputs.fit, model=model))
 
 

@@ -82,6 +82,7 @@ class StepCostModel:
     eager_penalty_ms: float  # extra step time beyond the capture limit
     context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
     prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
+    prefill_batch: float = 1.0  # the batch size prefill_tokens_per_step was measured at; it scales with the batch
 
     def verify_ms(self, batch: int, k: int, *, prefill: bool = True) -> float:
         """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step.
@@ -92,7 +93,8 @@ class StepCostModel:
         in every step, pricing it 6% slow where the simulator pays the cliff only in the steps that carry a prompt.
         """
         verified = batch * (k + 1)
-        tokens = verified + (self.prefill_tokens_per_step if prefill else 0.0)
+        chunked = self.prefill_tokens_per_step * batch / self.prefill_batch if prefill else 0.0
+        tokens = verified + chunked
         bend = math.pow(1 + math.pow(tokens / self.ridge_tokens, self.ridge_sharpness), 1 / self.ridge_sharpness)
         roof = self.verify_base_ms * bend
         cliff = (
@@ -132,6 +134,7 @@ class StepCostModel:
             "meanContextTokens": round(self.mean_context_tokens, 1),
             "meanContextSource": self.context_source,
             "prefillTokensPerStep": round(self.prefill_tokens_per_step, 1),
+            "prefillAtBatch": round(self.prefill_batch, 2),
             "schedMs": self.sched_ms,
             "drafter": self.drafter.value,
             "draftMs": round(self.draft_ms, 4),
@@ -172,19 +175,26 @@ def with_context_length(model: StepCostModel, mean_context_tokens: float | None)
     return replace(model, mean_context_tokens=mean_context_tokens, context_source="measured")
 
 
-def with_prefill(model: StepCostModel, tokens_per_step: float | None) -> StepCostModel:
+def with_prefill(model: StepCostModel, tokens_per_step: float | None, batch: float = 1.0) -> StepCostModel:
     """The same model with this many prompt tokens chunked into every step (None or <= 0: unchanged, none).
 
     vLLM V1 schedules prefill chunks into the decode steps, so every step of a deployment that admits P prompt
     tokens per second per engine carries P·T_step of them on average. Measured at the running config's step time
-    and held constant across K: a K that shortens the step also thins its prefill share, which this ignores (it
-    prices small K a little high). Found by the benchmark: with the context measured, the model read an 8B EAGLE-3
-    at batch 256 and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced
-    K = 1 +9.6% over K = 3, which the simulator measured 2% slower.
+    and batch `batch`, held constant across K (a K that shortens the step also thins its prefill share, which this
+    ignores: it prices small K a little high) and scaled in proportion to the batch size: by Little's law each
+    running request brings P̄/n̄ prompt tokens per token it emits, so a step of B requests carries about
+    B·E·P̄/n̄ (the simulator at batch 255: 260 and 199 prompt tokens per step at K = 3 and 1, this formula 260 and
+    196).
+
+    Found by the benchmark: with the context measured but no prefill, the model read an 8B EAGLE-3 at batch 256
+    and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced K = 1 +9.6%
+    over K = 3, which the simulator measured 2% slower. And held at the peak's ~380 tokens for every batch size of
+    a day's load mix (not scaled), it priced the low-load hours as compute-bound and hid a 70B refit's gain at the
+    peak (diurnal).
     """
     if tokens_per_step is None or tokens_per_step <= 0:
         return model
-    return replace(model, prefill_tokens_per_step=tokens_per_step)
+    return replace(model, prefill_tokens_per_step=tokens_per_step, prefill_batch=max(batch, 1.0))
 
 
 def step_cost_model(preset: Preset) -> StepCostModel:

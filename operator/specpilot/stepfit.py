@@ -153,7 +153,7 @@ def _features(prior: StepCostModel, s: StepSample) -> tuple[float, float, float]
     context that grew between windows is not read as a slower target."""
     batch = max(1, round(s.batch))
     fixed = 1 + prior.spec_fixed_fraction if s.configured else 1.0
-    at = with_prefill(with_context_length(prior, s.context_tokens), s.prefill_tokens)
+    at = with_prefill(with_context_length(prior, s.context_tokens), s.prefill_tokens, batch)
     return at.verify_ms(batch, s.k) * fixed, at.draft_cost_ms(batch, s.k) * fixed, fixed
 
 
@@ -227,7 +227,7 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)
     errors = [
-        with_prefill(with_context_length(model, s.context_tokens), s.prefill_tokens).step_ms(
+        with_prefill(with_context_length(model, s.context_tokens), s.prefill_tokens, max(1, round(s.batch))).step_ms(
             max(1, round(s.batch)), s.k, configured=s.configured
         )
         / s.step_ms

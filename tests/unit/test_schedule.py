@@ -293,7 +293,7 @@ def test_prefill_chunks_in_the_step_price_verification_tokens_cheaper(prefill: f
     tokens in every step. Priced as pure decode steps, K = 1 beat K = 3 by 6%; with the prefill chunks the step is
     compute-bound either way, and K = 3's extra tokens per step win (the simulator measured K = 3 2% faster)."""
     profile = AcceptanceProfile(tuple((0.62 * 1.3) ** j for j in range(1, 4)), "synthetic")
-    model = with_prefill(with_context_length(LLAMA8B_H100, 400.0), prefill)
+    model = with_prefill(with_context_length(LLAMA8B_H100, 400.0), prefill, 256)
     engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "ctx", 512, speculation=SpecConfig("eagle3", 3)), seed=1)
     for j in (1, 2, 3):
         truth = engine.step_ms(256 * (j + 1) + round(prefill), 256 * 400, 256, j)
@@ -303,6 +303,10 @@ def test_prefill_chunks_in_the_step_price_verification_tokens_cheaper(prefill: f
         assert model.step_ms(256, j) == pytest.approx(truth - cliff, rel=1e-9)
     assert best_k(profile, model, 256, max_k=3, prefer_within=0.01) == k
     assert model.to_dict()["prefillTokensPerStep"] == prefill
+    half = model.verify_ms(128, 3) - replace(model, prefill_tokens_per_step=prefill / 2, prefill_batch=128).verify_ms(
+        128, 3
+    )
+    assert half == pytest.approx(0.0), "half the batch, half the prompts per step (Little's law)"
 
 
 def test_predicted_gain_weighs_the_observed_load() -> None:
