@@ -79,10 +79,20 @@ from specpilot.schedule import (
     profile_geometric,
     schedule_text,
     speedup,
+    with_context_length,
     with_output_length,
+    with_prefill,
 )
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
-from specpilot.stepfit import StepSample, add_sample, fit_step_cost, sample_from_window
+from specpilot.stepfit import (
+    StepSample,
+    add_sample,
+    fit_step_cost,
+    mean_context_tokens,
+    mean_output_tokens,
+    prefill_tokens_per_step,
+    sample_from_window,
+)
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
     SpeculationIntent,
@@ -561,10 +571,27 @@ def propose(inputs: PolicyInputs, state: PolicyState, now: datetime, *, probe_no
 
     `probe_now` lets a one-shot reevaluate token start a due-or-not probe.
     """
+    inputs = with_measured_context(inputs)
     evidence = _evidence(inputs)
     if inputs.current.enabled:
         return _propose_while_on(inputs, state, now, evidence)
     return _propose_while_off(inputs, state, now, evidence, probe_now=probe_now)
+
+
+def with_measured_context(inputs: PolicyInputs) -> PolicyInputs:
+    """The cost model priced at this window's measured prompt lengths, for every use below (the consistency check,
+    the speed prediction, the fit and the K = 0 comparison): the mean context of the KV reads
+    (stepfit.mean_context_tokens) instead of the profile's assumed one, and the prompt tokens chunked into each
+    step (stepfit.prefill_tokens_per_step) at the running config's measured step time (mean TPOT x tokens per step).
+    Unchanged when the window has no Valid mean prompt length."""
+    m = inputs.measurements
+    model = with_context_length(inputs.fit.model, mean_context_tokens(m))
+    tpot = valid_value(m, Signal.TPOT_MEAN)
+    per_step = valid_value(m, Signal.MEAN_ACCEPTANCE_LENGTH) if inputs.current.enabled else 1.0
+    batch = valid_value(m, Signal.BATCH_SIZE)
+    if tpot is not None and per_step is not None and batch is not None:
+        model = with_prefill(model, prefill_tokens_per_step(m, tpot * 1000 * per_step), max(1, round(batch)))
+    return inputs if model is inputs.fit.model else replace(inputs, fit=replace(inputs.fit, model=model))
 
 
 def _keep(inputs: PolicyInputs, reason: str, evidence: dict[str, Any]) -> Proposal:
@@ -860,14 +887,6 @@ def _acceptance_profile(inputs: PolicyInputs, acceptance: float) -> tuple[Accept
             profile = replace(profile, source=f"{profile.source}; {corrected.note}")
         return profile, ""
     return profile_from_positions(measured, max_k), ""
-
-
-def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
-    """Tokens per response in the window: generated tokens per second over finished requests per second."""
-    tokens, requests = valid_value(m, Signal.GENERATION_TOKEN_RATE), valid_value(m, Signal.REQUEST_RATE)
-    if tokens is None or requests is None or requests <= 0 or tokens <= 0:
-        return None
-    return tokens / requests
 
 
 def _speed(inputs: PolicyInputs, state: PolicyState, now: datetime) -> SpeedVerdict:

@@ -58,6 +58,7 @@ class Signal(StrEnum):
     REQUESTS_IN_WINDOW = "requests_in_window"
     OUTPUT_SHORT_FRACTION = "output_short_fraction"
     OUTPUT_TOKENS_P50 = "output_tokens_p50"
+    MEAN_PROMPT_TOKENS = "mean_prompt_tokens"
 
 
 # The evidence gates: a measurement listed here is NoData unless its gate counted enough samples in the same window.
@@ -74,6 +75,7 @@ EVIDENCE_GATES: dict[Signal, Signal] = {
     Signal.E2E_P99: Signal.REQUESTS_IN_WINDOW,
     Signal.OUTPUT_SHORT_FRACTION: Signal.REQUESTS_IN_WINDOW,
     Signal.OUTPUT_TOKENS_P50: Signal.REQUESTS_IN_WINDOW,
+    Signal.MEAN_PROMPT_TOKENS: Signal.REQUESTS_IN_WINDOW,
 }
 
 # Latency signals by spec.autotune.latency.metric value.
@@ -440,6 +442,18 @@ def output_tokens_p50(names: MetricNames, scope: Selection, window: Window) -> Q
     return quantile(Signal.OUTPUT_TOKENS_P50, 0.5, names.request_generation_tokens, scope, window)
 
 
+def mean_prompt_tokens(names: MetricNames, scope: Selection, window: Window) -> Query:
+    """Mean prompt length of the requests finished in the window (the prompt-token histogram's sum over its count).
+
+    The histogram, not `vllm:prompt_tokens_total` over `request_rate`: it observes each finished request's whole
+    prompt once, so numerator and denominator count the same requests, while the counter counts prefill work as it
+    is done (at the start of other requests than the window finished; newer versions split it by cache source). The
+    cost model wants the context a decode step attends over, which is the whole prompt, cached or not.
+    """
+    hist = names.request_prompt_tokens
+    return Query(Signal.MEAN_PROMPT_TOKENS, _ratio(f"{hist}_sum", f"{hist}_count", scope, window), "tokens")
+
+
 def build_queries(
     names: MetricNames,
     scope: Selection,
@@ -471,4 +485,5 @@ def build_queries(
         kv_cache_usage(names, scope, window),
         output_short_fraction(names, scope, window, short_output_tokens, max_model_len),
         output_tokens_p50(names, scope, window),
+        mean_prompt_tokens(names, scope, window),
     )

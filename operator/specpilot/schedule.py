@@ -9,7 +9,10 @@ What is measured and what is assumed:
   load.
 - Assumed (inputs, `StepCostModel`): the step time T(B, k) of the target + drafter, the smooth roofline of
   performance.md §2.2 (2): T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
-  plus the drafter term of §2.4 and the scheduler overhead. The numbers are a calibrated simulator preset's
+  plus the drafter term of §2.4 and the scheduler overhead. L̄ is measured when Prometheus has it
+  (`with_context_length`: mean prompt plus half the mean output of the window's finished requests), else
+  MEAN_CONTEXT_TOKENS is assumed; N also counts the prompt tokens chunked into each step, when measured
+  (`with_prefill`). The numbers are a calibrated simulator preset's
   (`step_cost_model`), chosen per deployment by costprofile.py (`llama8b-h100` when nothing chooses); with
   both TPOTs at hand the drafter cost is rescaled so the model's step-time ratio T(B,k)/T(B,off) matches the measured
   one, and a model whose predicted TPOT is off by more than `model_tolerance` blocks any change.
@@ -77,14 +80,26 @@ class StepCostModel:
     spec_fixed_fraction: float  # cost of having speculation configured at all, even in steps with K = 0
     capture_limit_tokens: int | None  # CUDA-graph capture limit; None ignores the cliff
     eager_penalty_ms: float  # extra step time beyond the capture limit
+    context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
+    prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
+    prefill_batch: float = 1.0  # the batch size prefill_tokens_per_step was measured at; it scales with the batch
 
-    def verify_ms(self, batch: int, k: int) -> float:
-        tokens = batch * (k + 1)
+    def verify_ms(self, batch: int, k: int, *, prefill: bool = True) -> float:
+        """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step.
+
+        The prefill is spread over every step, but the CUDA-graph cliff is judged on the verified tokens alone:
+        prompts arrive in some steps, not all (about half of them for 8B at 20 QPS in the simulator), and spreading
+        them would push a decode batch just under the capture limit (K = 1 at batch 255: 510 tokens) over the cliff
+        in every step, pricing it 6% slow where the simulator pays the cliff only in the steps that carry a prompt.
+        """
+        verified = batch * (k + 1)
+        chunked = self.prefill_tokens_per_step * batch / self.prefill_batch if prefill else 0.0
+        tokens = verified + chunked
         bend = math.pow(1 + math.pow(tokens / self.ridge_tokens, self.ridge_sharpness), 1 / self.ridge_sharpness)
         roof = self.verify_base_ms * bend
         cliff = (
             self.eager_penalty_ms
-            if self.capture_limit_tokens is not None and tokens > self.capture_limit_tokens
+            if self.capture_limit_tokens is not None and verified > self.capture_limit_tokens
             else 0.0
         )
         return roof + self.kv_read_ns_per_token * 1e-6 * batch * self.mean_context_tokens + cliff
@@ -98,7 +113,7 @@ class StepCostModel:
         if self.drafter is Drafter.PARALLEL:
             return self.draft_ms + self.draft_ms_per_request * batch * k + kv
         if self.drafter is Drafter.DRAFT_MODEL:
-            return k * self.draft_model_cost_ratio * self.verify_ms(batch, 0)
+            return k * self.draft_model_cost_ratio * self.verify_ms(batch, 0, prefill=False)
         return self.lookup_fraction * self.verify_ms(batch, k)
 
     def step_ms(self, batch: int, k: int, *, configured: bool = True) -> float:
@@ -116,7 +131,10 @@ class StepCostModel:
             "ridgeTokens": self.ridge_tokens,
             "ridgeSharpness": self.ridge_sharpness,
             "kvReadNsPerToken": self.kv_read_ns_per_token,
-            "meanContextTokens": self.mean_context_tokens,
+            "meanContextTokens": round(self.mean_context_tokens, 1),
+            "meanContextSource": self.context_source,
+            "prefillTokensPerStep": round(self.prefill_tokens_per_step, 1),
+            "prefillAtBatch": round(self.prefill_batch, 2),
             "schedMs": self.sched_ms,
             "drafter": self.drafter.value,
             "draftMs": round(self.draft_ms, 4),
@@ -129,7 +147,54 @@ class StepCostModel:
         }
 
 
-MEAN_CONTEXT_TOKENS = 1000.0  # L̄ of the operator's step model, an assumption (the simulator tracks real contexts)
+MEAN_CONTEXT_TOKENS = 1000.0  # L̄ of the operator's step model where nothing measured it (with_context_length)
+
+
+def decode_context_tokens(mean_prompt_tokens: float, mean_output_tokens: float | None) -> float:
+    """L̄, the mean context a decode step attends over, from the mean prompt and output lengths of finished requests.
+
+    A request of prompt P and output n attends over P + i tokens at its i-th decode step, so over its decode it
+    averages P + n/2. Weighting every request alike (what two means allow) gives P̄ + n̄/2. The true per-step mean
+    weights long responses more (they run more steps): with lengths independent it is P̄ + E[n²]/(2n̄), larger by
+    Var(n)/(2n̄), about n̄/2 more for the log-normal outputs of chat traffic. The error leans toward a cheaper KV
+    term, and it matters only where outputs are long next to prompts, where the KV term is small anyway.
+    Without a measured output length, the prompt alone.
+    """
+    return mean_prompt_tokens + (mean_output_tokens / 2 if mean_output_tokens is not None else 0.0)
+
+
+def with_context_length(model: StepCostModel, mean_context_tokens: float | None) -> StepCostModel:
+    """The same model with L̄ measured for this deployment (None or <= 0: unchanged, MEAN_CONTEXT_TOKENS assumed).
+
+    Found by the benchmark (long-context, 8B EAGLE-3 K=3, prompts growing to ~8k tokens): at the assumed 1000
+    tokens the model predicted TPOT 5.4 ms against 16.1 ms measured, so the consistency check refused every fit
+    and every cost-model prediction, and the acceptance gate switched speculation off with nothing to weigh it.
+    """
+    if mean_context_tokens is None or mean_context_tokens <= 0:
+        return model
+    return replace(model, mean_context_tokens=mean_context_tokens, context_source="measured")
+
+
+def with_prefill(model: StepCostModel, tokens_per_step: float | None, batch: float = 1.0) -> StepCostModel:
+    """The same model with this many prompt tokens chunked into every step (None or <= 0: unchanged, none).
+
+    vLLM V1 schedules prefill chunks into the decode steps, so every step of a deployment that admits P prompt
+    tokens per second per engine carries P·T_step of them on average. Measured at the running config's step time
+    and batch `batch`, held constant across K (a K that shortens the step also thins its prefill share, which this
+    ignores: it prices small K a little high) and scaled in proportion to the batch size: by Little's law each
+    running request brings P̄/n̄ prompt tokens per token it emits, so a step of B requests carries about
+    B·E·P̄/n̄ (the simulator at batch 255: 260 and 199 prompt tokens per step at K = 3 and 1, this formula 260 and
+    196).
+
+    Found by the benchmark: with the context measured but no prefill, the model read an 8B EAGLE-3 at batch 256
+    and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced K = 1 +9.6%
+    over K = 3, which the simulator measured 2% slower. And held at the peak's ~380 tokens for every batch size of
+    a day's load mix (not scaled), it priced the low-load hours as compute-bound and hid a 70B refit's gain at the
+    peak (diurnal).
+    """
+    if tokens_per_step is None or tokens_per_step <= 0:
+        return model
+    return replace(model, prefill_tokens_per_step=tokens_per_step, prefill_batch=max(batch, 1.0))
 
 
 def step_cost_model(preset: Preset) -> StepCostModel:

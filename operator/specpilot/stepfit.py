@@ -1,8 +1,10 @@
 """The step-cost curve T(B, k) fitted online from the deployment's own windows (pure; performance.md §2.4).
 
-Each settled evaluation window gives one point without any new query: the step time is the mean time per output
-token times the tokens one step emits, T = TPOT_mean x E (E = mean acceptance length with speculation, 1 without),
-at the window's batch (running requests per engine) and the K the running intent uses at that batch. The fit keeps
+Each settled evaluation window gives one point from the measurements every evaluation takes: the step time is the
+mean time per output token times the tokens one step emits, T = TPOT_mean x E (E = mean acceptance length with
+speculation, 1 without), at the window's batch (running requests per engine), the K the running intent uses at that
+batch, and the window's measured mean context (mean_context_tokens), so windows of different context lengths are
+each priced at their own. The fit keeps
 the assumed profile's shape (smooth roofline for the target, the method's drafter term, scheduler overhead) and
 solves three scales for this hardware and model: verify alpha, drafter beta and per-step overhead gamma, by least
 squares on relative error with a weak pull toward the profile, so a term the data cannot see (the drafter, while
@@ -21,7 +23,7 @@ from typing import Any
 from specpilot.baseline import load_bucket
 from specpilot.measurements import Measurement
 from specpilot.promql import Signal
-from specpilot.schedule import StepCostModel
+from specpilot.schedule import StepCostModel, decode_context_tokens, with_context_length, with_prefill
 
 MIN_SAMPLES = 6
 MIN_BUCKETS = 3
@@ -36,18 +38,67 @@ class StepSample:
     k: int  # tokens proposed per step at this batch (0: plain or K = 0)
     configured: bool  # speculation configured (its fixed overhead applies)
     step_ms: float
+    context_tokens: float | None = None  # L̄ measured in that window (None: not measured, the prior's is used)
+    prefill_tokens: float | None = None  # prompt tokens per step in that window (None: not measured, none)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "batch": round(self.batch, 2),
             "k": self.k,
             "configured": self.configured,
             "stepMs": round(self.step_ms, 3),
         }
+        if self.context_tokens is not None:
+            out["contextTokens"] = round(self.context_tokens, 1)
+        if self.prefill_tokens is not None:
+            out["prefillTokens"] = round(self.prefill_tokens, 1)
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StepSample:
-        return cls(float(raw["batch"]), int(raw["k"]), bool(raw["configured"]), float(raw["stepMs"]))
+        context, prefill = raw.get("contextTokens"), raw.get("prefillTokens")
+        return cls(
+            float(raw["batch"]),
+            int(raw["k"]),
+            bool(raw["configured"]),
+            float(raw["stepMs"]),
+            None if context is None else float(context),
+            None if prefill is None else float(prefill),
+        )
+
+
+def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
+    """Tokens per response in the window: generated tokens per second over finished requests per second."""
+    tokens, requests = _valid(m, Signal.GENERATION_TOKEN_RATE), _valid(m, Signal.REQUEST_RATE)
+    if tokens is None or requests is None or requests <= 0 or tokens <= 0:
+        return None
+    return tokens / requests
+
+
+def mean_context_tokens(m: Mapping[str, Measurement]) -> float | None:
+    """L̄ of the window (schedule.decode_context_tokens) from the measured mean prompt and output lengths; None
+    without a Valid mean prompt length (the cost model then keeps its assumed L̄)."""
+    prompt = _valid(m, Signal.MEAN_PROMPT_TOKENS)
+    if prompt is None or prompt <= 0:
+        return None
+    return decode_context_tokens(prompt, mean_output_tokens(m))
+
+
+def prefill_tokens_per_step(m: Mapping[str, Measurement], step_ms: float) -> float | None:
+    """Prompt tokens chunked into each step of `step_ms` (schedule.with_prefill): finished requests per second times
+    their mean prompt, per engine (running requests over running requests per engine), times the step time. None
+    without a Valid request rate and mean prompt length."""
+    rate, prompt = _valid(m, Signal.REQUEST_RATE), _valid(m, Signal.MEAN_PROMPT_TOKENS)
+    if rate is None or prompt is None or rate <= 0 or prompt <= 0 or step_ms <= 0:
+        return None
+    running, batch = _valid(m, Signal.RUNNING_REQUESTS), _valid(m, Signal.BATCH_SIZE)
+    engines = running / batch if running is not None and batch is not None and running > 0 and batch > 0 else 1.0
+    return rate * prompt / max(engines, 1.0) * step_ms / 1000
+
+
+def _valid(m: Mapping[str, Measurement], signal: Signal) -> float | None:
+    found = m.get(signal)
+    return found.value if found is not None and found.valid else None
 
 
 def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: bool, k_at: Any) -> StepSample | None:
@@ -56,19 +107,21 @@ def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: 
     `k_at(batch) -> int` is the K the running intent uses at that batch.
     """
 
-    def valid(signal: Signal) -> float | None:
-        m = measurements.get(signal)
-        return m.value if m is not None and m.valid else None
-
-    tpot, batch = valid(Signal.TPOT_MEAN), valid(Signal.BATCH_SIZE)
+    tpot, batch = _valid(measurements, Signal.TPOT_MEAN), _valid(measurements, Signal.BATCH_SIZE)
     if tpot is None or batch is None or batch < 1 or tpot <= 0:
         return None
-    if not speculating:  # rounded as to_dict rounds, so a sample read back from status equals the one in memory
-        return StepSample(round(batch, 2), 0, False, round(tpot * 1000, 3))
-    length = valid(Signal.MEAN_ACCEPTANCE_LENGTH)
+    # rounded as to_dict rounds, so a sample read back from status equals the one in memory
+    measured = mean_context_tokens(measurements)
+    context = None if measured is None else round(measured, 1)
+    length = _valid(measurements, Signal.MEAN_ACCEPTANCE_LENGTH) if speculating else 1.0
     if length is None:
         return None
-    return StepSample(round(batch, 2), int(k_at(max(1, round(batch)))), True, round(tpot * 1000 * length, 3))
+    step_ms = round(tpot * 1000 * length, 3)
+    prefill = prefill_tokens_per_step(measurements, step_ms)
+    prefill = None if prefill is None else round(prefill, 1)
+    if not speculating:
+        return StepSample(round(batch, 2), 0, False, step_ms, context, prefill)
+    return StepSample(round(batch, 2), int(k_at(max(1, round(batch)))), True, step_ms, context, prefill)
 
 
 @dataclass(frozen=True)
@@ -96,9 +149,12 @@ class StepFit:
 
 
 def _features(prior: StepCostModel, s: StepSample) -> tuple[float, float, float]:
+    """The prior's terms at the sample's batch, K and context: each window is priced at the L̄ it ran with, so a
+    context that grew between windows is not read as a slower target."""
     batch = max(1, round(s.batch))
     fixed = 1 + prior.spec_fixed_fraction if s.configured else 1.0
-    return prior.verify_ms(batch, s.k) * fixed, prior.draft_cost_ms(batch, s.k) * fixed, fixed
+    at = with_prefill(with_context_length(prior, s.context_tokens), s.prefill_tokens, batch)
+    return at.verify_ms(batch, s.k) * fixed, at.draft_cost_ms(batch, s.k) * fixed, fixed
 
 
 def scaled(prior: StepCostModel, alpha: float, beta: float, gamma: float) -> StepCostModel:
@@ -170,7 +226,14 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
             f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms): profile used",
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)
-    errors = [model.step_ms(max(1, round(s.batch)), s.k, configured=s.configured) / s.step_ms - 1 for s in samples]
+    errors = [
+        with_prefill(with_context_length(model, s.context_tokens), s.prefill_tokens, max(1, round(s.batch))).step_ms(
+            max(1, round(s.batch)), s.k, configured=s.configured
+        )
+        / s.step_ms
+        - 1
+        for s in samples
+    ]
     rms = math.sqrt(sum(e * e for e in errors) / n)
     shown = f"verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms; RMS error {rms:.1%} on {n} windows"
     if rms > MAX_ERROR:

@@ -99,6 +99,8 @@ REQUESTS, GENERATED = 100, 310
 # (310 in all, as generation_tokens_total) -> all <= 50 tokens, median 2 + 3 x 40/90 = 3.333
 GENERATION_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
 GENERATION_OBSERVATIONS = {1.0: 10, 5.0: 90}
+# Prompt tokens per request (same 1-2-5 buckets): 20 of 300, 80 of 850 on average -> mean 74,000 / 100 = 740
+PROMPT_OBSERVATIONS, PROMPT_SUM = {500.0: 20, 1000.0: 80}, 74_000.0
 RUNNING, WAITING, KV_USAGE = 8, 2, 0.25
 
 
@@ -226,6 +228,15 @@ class FakeVllm:
                 GENERATION_BUCKETS,
                 GENERATION_OBSERVATIONS,
                 GENERATED,
+                n,
+            )
+            lines += _histogram(
+                "vllm:request_prompt_tokens",
+                "Number of prefill tokens processed.",
+                e,
+                GENERATION_BUCKETS,
+                PROMPT_OBSERVATIONS,
+                PROMPT_SUM,
                 n,
             )
             lines += _histogram(

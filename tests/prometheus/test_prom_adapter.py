@@ -127,6 +127,7 @@ EXACT = {
     Signal.PREEMPTION_RATE: 0.0,
     Signal.OUTPUT_SHORT_FRACTION: 1.0,
     Signal.OUTPUT_TOKENS_P50: 2 + 3 * 40 / 90,
+    Signal.MEAN_PROMPT_TOKENS: 740.0,  # the histogram's sum over its count, not a bucket interpolation
 }
 
 

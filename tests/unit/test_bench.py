@@ -67,13 +67,17 @@ def test_operator_measurements_over_simulated_scrapes() -> None:
     engine = Engine(EngineConfig(LLAMA8B_H100, version, "bench", 256, speculation=SpecConfig("eagle3", 3)), seed=1)
     history = ScrapeHistory()
     next_scrape, n = 15.0, 0
+    finished: dict[float, tuple[int, int]] = {}  # scrape time -> (prompt tokens, requests) finished so far
+    prompts, done = 0, 0
     while engine.now < 600:
-        while n * 0.1 <= engine.now:  # 10 QPS
-            engine.submit(SimRequest(f"r{n}", n * 0.1, 200, 150))
+        while n * 0.1 <= engine.now:  # 10 QPS, prompts of 200..600 tokens
+            engine.submit(SimRequest(f"r{n}", n * 0.1, 200 + 100 * (n % 5), 150))
             n += 1
-        engine.step()
+        for r in engine.step().finished:
+            prompts, done = prompts + r.prompt_tokens, done + 1
         while next_scrape <= engine.now:
             history.add(snapshot(engine.metrics, next_scrape))
+            finished[next_scrape] = (prompts, done)
             next_scrape += 15.0
     spec = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192)
     scope = Scope("bench", "bench", "sim")
@@ -89,6 +93,11 @@ def test_operator_measurements_over_simulated_scrapes() -> None:
     assert m[Signal.TPOT_P99].valid
     assert m[Signal.TPOT_MEAN].valid
     assert [k for k, _ in m[Signal.ACCEPTANCE_BY_POSITION].by_label] == ["0", "1", "2"]
+    # the real query's semantics (histogram sum rate over count rate): the mean prompt of the requests that
+    # finished between the window's first and last scrape, not of those that arrived or started in it
+    first, last = finished[min(t for t in finished if t > 600 - window.seconds)], finished[600.0]
+    assert m[Signal.MEAN_PROMPT_TOKENS].valid
+    assert m[Signal.MEAN_PROMPT_TOKENS].value == pytest.approx((last[0] - first[0]) / (last[1] - first[1]))
 
 
 def test_goodput_counts_only_requests_within_both_slos() -> None:

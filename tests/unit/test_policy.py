@@ -738,6 +738,39 @@ def test_threshold_tuning_off_or_pinned(autotune: dict[str, Any]) -> None:
     assert "threshold" not in decision.evidence
 
 
+@pytest.mark.parametrize(
+    ("prompt_tokens", "context", "source", "verdict"),
+    [
+        (8000.0, 8300.0, "measured", "(consistent)"),  # 8k prompts + 600-token responses: L-bar 8000 + 600/2
+        (None, 1000.0, "assumed", "off by more than x2"),  # nothing measured: the profile's 1000 tokens, refused
+    ],
+)
+def test_the_cost_model_is_priced_at_the_measured_context(
+    prompt_tokens: float | None, context: float, source: str, verdict: str
+) -> None:
+    """Found by the benchmark (long-context, 8B EAGLE-3 K=3): ~8k-token prompts measured TPOT about 3x the model's
+    prediction at the assumed 1000-token context, so the fit was refused and speculation switched off blind. (Few
+    requests per second here, so the prefill share of each step, also priced, stays small.)"""
+    spec = make_spec(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True, "min": 4, "max": 256})
+    profile = AcceptanceProfile(tuple(0.7**j for j in range(1, 4)), "synthetic")
+    true_model = replace(LLAMA8B_H100, mean_context_tokens=8300.0)
+    window = tuned_observation(batch=64)
+    window[Signal.TPOT_MEAN] = m(Signal.TPOT_MEAN, true_model.step_ms(64, 3) / profile.expected_tokens(3) / 1000)
+    window[Signal.MEAN_ACCEPTANCE_LENGTH] = m(Signal.MEAN_ACCEPTANCE_LENGTH, profile.expected_tokens(3))
+    window[Signal.REQUEST_RATE] = m(Signal.REQUEST_RATE, 0.2)
+    window[Signal.GENERATION_TOKEN_RATE] = m(Signal.GENERATION_TOKEN_RATE, 120.0)
+    if prompt_tokens is not None:
+        window[Signal.MEAN_PROMPT_TOKENS] = m(Signal.MEAN_PROMPT_TOKENS, prompt_tokens)
+    state = PolicyState(load={7: 7200.0}, load_updated=T0 - MINUTE)
+    fit = evaluate_alone(inputs(spec, window), state, T0).evidence["threshold"]
+    assert verdict in fit["consistency"]
+    assert (fit["model"]["meanContextTokens"], fit["model"]["meanContextSource"]) == (context, source)
+    # 0.2 requests/s of 8000-token prompts chunked into each step of the running config (TPOT x tokens per step)
+    step_ms = true_model.step_ms(64, 3)
+    prefill = 0.2 * 8000.0 * step_ms / 1000 if prompt_tokens is not None else 0.0
+    assert fit["model"]["prefillTokensPerStep"] == pytest.approx(prefill, abs=0.1)
+
+
 def test_versions_without_a_threshold_only_switch_on_and_off() -> None:
     spec = make_spec(version="0.20.0", batchThreshold={"tune": True})
     state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)

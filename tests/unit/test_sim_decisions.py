@@ -3,7 +3,8 @@ simulator (Llama 8B / H100, EAGLE-3 K=3) at a fixed concurrency, are read throug
 the simulated Prometheus, and the policy decides on them.
 
 - the adaptive-verification trap: acceptance below disableBelow while speculation is measured faster than plain at
-  the same load -> keep;
+  the same load -> keep speculation (with the measured prompt lengths priced, the fit also finds K = 2 faster than
+  K = 3 there, and the simulator agrees);
 - its mirror: acceptance above disableBelow while speculation is measured slower than plain at high load -> disable;
 - the K = 0 tax: a schedule that runs K = 0 at the deployment's sustained load is measured slower than plain, the tax
   the model prices agrees with the measured one, and the policy recommends off.
@@ -30,7 +31,7 @@ from specpilot.measurements import Measurement
 from specpilot.policy import Action, OffReason, PolicyInputs, PolicyState, evaluate_alone
 from specpilot.promql import Signal
 from specpilot.schedule import LLAMA8B_H100 as PROFILE_8B
-from specpilot.schedule import FitSettings, profile_geometric
+from specpilot.schedule import FitSettings, k_for_batch, profile_geometric
 from specpilot.sim.engine import SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
 from specpilot.vllm.intent import SpeculationIntent
@@ -89,7 +90,7 @@ def decide_on(s: SpeculativeDeploymentSpec, current: SpeculationIntent, ms: dict
     ("case", "method", "batch", "alpha_multiplier", "action"),
     [
         # the trap: an EAGLE-3 head at 0.7x its acceptance (aggregate below disableBelow 0.50), still faster at batch 8
-        ("trap", "eagle3", 8, 0.7, Action.KEEP),
+        ("trap", "eagle3", 8, 0.7, Action.CHANGE_THRESHOLD),
         # the mirror: a 1B draft model accepted well (1.2x) at batch 256, where its three forwards per step cost more
         # than they save (an EAGLE-3 head at 256 stays faster in the simulator, and the policy keeps it)
         ("mirror", "draft_model", 256, 1.2, Action.DISABLE),
@@ -117,6 +118,9 @@ def test_measured_speed_decides_not_acceptance(
     if case == "trap":
         assert acceptance < s.autotune.acceptance.disable_below
         assert speed["outcome"] == "Faster"
+        assert k_for_batch(decision.target, batch, 3) == 2, "speculation stays on, one draft token shorter"
+        fewer = window(batch, SpecConfig(method, 2), alpha_multiplier)
+        assert value(fewer, Signal.TPOT_MEAN) < tpot_on, "and the simulator measures K = 2 faster at this load"
     elif case == "no mirror":
         assert speed["outcome"] == "Faster"
     else:

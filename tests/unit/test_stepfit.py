@@ -10,7 +10,7 @@ import tests.unit.test_policy as tp
 from specpilot.measurements import MeasurementClass
 from specpilot.policy import PolicyState, evaluate_alone
 from specpilot.promql import Signal
-from specpilot.schedule import LLAMA8B_H100, StepCostModel
+from specpilot.schedule import LLAMA8B_H100, StepCostModel, with_context_length
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
 from specpilot.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
@@ -22,11 +22,11 @@ WRONG = replace(LLAMA8B_H100, verify_base_ms=5.886 * 1.6, kv_read_ns_per_token=3
                 draft_kv_ns_per_token=2.38 * 0.4, sched_ms=3.0)  # fmt: skip
 
 
-def sim_step_ms(batch: int, k: int, *, speculating: bool) -> float:
+def sim_step_ms(batch: int, k: int, *, speculating: bool, context: int = CONTEXT) -> float:
     """The simulator's true step time (staircase over CUDA-graph sizes, drafter, overhead) for B decodes at K."""
     spec = SpecConfig("eagle3", 3) if speculating else None
     engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "fit", 512, speculation=spec), seed=1)
-    return engine.step_ms(batch * (k + 1), batch * CONTEXT, batch, k)
+    return engine.step_ms(batch * (k + 1), batch * context, batch, k)
 
 
 def windows(batches: list[int]) -> list[StepSample]:
@@ -87,6 +87,62 @@ def test_a_window_gives_a_point_from_tpot_and_acceptance_length() -> None:
     assert sample_from_window(on, speculating=True, k_at=lambda b: 3) is None
     assert len(add_sample(tuple(windows(list(range(1, 40)))), off)) == 48
     assert StepSample.from_dict(off.to_dict()) == off
+
+
+# Windows of a deployment whose prompts grow (the long-context scenario): (batch, mean context) per window.
+GROWING = [(2, 1000), (6, 2000), (12, 3000), (24, 4000), (48, 6000), (96, 8000), (160, 8000)]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "verify_scale", "worst"),
+    [
+        (True, 1.00, 0.01),  # each window priced at its own context: the simulator's curve, exactly
+        (False, 0.92, 0.16),  # every window priced at today's context: the growth is read as a faster target
+    ],
+)
+def test_windows_are_priced_at_the_context_they_ran_with(recorded: bool, verify_scale: float, worst: float) -> None:
+    samples: list[StepSample] = []
+    for i, (batch, context) in enumerate(GROWING):
+        noise = 1 + 0.03 * ((-1) ** i)
+        for k, on in ((3, True), (0, False)):
+            ms = round(sim_step_ms(batch, k, speculating=on, context=context) * noise, 3)
+            samples.append(StepSample(batch, k, on, ms, context if recorded else None))
+    fit = fit_step_cost(samples, with_context_length(LLAMA8B_H100, 8000))
+    assert fit.model is not None, fit.note
+    assert fit.verify_scale == pytest.approx(verify_scale, abs=0.01)
+    truth = {b: sim_step_ms(b, 3, speculating=True, context=8000) for b in (4, 64, 128)}
+    errors = [abs(fit.model.step_ms(b, 3) / ms - 1) for b, ms in truth.items()]
+    assert max(errors) == pytest.approx(worst, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output_rate", "running", "context", "prefill"),
+    [
+        # 2 requests/s generating 1200 tokens/s: 600 per response, half of it on top of the prompt; 16 prompt
+        # tokens/ms over a 25 ms step (TPOT 10 ms x 2.5 tokens per step)
+        (8000.0, 1200.0, None, 8300.0, 400.0),
+        (8000.0, 1200.0, 40.0, 8300.0, 200.0),  # 40 running at 20 per engine: two engines share the prompts
+        (8000.0, None, None, 8000.0, 400.0),  # no output length: the prompt alone
+        (None, 1200.0, None, None, None),  # no prompt length: neither measured, the profile's stays
+    ],
+)
+def test_a_window_records_the_prompt_lengths_it_ran_with(
+    prompt: float | None, output_rate: float | None, running: float | None, context: float | None, prefill: float | None
+) -> None:
+    window = tp.observed(batch=20, tpot_s=0.010)
+    window[Signal.MEAN_ACCEPTANCE_LENGTH] = tp.m(Signal.MEAN_ACCEPTANCE_LENGTH, 2.5)
+    window[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, 2.0)
+    for signal, value in (
+        (Signal.MEAN_PROMPT_TOKENS, prompt),
+        (Signal.GENERATION_TOKEN_RATE, output_rate),
+        (Signal.RUNNING_REQUESTS, running),
+    ):
+        if value is not None:
+            window[signal] = tp.m(signal, value)
+    sample = sample_from_window(window, speculating=True, k_at=lambda b: 3)
+    assert sample == StepSample(20, 3, True, 25.0, context, prefill)
+    assert StepSample.from_dict(sample.to_dict()) == sample
+    assert ("contextTokens" in sample.to_dict()) is (context is not None), "status written before stays readable"
 
 
 def test_the_policy_fits_from_its_own_windows_and_reports_the_fit() -> None:

@@ -202,6 +202,9 @@ class SimQueryClient:
             return _rate(s, n.generation_tokens)
         if signal is Signal.PREEMPTION_RATE:
             return _rate(s, n.preemptions)
+        if signal is Signal.MEAN_PROMPT_TOKENS:
+            parts = _hist_parts(s, n.request_prompt_tokens)
+            return None if parts is None else _ratio(parts[2], parts[3])
         if signal in (Signal.OUTPUT_SHORT_FRACTION, Signal.OUTPUT_TOKENS_P50):
             return self._output_length(signal, s)
         return None

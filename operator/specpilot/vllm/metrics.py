@@ -37,6 +37,7 @@ class MetricNames:
     mean_acceptance_length_includes_bonus: bool  # 0.9.0+: 1 + accepted/drafts
     engine_label: bool  # V1 series carry `engine`
     request_generation_tokens: str = "vllm:request_generation_tokens"  # histogram: tokens per finished request
+    request_prompt_tokens: str = "vllm:request_prompt_tokens"  # histogram: prompt tokens per finished request
 
 
 def default_engine(version: VllmVersion) -> Engine:
