@@ -46,7 +46,7 @@ class RunningOperator:
 
     def metrics(self) -> dict[str, float]:
         """The operator's own /metrics as {series: value} (labels included in the key)."""
-        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30).text
         values: dict[str, float] = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
