@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specpilot.baseline import load_bucket
-from specpilot.measurements import Measurement
+from specpilot.measurements import Measurement, valid_value
 from specpilot.promql import Signal
 from specpilot.schedule import StepCostModel, decode_context_tokens, with_context_length, with_prefill
 
@@ -69,7 +69,7 @@ class StepSample:
 
 def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
     """Tokens per response in the window: generated tokens per second over finished requests per second."""
-    tokens, requests = _valid(m, Signal.GENERATION_TOKEN_RATE), _valid(m, Signal.REQUEST_RATE)
+    tokens, requests = valid_value(m, Signal.GENERATION_TOKEN_RATE), valid_value(m, Signal.REQUEST_RATE)
     if tokens is None or requests is None or requests <= 0 or tokens <= 0:
         return None
     return tokens / requests
@@ -78,7 +78,7 @@ def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
 def mean_context_tokens(m: Mapping[str, Measurement]) -> float | None:
     """L̄ of the window (schedule.decode_context_tokens) from the measured mean prompt and output lengths; None
     without a Valid mean prompt length (the cost model then keeps its assumed L̄)."""
-    prompt = _valid(m, Signal.MEAN_PROMPT_TOKENS)
+    prompt = valid_value(m, Signal.MEAN_PROMPT_TOKENS)
     if prompt is None or prompt <= 0:
         return None
     return decode_context_tokens(prompt, mean_output_tokens(m))
@@ -88,17 +88,12 @@ def prefill_tokens_per_step(m: Mapping[str, Measurement], step_ms: float) -> flo
     """Prompt tokens chunked into each step of `step_ms` (schedule.with_prefill): finished requests per second times
     their mean prompt, per engine (running requests over running requests per engine), times the step time. None
     without a Valid request rate and mean prompt length."""
-    rate, prompt = _valid(m, Signal.REQUEST_RATE), _valid(m, Signal.MEAN_PROMPT_TOKENS)
+    rate, prompt = valid_value(m, Signal.REQUEST_RATE), valid_value(m, Signal.MEAN_PROMPT_TOKENS)
     if rate is None or prompt is None or rate <= 0 or prompt <= 0 or step_ms <= 0:
         return None
-    running, batch = _valid(m, Signal.RUNNING_REQUESTS), _valid(m, Signal.BATCH_SIZE)
+    running, batch = valid_value(m, Signal.RUNNING_REQUESTS), valid_value(m, Signal.BATCH_SIZE)
     engines = running / batch if running is not None and batch is not None and running > 0 and batch > 0 else 1.0
     return rate * prompt / max(engines, 1.0) * step_ms / 1000
-
-
-def _valid(m: Mapping[str, Measurement], signal: Signal) -> float | None:
-    found = m.get(signal)
-    return found.value if found is not None and found.valid else None
 
 
 def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: bool, k_at: Any) -> StepSample | None:
@@ -107,13 +102,13 @@ def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: 
     `k_at(batch) -> int` is the K the running intent uses at that batch.
     """
 
-    tpot, batch = _valid(measurements, Signal.TPOT_MEAN), _valid(measurements, Signal.BATCH_SIZE)
+    tpot, batch = valid_value(measurements, Signal.TPOT_MEAN), valid_value(measurements, Signal.BATCH_SIZE)
     if tpot is None or batch is None or batch < 1 or tpot <= 0:
         return None
     # rounded as to_dict rounds, so a sample read back from status equals the one in memory
     measured = mean_context_tokens(measurements)
     context = None if measured is None else round(measured, 1)
-    length = _valid(measurements, Signal.MEAN_ACCEPTANCE_LENGTH) if speculating else 1.0
+    length = valid_value(measurements, Signal.MEAN_ACCEPTANCE_LENGTH) if speculating else 1.0
     if length is None:
         return None
     step_ms = round(tpot * 1000 * length, 3)
@@ -153,8 +148,13 @@ def _features(prior: StepCostModel, s: StepSample) -> tuple[float, float, float]
     context that grew between windows is not read as a slower target."""
     batch = max(1, round(s.batch))
     fixed = 1 + prior.spec_fixed_fraction if s.configured else 1.0
-    at = with_prefill(with_context_length(prior, s.context_tokens), s.prefill_tokens, batch)
+    at = _as_sampled(prior, s)
     return at.verify_ms(batch, s.k) * fixed, at.draft_cost_ms(batch, s.k) * fixed, fixed
+
+
+def _as_sampled(model: StepCostModel, s: StepSample) -> StepCostModel:
+    """The model at the context and prefill the sample's window ran with (unchanged where they were not measured)."""
+    return with_prefill(with_context_length(model, s.context_tokens), s.prefill_tokens, max(1, round(s.batch)))
 
 
 def scaled(prior: StepCostModel, alpha: float, beta: float, gamma: float) -> StepCostModel:
@@ -227,11 +227,7 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)
     errors = [
-        with_prefill(with_context_length(model, s.context_tokens), s.prefill_tokens, max(1, round(s.batch))).step_ms(
-            max(1, round(s.batch)), s.k, configured=s.configured
-        )
-        / s.step_ms
-        - 1
+        _as_sampled(model, s).step_ms(max(1, round(s.batch)), s.k, configured=s.configured) / s.step_ms - 1
         for s in samples
     ]
     rms = math.sqrt(sum(e * e for e in errors) / n)
