@@ -266,13 +266,12 @@ def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: Pol
     size the static run reached (same seed, same arrivals, so the same steps; the table only changes K beyond).
     `k`: the static run's K (default the scenario's)."""
     version = VllmVersion.parse(VERSION)
-    fixed = spec_config(oracles.static(k or scenario.num_speculative_tokens), scenario.method, version,
-                        scenario.max_num_seqs)  # fmt: skip
+    static_k = oracles.static(k or scenario.num_speculative_tokens)
+    fixed = spec_config(static_k, scenario.method, version, scenario.max_num_seqs)
     tuned = spec_config(table, scenario.method, version, scenario.max_num_seqs)
     if fixed is None or tuned is None:
         return False
     preset = preset_named(scenario.preset)
-    static_k = oracles.static(k or scenario.num_speculative_tokens)
     if engine_config(scenario, preset, table, version).capture_max != (
         engine_config(scenario, preset, static_k, version).capture_max
     ):  # the CUDA-graph sizes follow the configured K, not the K a step uses
@@ -364,10 +363,16 @@ def run_scenario(
     plan_names = oracles.switching_plan(per_window, preset.restart_s, scenario.window_s)
     by_name = {oracles.label(i): i for i in theta}
     started = time.monotonic()
-    if len(set(plan_names)) == 1:  # no switch: the plan is that static run (same seed, same requests)
-        source = statics[plan_names[0]]
-        oracle = Replica(scenario, preset, by_name[plan_names[0]], seed)
-        oracle.outcomes, oracle.timeline, oracle.series = source.outcomes, source.timeline, source.series
+
+    def constant_plan(name: str) -> Replica:
+        """A plan that never switches is that static run (same seed, same requests): its outcomes, not a rerun."""
+        source = statics[name]
+        replica = Replica(scenario, preset, by_name[name], seed)
+        replica.outcomes, replica.timeline, replica.series = source.outcomes, source.timeline, source.series
+        return replica
+
+    if len(set(plan_names)) == 1:
+        oracle = constant_plan(plan_names[0])
     else:
         oracle = run_plan(scenario, [by_name[n] for n in plan_names], seed, items)
     # The DP prices each window from each configuration's own run (its own queue state), an estimate: replayed with
@@ -378,9 +383,7 @@ def run_scenario(
     if totals[constant] > replayed:
         say(f"{scenario.name}: the switching plan replayed {replayed:.2f} < {constant} {totals[constant]:.2f}: kept")
         plan_names = [constant] * len(plan_names)
-        source = statics[constant]
-        oracle = Replica(scenario, preset, by_name[constant], seed)
-        oracle.outcomes, oracle.timeline, oracle.series = source.outcomes, source.timeline, source.series
+        oracle = constant_plan(constant)
     say(f"{scenario.name}: oracle done in {time.monotonic() - started:.1f}s")
     runs: list[PolicyRun] = []
 
