@@ -217,16 +217,18 @@ def _conditions(state: PolicyState, previous: list[dict[str, Any]], halted: str 
 
 
 def idle_conditions(why: str) -> list[cond.ConditionUpdate]:
-    """Conditions while autotune cannot run (`why`, a Cadence's idle: mode Off, or no Prometheus configured)."""
+    """Conditions while autotune cannot run (`why`, a Cadence's idle: mode Off, or no Prometheus configured).
+
+    The seed framework's conditions are judged from the same measurements, so they say why they cannot be judged
+    rather than "NotYetObserved", which would read as "wait" on an object that will never be evaluated.
+    """
+    cause = "spec.autotune.mode is Off" if why == "AutotuneOff" else "spec.autotune.prometheus is not set"
+    unjudged = f"judged from Prometheus measurements, which autotune does not take: {cause}"
     return [
-        cond.ConditionUpdate(
-            cond.METRICS_AVAILABLE,
-            "Unknown",
-            why,
-            "spec.autotune.mode is Off" if why == "AutotuneOff" else "spec.autotune.prometheus is not set",
-        ),
+        cond.ConditionUpdate(cond.METRICS_AVAILABLE, "Unknown", why, cause),
         cond.ConditionUpdate(cond.THROTTLED, "False", why, ""),
         cond.ConditionUpdate(cond.PAUSED, "False", why, ""),
+        *(cond.ConditionUpdate(ctype, "Unknown", why, unjudged) for ctype in cond.FRAMEWORK_CONDITIONS),
     ]
 
 

@@ -22,7 +22,8 @@ MEMORY_FIT = "MemoryFit"
 THROTTLED = "Throttled"
 PAUSED = "Paused"
 THRESHOLD_SUPPORTED = "ThresholdSupported"
-# The seed framework's advice (framework_rules.py): set by every autotune evaluation, Unknown until the first one.
+# The seed framework's advice (framework_rules.py): set by every autotune evaluation, Unknown until the first one
+# (reason AutotuneOff or NoPrometheus while autotune cannot run: nothing measures then).
 QUANTIZATION_PENALTY = "QuantizationPenalty"
 ACCEPTANCE_METHOD = "AcceptanceMethod"
 SHORT_OUTPUTS = "ShortOutputs"

@@ -116,6 +116,9 @@ def test_create_builds_children_with_owner_refs_and_status(
         "Unknown",
         "NoPrometheus",
     )
+    # ... and so do the seed framework's conditions, judged from the same measurements
+    for framework in ("QuantizationPenalty", "AcceptanceMethod", "ShortOutputs", "MixedWorkload"):
+        assert (condition(cr, framework)["status"], condition(cr, framework)["reason"]) == ("Unknown", "NoPrometheus")
     # the reconcile posts its events after the status write the wait above saw
     reasons = wait_for(
         "RolloutCompleted event",

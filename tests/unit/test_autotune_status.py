@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from specpilot import conditions as cond
 from specpilot.api.crd import build_crd
-from specpilot.autotune import OBSERVED_FIELDS, observed_fields
+from specpilot.autotune import OBSERVED_FIELDS, idle_conditions, observed_fields
 from specpilot.measurements import Measurement, MeasurementClass
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
@@ -55,3 +56,23 @@ def test_observed_values_are_scaled_and_only_valid_ones_kept(
     assert written[key] == expected
     assert written["window"] == "20s"
     assert written["evaluatedAt"] == "2026-11-26T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("why", "cause"),
+    [
+        ("AutotuneOff", "spec.autotune.mode is Off"),
+        ("NoPrometheus", "spec.autotune.prometheus is not set"),
+    ],
+)
+def test_an_object_autotune_never_evaluates_says_why_its_framework_conditions_stay_unknown(
+    why: str, cause: str
+) -> None:
+    """Without autotune nothing measures, so the framework's conditions must not read 'NotYetObserved' forever."""
+    merged = cond.merge_conditions([], idle_conditions(why), generation=3, now="2026-11-27T05:00:00Z")
+    by_type = {c["type"]: c for c in merged}
+    for ctype in cond.FRAMEWORK_CONDITIONS:
+        assert (by_type[ctype]["status"], by_type[ctype]["reason"]) == ("Unknown", why)
+        assert cause in by_type[ctype]["message"]
+    assert by_type[cond.METRICS_AVAILABLE]["reason"] == why
+    assert not [c for c in merged if c["reason"] == "NotYetObserved" and c["type"] in cond.FRAMEWORK_CONDITIONS]
