@@ -96,7 +96,11 @@ def arrivals_in_time(waiting: float, completion_rate: float, deadline_s: float |
 
 
 def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, str]:
-    """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none."""
+    """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none.
+
+    A fit's gain is the one at the batch running now (`predictedGainNow`) where the evidence has it: both callers
+    price a wait (the stabilization of a shed, a deferral under a backlog), and a wait forgoes the gain at the load
+    it runs at, not the gain averaged over the load record (agreement.py)."""
     speed = evidence.get("speed") or {}
     if speed.get("outcome") == "Slower" and speed.get("speedup"):
         return 1 / float(speed["speedup"]) - 1, "measured speed against plain"
@@ -104,6 +108,8 @@ def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, 
     tax = threshold.get("k0Tax") or {}
     if tax.get("offWins") and tax.get("taxAtK0"):
         return float(tax["taxAtK0"]), "the K = 0 tax"
+    if threshold.get("predictedGainNow") is not None:
+        return float(threshold["predictedGainNow"]), "the schedule's predicted gain at the batch now"
     if threshold.get("predictedGain"):
         return float(threshold["predictedGain"]), "the schedule's predicted gain"
     return fallback, "the regression tolerance (no gain figure in the proposal)"
