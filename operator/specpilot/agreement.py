@@ -17,7 +17,13 @@ per-token latency objective: 3.7 of 18 windows served almost nothing):
   (`stabilization_for`; a change toward more speculation keeps the whole span: fast toward safe): waiting
   forgoes gain x time, acting wrongly costs about one restart, so waiting beyond restart / gain costs more than the
   mistake it guards against (the ski-rental break-even; the backlog gate prices its wait the same way). A change with
-  no gain figure, or a small one, keeps the full span; the agreeing evaluations are always required.
+  no gain figure, or a small one, keeps the full span; the agreeing evaluations are always required. The gain is
+  the one at the batch running now (`predictedGainNow`, backlog.proposal_gain), not over the load record: waiting
+  forgoes what the change would win at the load of the wait, while the record says whether the change is worth a
+  restart at all. Found by the benchmark (drafter-degraded again): the record was mostly the light batch (~60)
+  from before the collapse, where K = 1 beat the collapsed K = 3 by +12..24%, while the collapse itself pushed the
+  batch to 200+, where K = 1 was worth +46%; the shed waited 6.5 minutes of payback at +24% (installed at 1,740 s)
+  instead of about 3 (1,560 s), with K = 3 past the per-token latency objective all along.
 - A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
   K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
   step per evaluation; those steps are one decision in the safe direction (less speculation; control-loop.md §3:

@@ -8,9 +8,15 @@ served requests per second, for as long as it runs. So while requests queue, the
 it would have brought in the meantime is smaller than what it drops now:
 
     dropped  = waiting + running + request rate x restart cost           (requests a restart now loses; see below)
-    forgone  = gain x request rate x time deferred so far                 (requests the change would have won)
-    wait while the window's mean waiting is a backlog and forgone < dropped at the first deferral (at most the
-    fit's horizon)
+    forgone  = gain x request rate x time deferred                        (requests the change would have won)
+    wait while the window's mean waiting is a backlog and the forgone gain by the next evaluation (time deferred
+    so far + the evaluation interval) stays within what the restart drops, priced at the first deferral (at most
+    the fit's horizon)
+
+A hold lasts until the next evaluation, so it forgoes the gain of a whole interval: holding while only the time
+deferred so far is below the bound overshoots it by up to one interval, and a restart that drops less than one
+interval's gain would still wait an interval. Found by the benchmark (spike): 36 requests to drop, a +16% change at
+18 completions/s forgoes 173 in a 60 s interval, and the restart waited a minute anyway.
 
 A backlog is a queue beyond the scheduler's churn: at least BACKLOG_WAITING requests and BACKLOG_SHARE of those
 running. At high concurrency a few requests always wait for the next step's admission (4 waiting beside 141 running
@@ -28,14 +34,30 @@ restarts or not: serving them late adds no goodput, dropping them loses none. So
 
     queued in time   = min(waiting, X x S)                          (all of waiting when no S is declared)
     arrivals in time = X x max(0, C - max(0, waiting / X - S))      (X x C when no S is declared)
-    dropped          = queued in time + running + arrivals in time
+    running in time  = running x F                                  (all running when no S is declared)
+    dropped          = queued in time + running in time + arrivals in time
 
-Each bound errs toward counting a request as in time, that is toward holding the restart; running requests all
-count (the gauge does not say which of them got their first token in time). A queue no longer than X x S counts
-whole, as without a deadline; a queue longer than X x (S + C) leaves only the running and the X x S at its head.
-Example, the benchmark's spike after its crowd: 7,692 queued, X = 18/s, S = 2 s, C = 90 s: 36 of them can still
-start in time, and arrivals during a restart would wait about 7 minutes behind the rest, so a restart drops about
-36 + 256 running instead of 9,566. With the flash-crowd test's S = 600 s, X x S exceeds its queue: all of it counts.
+F is the share of the window's first tokens that came within S: the TTFT histogram's bucket at the smallest bound
+>= S over its count (promql.ttft_within_deadline; decided at an exact bucket bound, never interpolated). Why it
+prices the running requests: a running request has had its first token (vLLM prefills on admission), and a request
+whose first token came after S has missed its SLO whatever happens next: finishing it adds no goodput, aborting it
+loses none. The running gauge does not say which of them came in time, but they are the window's newest first
+tokens: by Little's law a request stays running about running / X seconds (256 / 18 = 14 s in the spike), a
+fraction of the window. F is their share if the wait in the queue was the same over the window; a queue growing
+over the window made the newest wait longest, so F then overstates them (toward holding). A queue draining over the
+window made the newest wait less than the window's average, but FIFO bounds that too: the request admitted now had
+the whole queue now behind it, arrived while it was at least as long (it drains), and so waited at least
+waiting / X; once waiting > X x S the running requests admitted lately missed S as well, and F, the window's
+share, still counts those admitted early in the window in time when they were. Without a valid F (no deadline,
+too few finished requests) every running request counts, as before.
+
+Each bound errs toward counting a request as in time, that is toward holding the restart. A queue no longer than
+X x S counts whole, as without a deadline; a queue longer than X x (S + C) leaves only the X x S at its head and
+the running requests that got their first token in time. Example, the benchmark's spike after its crowd: 9,490
+queued, X = 18/s, S = 2 s (bound 2.5 s), C = 90 s: 36 of them can still start in time, arrivals during a restart
+would wait about 9 minutes behind the rest, and of the window's first tokens none came within 2.5 s (every one
+waited minutes), so a restart drops about 36 instead of 36 + 256 running (9,566 without the deadline). With the
+flash-crowd test's S = 600 s, X x S exceeds its queue: all of it counts.
 
 A flash crowd drains before the forgone gain adds up (the restart happens after it, or is no longer proposed); a
 lasting overload that the change would relieve gets the restart once the deferral has cost as much as the restart.
@@ -95,8 +117,20 @@ def arrivals_in_time(waiting: float, completion_rate: float, deadline_s: float |
     return completion_rate * max(0.0, restart_cost_s - late_s)
 
 
+def running_in_time(running: float, share_within_deadline: float | None) -> float:
+    """The running requests whose first token came within the TTFT deadline: running x the window's share of first
+    tokens within it (module docstring); all of them without a measured share."""
+    if share_within_deadline is None:
+        return running
+    return running * min(1.0, max(0.0, share_within_deadline))
+
+
 def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, str]:
-    """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none."""
+    """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none.
+
+    A fit's gain is the one at the batch running now (`predictedGainNow`) where the evidence has it: both callers
+    price a wait (the stabilization of a shed, a deferral under a backlog), and a wait forgoes the gain at the load
+    it runs at, not the gain averaged over the load record (agreement.py)."""
     speed = evidence.get("speed") or {}
     if speed.get("outcome") == "Slower" and speed.get("speedup"):
         return 1 / float(speed["speedup"]) - 1, "measured speed against plain"
@@ -104,6 +138,8 @@ def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, 
     tax = threshold.get("k0Tax") or {}
     if tax.get("offWins") and tax.get("taxAtK0"):
         return float(tax["taxAtK0"]), "the K = 0 tax"
+    if threshold.get("predictedGainNow") is not None:
+        return float(threshold["predictedGainNow"]), "the schedule's predicted gain at the batch now"
     if threshold.get("predictedGain"):
         return float(threshold["predictedGain"]), "the schedule's predicted gain"
     return fallback, "the regression tolerance (no gain figure in the proposal)"
@@ -120,6 +156,7 @@ def restart_under_backlog(
     horizon_s: float,
     dropped_at_deferral: float | None = None,
     ttft_deadline_s: float | None = None,
+    interval_s: float = 0.0,
 ) -> BacklogVerdict:
     """Hold a restart while requests queue, until the gain forgone by waiting matches the work a restart drops.
 
@@ -133,7 +170,11 @@ def restart_under_backlog(
     `ttft_deadline_s`: the CR's TTFT objective (`ttft_deadline_s()`); only the queued requests and restart-window
     arrivals that could still start within it count as dropped. Found by the benchmark (spike, 2 s TTFT SLO): an
     agreed schedule waited for a queue of 7,692 to drain although all but the first few dozen would miss their SLO
-    anyway.
+    anyway. The running requests count by the window's share of first tokens within the deadline
+    (`Signal.TTFT_WITHIN_DEADLINE`): in the same spike 256 were running, every one admitted minutes late.
+
+    `interval_s`: the evaluation interval; a hold lasts until the next evaluation, so it is priced at the time
+    deferred by then (module docstring).
     """
     waiting = valid_value(measurements, Signal.WAITING_REQUESTS)
     running = valid_value(measurements, Signal.RUNNING_REQUESTS) or 0.0
@@ -142,7 +183,9 @@ def restart_under_backlog(
     rate = valid_value(measurements, Signal.REQUEST_RATE) or 0.0
     in_time = queued_in_time(waiting, rate, ttft_deadline_s)
     arriving = arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s)
-    dropped = in_time + running + arriving
+    share = valid_value(measurements, Signal.TTFT_WITHIN_DEADLINE) if ttft_deadline_s is not None else None
+    running_kept = running_in_time(running, share)
+    dropped = in_time + running_kept + arriving
     deferred_s = 0.0 if deferred_since is None else max(0.0, (now - deferred_since).total_seconds())
     gain = max(gain, 0.0)
     forgone = gain * rate * deferred_s
@@ -150,16 +193,19 @@ def restart_under_backlog(
     limit_s = min(horizon_s, priced / (gain * rate)) if gain > 0 and rate > 0 else horizon_s
     evidence: dict[str, Any] = {
         "formula": (
-            "wait while waiting >= max(1, 0.1 x running) and gain x rate x deferred < queuedInTime + running + "
-            "arrivalsInTime at the first deferral; with a ttftDeadline queuedInTime = min(waiting, rate x "
-            "ttftDeadline) and arrivalsInTime = rate x max(0, restartCost - max(0, waiting / rate - ttftDeadline)), "
-            "else waiting and rate x restartCost"
+            "wait while waiting >= max(1, 0.1 x running) and gain x rate x (deferred + interval) < queuedInTime "
+            "+ runningInTime + arrivalsInTime at the first deferral; with a ttftDeadline queuedInTime = min(waiting, "
+            "rate x ttftDeadline), runningInTime = running x ttftWithinDeadline and arrivalsInTime = rate x max(0, "
+            "restartCost - max(0, waiting / rate - ttftDeadline)), else waiting, running and rate x restartCost"
         ),
         "waiting": round(waiting, 1),
         "ttftDeadlineSeconds": ttft_deadline_s,
         "queuedInTime": round(in_time, 1),
         "arrivalsInTime": round(arriving, 1),
         "running": round(running, 1),
+        "ttftWithinDeadline": None if share is None else round(share, 4),
+        "runningInTime": round(running_kept, 1),
+        "intervalSeconds": interval_s,
         "requestRate": round(rate, 2),
         "restartCostSeconds": restart_cost_s,
         "droppedByRestart": round(dropped),
@@ -170,19 +216,25 @@ def restart_under_backlog(
         "forgoneRequests": round(forgone),
         "maxDeferralSeconds": round(limit_s),
     }
-    if in_time >= waiting and arriving >= rate * restart_cost_s:
+    if in_time >= waiting and arriving >= rate * restart_cost_s and running_kept >= running:
         parts = f"queued + running + {rate:.1f}/s x {restart_cost_s:.0f}s restart"
     else:
+        running_part = (
+            "running"
+            if running_kept >= running or share is None
+            else f"the {running_kept:.0f} running whose first token came in time ({share:.0%} of the window's)"
+        )
         parts = (
             f"the {in_time:.0f} queued that can still start within the {ttft_deadline_s:g}s TTFT deadline at "
-            f"{rate:.1f} completions/s + running + {arriving:.0f} of the arrivals during the {restart_cost_s:.0f}s "
-            f"restart; the other {waiting - in_time:.0f} queued and {rate * restart_cost_s - arriving:.0f} arriving "
-            "miss it either way"
+            f"{rate:.1f} completions/s + {running_part} + {arriving:.0f} of the arrivals during the "
+            f"{restart_cost_s:.0f}s restart; the other {waiting - in_time:.0f} queued, "
+            f"{running - running_kept:.0f} running and {rate * restart_cost_s - arriving:.0f} arriving miss it "
+            "either way"
         )
     numbers = (
         f"{waiting:.0f} requests waiting and {running:.0f} running; a restart now drops about {dropped:.0f} ({parts})"
     )
-    if deferred_s < limit_s:
+    if deferred_s + interval_s < limit_s:
         return BacklogVerdict(
             True,
             f"restart deferred while requests queue: {numbers}, more than the {forgone:.0f} the change's "

@@ -34,6 +34,7 @@ from specpilot.api.v1alpha1 import (
     SpeculativeDeploymentStatus,
     parse_resource,
 )
+from specpilot.backlog import ttft_deadline_s
 from specpilot.baseline import format_time
 from specpilot.costprofile import fit_settings_for
 from specpilot.loading import LoadError, load_documents
@@ -83,14 +84,19 @@ def measure(
 ) -> dict[str, Measurement]:
     """Run and classify every measurement of one evaluation, gates first, all at the same instant `now`."""
     names = metric_names_for(VllmVersion.parse(spec.engine.version))
-    queries = build_queries(names, scope, effective_window(spec.autotune), *_output_length_settings(spec))
+    queries = build_queries(names, scope, effective_window(spec.autotune), *_query_settings(spec))
     sender = _Sender(client, now)
     return _classify_all(queries, [sender.send(q.promql) for q in queries], min_samples_for(spec.autotune))
 
 
-def _output_length_settings(spec: SpeculativeDeploymentSpec) -> tuple[int, int | None]:
-    """What the output-length queries depend on besides the scope: "short" and the longest possible response."""
-    return spec.autotune.workload.short_output_tokens, spec.engine.max_model_len
+def _query_settings(spec: SpeculativeDeploymentSpec) -> tuple[int, int | None, float | None]:
+    """What the queries depend on besides the scope: "short" and the longest possible response (output-length
+    queries), and the TTFT deadline (the share of first tokens within it, for the backlog gate)."""
+    return (
+        spec.autotune.workload.short_output_tokens,
+        spec.engine.max_model_len,
+        ttft_deadline_s(spec.autotune.latency),
+    )
 
 
 class _Sender:
@@ -153,26 +159,26 @@ class RoundResult:
 def measure_many(subjects: Sequence[Subject], client: QueryClient, now: datetime) -> RoundResult:
     """Measure many scopes behind one Prometheus connection with one query per metric per query shape.
 
-    Scopes whose queries differ only in the selector (same vLLM metric names, window, scope labels and output-length
-    settings) share a
-    ScopeSet query; `split_answer` gives each scope exactly the answer its own query would have, and each is then
-    classified with its own spec's evidence minimums, so the result equals `measure` per scope. Measurements record
-    the scope's own query (what a person would run to check the number), not the grouped one.
+    Scopes whose queries differ only in the selector (same vLLM metric names, window, scope labels, output-length
+    settings and TTFT deadline) share a ScopeSet query; `split_answer` gives each scope exactly the answer its own
+    query would have, and each is then classified with its own spec's evidence minimums, so the result equals
+    `measure` per scope. Measurements record the scope's own query (what a person would run to check the number),
+    not the grouped one.
     """
     batches: dict[tuple[Any, ...], list[Subject]] = {}
     for subject in subjects:
         names = metric_names_for(VllmVersion.parse(subject.spec.engine.version))
         window = effective_window(subject.spec.autotune)
-        lengths = _output_length_settings(subject.spec)
-        batches.setdefault((names, window, subject.scope.labels(), lengths), []).append(subject)
+        settings = _query_settings(subject.spec)
+        batches.setdefault((names, window, subject.scope.labels(), settings), []).append(subject)
     sender = _Sender(client, now)
     out: dict[Hashable, dict[str, Measurement]] = {}
-    for (names, window, labels, lengths), members in batches.items():
-        grouped = build_queries(names, ScopeSet.of(m.scope for m in members), window, *lengths)
+    for (names, window, labels, settings), members in batches.items():
+        grouped = build_queries(names, ScopeSet.of(m.scope for m in members), window, *settings)
         keys = sorted({m.scope.key() for m in members})
         split = [split_answer(sender.send(q.promql), labels, keys) if q.promql else {} for q in grouped]
         for member in members:
-            own = build_queries(names, member.scope, window, *lengths)
+            own = build_queries(names, member.scope, window, *settings)
             answers = [by_key.get(member.scope.key(), RawResult()) for by_key in split]
             out[member.key] = _classify_all(own, answers, min_samples_for(member.spec.autotune))
     return RoundResult(out, sender.sent)

@@ -1558,6 +1558,7 @@ def backlog_gate(
         horizon_s=inputs.fit.horizon_s,
         dropped_at_deferral=state.backlog_dropped,
         ttft_deadline_s=ttft_deadline_s(inputs.spec.autotune.latency),
+        interval_s=parse_duration(inputs.spec.autotune.interval),
     )
     if verdict.hold:
         first = state.backlog_since is None or state.backlog_dropped is None

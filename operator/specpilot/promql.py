@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
 
-from specpilot.vllm.metrics import MetricNames
+from specpilot.vllm.metrics import TTFT_BUCKETS, MetricNames
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 MIN_SCRAPES_PER_WINDOW = 4
@@ -59,6 +59,7 @@ class Signal(StrEnum):
     OUTPUT_SHORT_FRACTION = "output_short_fraction"
     OUTPUT_TOKENS_P50 = "output_tokens_p50"
     MEAN_PROMPT_TOKENS = "mean_prompt_tokens"
+    TTFT_WITHIN_DEADLINE = "ttft_within_deadline"
 
 
 # The evidence gates: a measurement listed here is NoData unless its gate counted enough samples in the same window.
@@ -76,6 +77,7 @@ EVIDENCE_GATES: dict[Signal, Signal] = {
     Signal.OUTPUT_SHORT_FRACTION: Signal.REQUESTS_IN_WINDOW,
     Signal.OUTPUT_TOKENS_P50: Signal.REQUESTS_IN_WINDOW,
     Signal.MEAN_PROMPT_TOKENS: Signal.REQUESTS_IN_WINDOW,
+    Signal.TTFT_WITHIN_DEADLINE: Signal.REQUESTS_IN_WINDOW,
 }
 
 # Latency signals by spec.autotune.latency.metric value.
@@ -454,12 +456,37 @@ def mean_prompt_tokens(names: MetricNames, scope: Selection, window: Window) -> 
     return Query(Signal.MEAN_PROMPT_TOKENS, _ratio(f"{hist}_sum", f"{hist}_count", scope, window), "tokens")
 
 
+def ttft_bound(deadline_s: float) -> float | None:
+    """The smallest TTFT bucket bound >= the deadline (a first token up to it counts as in time: the share errs
+    toward in time); None above the largest finite bound (every first token counts, `le="+Inf"`)."""
+    return next((b for b in TTFT_BUCKETS if b >= deadline_s - 1e-9), None)
+
+
+def ttft_within_deadline(names: MetricNames, scope: Selection, window: Window, deadline_s: float | None) -> Query:
+    """Share of the window's first tokens that came within the TTFT deadline (backlog.py: which running requests a
+    restart would cost), counted exactly at a bucket bound (control-loop.md rule 9), never interpolated: the `le`
+    bucket over the count, both rated. Unavailable when the CR declares no TTFT deadline."""
+    if deadline_s is None:
+        return _unavailable(Signal.TTFT_WITHIN_DEADLINE, "ratio", "no TTFT deadline declared (latency.ttftDeadline)")
+    hist = names.time_to_first_token
+    bound = ttft_bound(deadline_s)
+    if bound is None:
+        selector = scope.selector()[:-1] + ',le="+Inf"}'
+    else:
+        text = f"{bound:g}".replace(".", "[.]")  # Prometheus 2 keeps "1.0", Prometheus 3 may write "1"
+        selector = scope.selector()[:-1] + f',le=~"{text}|{text}[.]0"}}'
+    within = _agg("sum", f"rate({hist}_bucket{selector}[{window.promql()}])", scope)
+    total = f"({_agg('sum', _rate(f'{hist}_count', scope, window), scope)} > 0)"
+    return Query(Signal.TTFT_WITHIN_DEADLINE, f"{within} / {total}", "ratio")
+
+
 def build_queries(
     names: MetricNames,
     scope: Selection,
     window: Window,
     short_output_tokens: int = 50,
     max_model_len: int | None = None,
+    ttft_deadline_s: float | None = None,
 ) -> tuple[Query, ...]:
     """Every measurement of one evaluation; evidence gates first so their results are at hand for the others."""
     return (
@@ -486,4 +513,5 @@ def build_queries(
         output_short_fraction(names, scope, window, short_output_tokens, max_model_len),
         output_tokens_p50(names, scope, window),
         mean_prompt_tokens(names, scope, window),
+        ttft_within_deadline(names, scope, window, ttft_deadline_s),
     )

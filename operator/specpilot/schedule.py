@@ -726,8 +726,22 @@ def plan_threshold(
         schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
     )
     payback = payback_seconds(gain, settings.restart_cost_s)
+    # the gain at the batch running now: what each minute of waiting forgoes (agreement.stabilization_for, the
+    # backlog gate), while `gain` over the observed load says whether the change is worth a restart at all
+    gain_now = predicted_gain(
+        profile,
+        model,
+        {batch: 1.0},
+        lambda b: k_for_batch(current, b, max_k),
+        lambda b: k_for_batch(proposed, b, max_k),
+        schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
+    )
     evidence.update(
-        {"predictedGain": round(gain, 4), "paybackSeconds": None if math.isinf(payback) else round(payback)}
+        {
+            "predictedGain": round(gain, 4),
+            "predictedGainNow": round(gain_now, 4),
+            "paybackSeconds": None if math.isinf(payback) else round(payback),
+        }
     )
     worth = gain >= settings.min_gain and payback <= settings.horizon_s
     detail = (

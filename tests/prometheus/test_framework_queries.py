@@ -34,6 +34,7 @@ from specpilot.promql import (
     output_short_fraction,
     output_tokens_p50,
     tpot_quantile,
+    ttft_within_deadline,
 )
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.metrics import metric_names_for
@@ -62,10 +63,11 @@ ON = SpeculationIntent(True, 3)
 
 
 def _rows_from_scrape(text: str) -> list[dict[str, object]]:
-    """The generation-token histogram as recording rows: 0 at its creation time, the scraped count 60 s later."""
+    """The generation-token and TTFT histograms as recording rows: 0 at their creation time, the scraped count 60 s
+    later."""
     rows: list[dict[str, object]] = []
     for family in text_string_to_metric_families(text):
-        if family.name != "vllm:request_generation_tokens":
+        if family.name not in ("vllm:request_generation_tokens", "vllm:time_to_first_token_seconds"):
             continue
         for sample in family.samples:
             if sample.name.endswith("_created"):
@@ -110,6 +112,22 @@ def test_short_output_share_on_a_real_scrape(
     window = Window(120, 120, "")
     # the scraped server ran --max-model-len 512: its buckets end at 500, so 1000 counts every response
     measurement = _measure(server.url, output_short_fraction(NAMES, SCOPE, window, tokens, 512), at)
+    assert measurement.valid, measurement.detail
+    assert measurement.value == pytest.approx(share)
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "share"),
+    [(0.005, 0.0), (0.015, 0.75), (0.02, 0.75), (0.03, 1.0), (1.0, 1.0), (5000.0, 1.0)],
+)
+def test_ttft_share_within_a_deadline_on_a_real_scrape(
+    scraped: tuple[PrometheusServer, float], deadline_s: float, share: float
+) -> None:
+    """The real scrape's 20 first tokens: 15 within 0.02 s, all within 0.04 s. The share is read at the smallest
+    bound >= the deadline (0.015 s -> le="0.02"), at vLLM's own spelling of it (le="1.0"), and past the largest
+    finite bound at le="+Inf" (backlog.py: which running requests a restart would cost)."""
+    server, at = scraped
+    measurement = _measure(server.url, ttft_within_deadline(NAMES, SCOPE, Window(120, 120, ""), deadline_s), at)
     assert measurement.valid, measurement.detail
     assert measurement.value == pytest.approx(share)
 

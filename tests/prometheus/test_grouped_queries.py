@@ -20,6 +20,7 @@ import pytest
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
+from specpilot.backlog import ttft_deadline_s
 from specpilot.evaluate import Subject, effective_window, measure, measure_many
 from specpilot.measurements import MeasurementClass, classify, split_answer
 from specpilot.promql import Query, Scope, ScopeSet, Signal, build_queries
@@ -124,7 +125,13 @@ def test_grouped_round_equals_per_deployment_queries(fleet_prometheus: Prometheu
 
 def available_queries(spec: SpeculativeDeploymentSpec) -> int:
     names = metric_names_for(VllmVersion.parse(spec.engine.version))
-    return sum(1 for q in build_queries(names, Scope("x", "y", "z"), effective_window(spec.autotune)) if q.promql)
+    settings = (
+        spec.autotune.workload.short_output_tokens,
+        spec.engine.max_model_len,
+        ttft_deadline_s(spec.autotune.latency),
+    )
+    queries = build_queries(names, Scope("x", "y", "z"), effective_window(spec.autotune), *settings)
+    return sum(1 for q in queries if q.promql)
 
 
 def test_one_series_too_many_survives_the_split(fleet_prometheus: PrometheusServer) -> None:

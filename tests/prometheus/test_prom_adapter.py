@@ -53,6 +53,8 @@ def make_spec(version: str = "0.33.0", **acceptance: float) -> SpeculativeDeploy
                 "batchThreshold": {"tune": False},
                 "agreeingEvaluations": 1,
                 "stabilization": "0s",
+                # the fake pods' first tokens all come within 20 ms (TTFT_OBSERVATIONS): the share query's bucket
+                "latency": {"ttftDeadline": "20ms"},
                 **({"acceptance": acceptance} if acceptance else {}),
             },
         }
@@ -128,6 +130,7 @@ EXACT = {
     Signal.OUTPUT_SHORT_FRACTION: 1.0,
     Signal.OUTPUT_TOKENS_P50: 2 + 3 * 40 / 90,
     Signal.MEAN_PROMPT_TOKENS: 740.0,  # the histogram's sum over its count, not a bucket interpolation
+    Signal.TTFT_WITHIN_DEADLINE: 1.0,  # le="0.02" over the count: every first token within the 20 ms deadline
 }
 
 

@@ -98,10 +98,73 @@ def test_an_agreed_disable_waits_for_the_queue_then_acts_once_it_drains() -> Non
 
 
 def test_a_lasting_overload_gets_its_restart_after_the_bound() -> None:
+    """Bound 2,028 s: deferred 1,980 s, holding to the next evaluation (2,040 s) would forgo more than the restart
+    drops, so the restart goes at 1,980 s (evaluation 33), not after the bound has passed."""
     spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
     result = tp.run(spec, [queue(2000.0)] * 40)
-    assert result.acted == [34], "2,028 s: the 10% the disable would gain has by then cost what the restart drops"
-    assert result.decisions[34].evidence["backlog"]["reason"].startswith("restart despite the queue")
+    assert result.acted == [33], "2,028 s: the 10% the disable would gain has by then cost what the restart drops"
+    assert result.decisions[33].evidence["backlog"]["reason"].startswith("restart despite the queue")
+    assert result.decisions[33].evidence["backlog"]["intervalSeconds"] == 60
+
+
+def spike_queue(share: float | None) -> dict[str, Any]:
+    """The benchmark's spike after its crowd (2,580 s): 9,490 queued, 256 running, 18 completions/s."""
+    ms = queue(9490.0, running=256, rate=18.0)
+    if share is not None:
+        ms[Signal.TTFT_WITHIN_DEADLINE] = tp.m(Signal.TTFT_WITHIN_DEADLINE, share)
+    return ms
+
+
+@pytest.mark.parametrize(
+    ("case", "share", "deadline_s", "running_in_time", "dropped"),
+    [
+        # every first token of the window came minutes late: the running requests missed their SLO already
+        ("hopeless backlog", 0.0, 2.0, 0, 36),
+        ("half of the first tokens in time", 0.5, 2.0, 128, 164),
+        ("all in time", 1.0, 2.0, 256, 292),
+        # no share measured (too few requests finished): every running request counts, as before
+        ("no share measured", None, 2.0, 256, 292),
+        # no deadline: nothing is late, the share is not asked for
+        ("no deadline", 0.0, None, 256, 9490 + 256 + 18 * 90),
+    ],
+)
+def test_running_requests_count_by_the_share_of_first_tokens_in_time(
+    case: str, share: float | None, deadline_s: float | None, running_in_time: int, dropped: int
+) -> None:
+    """Before: all 256 running counted as dropped (291 in all at the benchmark's spike), though each was admitted
+    minutes after its 2 s TTFT deadline."""
+    verdict = restart_under_backlog(
+        spike_queue(share), restart_cost_s=90.0, gain=0.16, gain_source="test", deferred_since=None, now=T0,
+        horizon_s=3600.0, ttft_deadline_s=deadline_s,
+    )  # fmt: skip
+    e = verdict.evidence
+    assert e["runningInTime"] == running_in_time
+    assert e["droppedByRestart"] == dropped
+    if deadline_s is not None and share is not None and share < 1:
+        assert f"{256 - running_in_time} running" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("case", "share", "deferred_min", "interval_s", "hold"),
+    [
+        # 36 to drop; a +16% change at 18/s forgoes 173 in one 60 s interval: holding for it costs more
+        ("hopeless backlog, first deferral", 0.0, None, 60.0, False),
+        ("without the interval: held once", 0.0, None, 0.0, True),
+        # 292 to drop: the bound is 101 s; the first hold (to 60 s) stays under it, the second (to 120 s) not
+        ("running counted, first deferral", 1.0, None, 60.0, True),
+        ("running counted, a minute in", 1.0, 1, 60.0, False),
+        ("running counted, a minute in, no interval", 1.0, 1, 0.0, True),
+    ],
+)
+def test_a_hold_is_priced_until_the_next_evaluation(
+    case: str, share: float, deferred_min: int | None, interval_s: float, hold: bool
+) -> None:
+    since = None if deferred_min is None else T0 - deferred_min * MINUTE
+    verdict = restart_under_backlog(
+        spike_queue(share), restart_cost_s=90.0, gain=0.16, gain_source="test", deferred_since=since, now=T0,
+        horizon_s=3600.0, ttft_deadline_s=2.0, interval_s=interval_s,
+    )  # fmt: skip
+    assert verdict.hold is hold, verdict.reason
 
 
 @pytest.mark.parametrize(
@@ -127,11 +190,12 @@ def test_the_bound_is_priced_at_the_first_deferral(
 def test_a_growing_queue_does_not_push_its_own_restart_out() -> None:
     """The benchmark's mixed-temperature in small: 20/s arrive, the queue grows by 100 a minute while the agreed change
     waits. Priced from the queue at each evaluation the bound grew 50 s a minute and the change waited for ever; priced
-    at the first deferral (kept in status.autotune, so an operator restart keeps it) it goes in after 2,028 s."""
+    at the first deferral (kept in status.autotune, so an operator restart keeps it) it goes in at the last
+    evaluation before 2,028 s (1,980 s: holding to the next would overshoot the bound)."""
     spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
     steps = [queue(2000.0 + 100 * i) for i in range(40)]
     result = tp.run(spec, steps)
-    assert result.acted == [34]
+    assert result.acted == [33]
     assert result.decisions[33].evidence["backlog"]["droppedAtFirstDeferral"] == 4056
     assert result.decisions[33].evidence["backlog"]["droppedByRestart"] == 4056 + 3300
     mid = tp.run(spec, steps[:5]).state
@@ -228,10 +292,11 @@ def test_the_ttft_deadline_comes_from_the_cr(latency: dict[str, str], deadline_s
 @pytest.mark.parametrize(
     ("latency", "acted"),
     [
-        ({}, [34]),  # every queued request counts: as test_a_lasting_overload_gets_its_restart_after_the_bound
-        ({"ttftDeadline": "600s"}, [34]),
-        # 40 of the 2,000 can still start within 2 s, no arrival could: a restart drops 296, repaid in 148 s
-        ({"ttftDeadline": "2s"}, [3]),
+        ({}, [33]),  # every queued request counts: as test_a_lasting_overload_gets_its_restart_after_the_bound
+        ({"ttftDeadline": "600s"}, [33]),
+        # 40 of the 2,000 can still start within 2 s, no arrival could: a restart drops 296, repaid in 148 s; held
+        # at 0 and 60 s, not at 120 s (to 180 s would pass 148 s)
+        ({"ttftDeadline": "2s"}, [2]),
     ],
 )
 def test_decide_prices_the_restart_on_the_requests_still_in_time(latency: dict[str, str], acted: list[int]) -> None:
@@ -239,6 +304,20 @@ def test_decide_prices_the_restart_on_the_requests_still_in_time(latency: dict[s
     result = tp.run(spec, [queue(2000.0)] * 40)
     assert result.acted == acted
     assert result.decisions[0].gate.startswith("backlog: restart deferred while requests queue")
+
+
+def test_decide_counts_the_running_requests_by_the_measured_share_in_time() -> None:
+    """decide() with a 2 s deadline and none of the window's first tokens within it: a restart drops only the 40
+    queued that can still start in time, which 10% of 20/s repays in 20 s, less than one evaluation interval: no
+    hold (with the 256 running counted it was held twice, test above)."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", latency={"ttftDeadline": "2s"})
+    step = queue(2000.0)
+    step[Signal.TTFT_WITHIN_DEADLINE] = tp.m(Signal.TTFT_WITHIN_DEADLINE, 0.0)
+    result = tp.run(spec, [step] * 3)
+    assert result.acted == [0]
+    backlog = result.decisions[0].evidence["backlog"]
+    assert (backlog["runningInTime"], backlog["droppedByRestart"], backlog["maxDeferralSeconds"]) == (0, 40, 20)
+    assert backlog["reason"].startswith("restart despite the queue")
 
 
 # ------------------------------------------------------------------------------------------------ in the simulator

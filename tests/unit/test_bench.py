@@ -69,22 +69,26 @@ def test_operator_measurements_over_simulated_scrapes() -> None:
     next_scrape, n = 15.0, 0
     finished: dict[float, tuple[int, int]] = {}  # scrape time -> (prompt tokens, requests) finished so far
     prompts, done = 0, 0
+    first_tokens: list[tuple[float, float]] = []  # (when, TTFT) of every request that got its first token
     while engine.now < 600:
         while n * 0.1 <= engine.now:  # 10 QPS, prompts of 200..600 tokens
             engine.submit(SimRequest(f"r{n}", n * 0.1, 200 + 100 * (n % 5), 150))
             n += 1
         for r in engine.step().finished:
             prompts, done = prompts + r.prompt_tokens, done + 1
+            if r.first_token_at is not None and r.ttft is not None:
+                first_tokens.append((r.first_token_at, r.ttft))
         while next_scrape <= engine.now:
             history.add(snapshot(engine.metrics, next_scrape))
             finished[next_scrape] = (prompts, done)
             next_scrape += 15.0
-    spec = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192)
+    deadline = 0.015  # among the TTFTs of this light load (11..30 ms); counted at the next bucket bound, 0.02 s
+    spec = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192, ttft_slo_s=deadline)
     scope = Scope("bench", "bench", "sim")
     from specpilot.evaluate import effective_window
 
     window = effective_window(spec.autotune)
-    client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds)
+    client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds, 50, 8192, deadline)
     m = measure(spec, scope, client, to_datetime(600))
     assert m[Signal.ACCEPTANCE_RATE].valid
     assert 0.3 < (m[Signal.ACCEPTANCE_RATE].value or 0) < 0.5  # alpha 0.62, K = 3: mean r_j ≈ 0.41
@@ -98,6 +102,15 @@ def test_operator_measurements_over_simulated_scrapes() -> None:
     first, last = finished[min(t for t in finished if t > 600 - window.seconds)], finished[600.0]
     assert m[Signal.MEAN_PROMPT_TOKENS].valid
     assert m[Signal.MEAN_PROMPT_TOKENS].value == pytest.approx((last[0] - first[0]) / (last[1] - first[1]))
+    # the share of first tokens within the deadline: those observed between the window's first and last scrape
+    # (finished ones here, and the few still running at 600 s that the histogram already counted are left out)
+    start = min(t for t in finished if t > 600 - window.seconds)
+    in_window = [ttft for at, ttft in first_tokens if start < at <= 600.0]
+    share = m[Signal.TTFT_WITHIN_DEADLINE]
+    assert share.valid
+    expected = sum(ttft <= 0.02 for ttft in in_window) / len(in_window)
+    assert 0.05 < expected < 0.95, "the deadline splits this window's first tokens"
+    assert share.value == pytest.approx(expected, abs=0.05)
 
 
 def test_goodput_counts_only_requests_within_both_slos() -> None:

@@ -56,7 +56,8 @@ def test_unreachable_prometheus_is_asked_once() -> None:
     client = CannedPrometheus([], default=RawResult.from_transport_error("ConnectError: refused"))
     result = measure(spec(), SCOPE, client, NOW)
     assert len(client.asked) == 1
-    assert {m.klass for m in result.values()} == {MeasurementClass.ERROR}
+    assert {m.klass for m in result.values() if not m.detail.startswith("unavailable:")} == {MeasurementClass.ERROR}
+    assert result[Signal.TTFT_WITHIN_DEADLINE].detail.startswith("unavailable:"), "no ttftDeadline: not a query"
     assert "(later queries not sent)" in result[Signal.KV_CACHE_USAGE].detail
 
 
@@ -78,7 +79,8 @@ def test_unavailable_series_are_not_queried() -> None:
     result = measure(spec("0.10.2"), SCOPE, client, NOW)
     assert result[Signal.TPOT_P99].detail.startswith("unavailable:")
     assert not any("request_time_per_output_token" in q for q in client.asked)
-    assert len(client.asked) == len(result) - 3  # TPOT P50, P99 and mean are unavailable before 0.11
+    # TPOT P50, P99 and mean are unavailable before 0.11; the share within the TTFT deadline without one
+    assert len(client.asked) == len(result) - 4
 
 
 def test_window_is_clamped_and_reported() -> None:

@@ -177,6 +177,35 @@ def test_every_query_is_scoped_windowed_and_yields_one_series(version: str) -> N
         assert re.match(r"^(1 \+ )?(sum|avg|max|histogram_quantile)( by \([a-z]+\) )?\(", query.promql), query.promql
 
 
+@pytest.mark.parametrize(
+    ("deadline_s", "le"),
+    [
+        (2.0, 'le=~"2[.]5|2[.]5[.]0"'),  # no 2 s bucket: the next bound up, so the share errs toward in time
+        (2.5, 'le=~"2[.]5|2[.]5[.]0"'),
+        (1.0, 'le=~"1|1[.]0"'),  # Prometheus 2 keeps "1.0", Prometheus 3 may write "1"
+        (0.001, 'le=~"0[.]001|0[.]001[.]0"'),
+        (3000.0, 'le="+Inf"'),  # past the largest finite bound: every first token counts
+    ],
+)
+def test_ttft_within_deadline_counts_at_a_bucket_bound(deadline_s: float, le: str) -> None:
+    names = metric_names_for(v("0.32.0"))
+    query = promql.ttft_within_deadline(names, SCOPE, WINDOW, deadline_s)
+    bucket_selector = SELECTOR[:-1] + "," + le + "}"
+    assert query.promql == (
+        f"sum(rate(vllm:time_to_first_token_seconds_bucket{bucket_selector}[5m])) / "
+        f"(sum(rate(vllm:time_to_first_token_seconds_count{SELECTOR}[5m])) > 0)"
+    )
+    assert query.gate is Signal.REQUESTS_IN_WINDOW
+    with_deadline = build_queries(names, SCOPE, WINDOW, 50, None, deadline_s)
+    assert query in with_deadline
+
+
+def test_ttft_within_deadline_needs_a_declared_deadline() -> None:
+    query = promql.ttft_within_deadline(metric_names_for(v("0.32.0")), SCOPE, WINDOW, None)
+    assert query.promql is None
+    assert "ttftDeadline" in query.unavailable
+
+
 def test_gates_come_first_so_dependents_can_use_them() -> None:
     signals = [q.signal for q in build_queries(metric_names_for(v("0.33.0")), SCOPE, WINDOW)]
     for signal, gate in promql.EVIDENCE_GATES.items():

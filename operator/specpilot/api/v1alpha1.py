@@ -517,7 +517,8 @@ class LatencySpec(_Spec):
         max_length=32,
         description="Optional TTFT objective per request, e.g. 2s: a request whose first token comes later has "
         "missed its SLO. A restart under a queue is then priced only on the queued requests that can still start "
-        "within it (backlog.py). Defaults to p99Target when metric is ttft; unset, every queued request counts.",
+        "within it and the running ones whose first token came within it (backlog.py). Defaults to p99Target when "
+        "metric is ttft; unset, every queued and running request counts.",
     )
 
 

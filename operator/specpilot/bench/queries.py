@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from specpilot.measurements import RawResult
-from specpilot.promql import Query, Scope, Signal, Window, build_queries, short_output_bound
+from specpilot.promql import Query, Scope, Signal, Window, build_queries, short_output_bound, ttft_bound
 from specpilot.sim.metrics import MetricsState
 from specpilot.vllm.metrics import MetricNames
 
@@ -108,15 +108,17 @@ class SimQueryClient:
         clock: Any,
         short_output_tokens: int = 50,
         max_model_len: int | None = None,
+        ttft_deadline_s: float | None = None,
     ) -> None:
         self.names = names
         self.short_output_tokens = short_output_tokens
+        self.ttft_deadline_s = ttft_deadline_s
         self.window = window
         self.history = history
         self.clock = clock  # datetime -> virtual seconds
         self.by_promql: dict[str, Query] = {
             q.promql: q
-            for q in build_queries(names, scope, window, short_output_tokens, max_model_len)
+            for q in build_queries(names, scope, window, short_output_tokens, max_model_len, ttft_deadline_s)
             if q.promql is not None
         }
 
@@ -207,7 +209,22 @@ class SimQueryClient:
             return None if parts is None else _ratio(parts[2], parts[3])
         if signal in (Signal.OUTPUT_SHORT_FRACTION, Signal.OUTPUT_TOKENS_P50):
             return self._output_length(signal, s)
+        if signal is Signal.TTFT_WITHIN_DEADLINE:
+            return self._ttft_within_deadline(s)
         return None
+
+    def _ttft_within_deadline(self, s: list[Sample]) -> float | None:
+        """The TTFT histogram's bucket at promql.ttft_bound(deadline) over its count, both rated."""
+        parts = _hist_parts(s, self.names.time_to_first_token)
+        if parts is None or self.ttft_deadline_s is None:
+            return None
+        bounds, cumulative, _, count = parts
+        bound = ttft_bound(self.ttft_deadline_s)
+        if bound is None:
+            return _ratio(count, count)
+        if bound not in bounds:
+            return None  # no such bucket: an empty result, as Prometheus gives
+        return _ratio(cumulative[bounds.index(bound)], count)
 
     def _output_length(self, signal: Signal, s: list[Sample]) -> float | None:
         """The generation-token histogram: the share at or below the short bound (a bucket edge), or the median."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
+from specpilot.backlog import ttft_deadline_s
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
 from specpilot.evaluate import effective_window, measure
 from specpilot.policy import PolicyInputs, PolicyState, decide, record_actuation
@@ -119,7 +120,14 @@ class SpecpilotController:
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
         workload = self.spec.autotune.workload
         client = SimQueryClient(
-            names, scope, window, history, to_seconds, workload.short_output_tokens, self.spec.engine.max_model_len
+            names,
+            scope,
+            window,
+            history,
+            to_seconds,
+            workload.short_output_tokens,
+            self.spec.engine.max_model_len,
+            ttft_deadline_s(self.spec.autotune.latency),
         )
         at = to_datetime(now)
         measurements = measure(self.spec, scope, client, at)

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 
 from specpilot.vllm.versions import V0_ENGINE_REMOVED, V1_ENGINE_DEFAULT, V1_ENGINE_OPT_IN, Engine, VllmVersion, v
 
+# vllm:time_to_first_token_seconds bucket bounds (vllm/v1/metrics/loggers.py; the simulator exposes the same): the
+# share of first tokens within a TTFT deadline is counted exactly at one of these (promql.ttft_within_deadline)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class MetricNames:
