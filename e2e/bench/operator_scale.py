@@ -190,7 +190,8 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
     watcher = threading.Thread(target=watch_deployments, daemon=True)
     watcher.start()
     log = Path(f"/tmp/specpilot-bench-{namespace}.log")
-    operator = launch_operator(kubeconfig, [namespace], log, tick_seconds=args.tick_seconds)
+    operator_env = dict(kv.split("=", 1) for kv in args.operator_env)
+    operator = launch_operator(kubeconfig, [namespace], log, tick_seconds=args.tick_seconds, env=operator_env)
     restarted: RunningOperator | None = None
     try:
         writes_start = apiserver_writes(kubectl)
@@ -276,7 +277,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         # restart with every CR in place
         operator.stop()
         restarted = launch_operator(
-            kubeconfig, [namespace], log.with_suffix(".restart.log"), tick_seconds=args.tick_seconds
+            kubeconfig, [namespace], log.with_suffix(".restart.log"), tick_seconds=args.tick_seconds, env=operator_env
         )
         restart_t0 = time.monotonic()
         deadline = restart_t0 + 600
@@ -402,6 +403,13 @@ def main() -> None:
     parser.add_argument("--tick-seconds", type=float, default=10)
     parser.add_argument("--interval", default="60s", help="spec.autotune.interval of every CR")
     parser.add_argument("--rate", type=float, default=0.0, help="CRs created per second (0: as fast as possible)")
+    parser.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variable for the operator process (repeatable), to compare settings in one run",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")] if args.counts else [args.count]
