@@ -84,12 +84,12 @@ def measure(
 ) -> dict[str, Measurement]:
     """Run and classify every measurement of one evaluation, gates first, all at the same instant `now`."""
     names = metric_names_for(VllmVersion.parse(spec.engine.version))
-    queries = build_queries(names, scope, effective_window(spec.autotune), *_query_settings(spec))
+    queries = build_queries(names, scope, effective_window(spec.autotune), *query_settings(spec))
     sender = _Sender(client, now)
     return _classify_all(queries, [sender.send(q.promql) for q in queries], min_samples_for(spec.autotune))
 
 
-def _query_settings(spec: SpeculativeDeploymentSpec) -> tuple[int, int | None, float | None]:
+def query_settings(spec: SpeculativeDeploymentSpec) -> tuple[int, int | None, float | None]:
     """What the queries depend on besides the scope: "short" and the longest possible response (output-length
     queries), and the TTFT deadline (the share of first tokens within it, for the backlog gate)."""
     return (
@@ -169,7 +169,7 @@ def measure_many(subjects: Sequence[Subject], client: QueryClient, now: datetime
     for subject in subjects:
         names = metric_names_for(VllmVersion.parse(subject.spec.engine.version))
         window = effective_window(subject.spec.autotune)
-        settings = _query_settings(subject.spec)
+        settings = query_settings(subject.spec)
         batches.setdefault((names, window, subject.scope.labels(), settings), []).append(subject)
     sender = _Sender(client, now)
     out: dict[Hashable, dict[str, Measurement]] = {}

@@ -717,25 +717,22 @@ def plan_threshold(
             return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True)
     if proposed == current:
         return no_change(f"{shown} already installed")
-    gain = predicted_gain(
-        profile,
-        model,
-        _load_batches(load),
-        lambda b: k_for_batch(current, b, max_k),
-        lambda b: k_for_batch(proposed, b, max_k),
-        schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
-    )
+
+    def gain_over(batches: Mapping[int, float]) -> float:
+        return predicted_gain(
+            profile,
+            model,
+            batches,
+            lambda b: k_for_batch(current, b, max_k),
+            lambda b: k_for_batch(proposed, b, max_k),
+            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
+        )
+
+    gain = gain_over(_load_batches(load))
     payback = payback_seconds(gain, settings.restart_cost_s)
     # the gain at the batch running now: what each minute of waiting forgoes (agreement.stabilization_for, the
     # backlog gate), while `gain` over the observed load says whether the change is worth a restart at all
-    gain_now = predicted_gain(
-        profile,
-        model,
-        {batch: 1.0},
-        lambda b: k_for_batch(current, b, max_k),
-        lambda b: k_for_batch(proposed, b, max_k),
-        schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
-    )
+    gain_now = gain_over({batch: 1.0})
     evidence.update(
         {
             "predictedGain": round(gain, 4),

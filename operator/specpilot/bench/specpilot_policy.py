@@ -16,9 +16,8 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
-from specpilot.backlog import ttft_deadline_s
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
-from specpilot.evaluate import effective_window, measure
+from specpilot.evaluate import effective_window, measure, query_settings
 from specpilot.policy import PolicyInputs, PolicyState, decide, record_actuation
 from specpilot.promql import Scope
 from specpilot.schedule import PROFILES, FitSettings
@@ -118,17 +117,7 @@ class SpecpilotController:
         window = effective_window(self.spec.autotune)
         scope = Scope(namespace="bench", deployment="bench", config_hash="sim")
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
-        workload = self.spec.autotune.workload
-        client = SimQueryClient(
-            names,
-            scope,
-            window,
-            history,
-            to_seconds,
-            workload.short_output_tokens,
-            self.spec.engine.max_model_len,
-            ttft_deadline_s(self.spec.autotune.latency),
-        )
+        client = SimQueryClient(names, scope, window, history, to_seconds, *query_settings(self.spec))
         at = to_datetime(now)
         measurements = measure(self.spec, scope, client, at)
         model = PROFILES.get(self.preset.name, PROFILES["llama8b-h100"])
