@@ -151,6 +151,10 @@ def running_in_time(running: float, share_within_deadline: float | None) -> floa
     return running * min(1.0, max(0.0, share_within_deadline))
 
 
+MEASURED_SPEED_GAIN = "measured speed against plain"
+K0_TAX_GAIN = "the K = 0 tax"
+
+
 def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, str]:
     """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none.
 
@@ -159,11 +163,11 @@ def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, 
     it runs at, not the gain averaged over the load record (agreement.py)."""
     speed = evidence.get("speed") or {}
     if speed.get("outcome") == "Slower" and speed.get("speedup"):
-        return 1 / float(speed["speedup"]) - 1, "measured speed against plain"
+        return 1 / float(speed["speedup"]) - 1, MEASURED_SPEED_GAIN
     threshold = evidence.get("threshold") or {}
     tax = threshold.get("k0Tax") or {}
     if tax.get("offWins") and tax.get("taxAtK0"):
-        return float(tax["taxAtK0"]), "the K = 0 tax"
+        return float(tax["taxAtK0"]), K0_TAX_GAIN
     if threshold.get("predictedGainNow") is not None:
         return float(threshold["predictedGainNow"]), "the schedule's predicted gain at the batch now"
     if threshold.get("predictedGain"):
@@ -274,7 +278,10 @@ def restart_under_backlog(
     dropped = in_time + running_kept + arriving
     gain = max(gain, 0.0)
     forgone = gain * rate * deferred_s
-    priced = dropped if dropped_at_deferral is None or deferred_since is None else min(dropped_at_deferral, dropped)
+    if dropped_at_deferral is None or deferred_since is None:
+        priced = dropped
+    else:  # with a measured trend, now's figure where lower (docstring); without, the first deferral's
+        priced = min(dropped_at_deferral, dropped) if queue_before is not None else dropped_at_deferral
     limit_s = min(horizon_s, priced / (gain * rate)) if gain > 0 and rate > 0 else horizon_s
     evidence: dict[str, Any] = {
         "formula": (

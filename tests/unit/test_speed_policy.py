@@ -29,6 +29,7 @@ from specpilot.policy import (
     Streak,
     decide,
     evaluate_alone,
+    prices_its_own_gain,
     record_actuation,
 )
 from specpilot.promql import Signal
@@ -658,3 +659,45 @@ def test_a_shed_under_a_hopeless_backlog_repays_only_the_work_the_restart_drops_
     assert first is not None
     assert first.waiting == queues[0], "the queue at the first proposal is kept with the streak"
     assert PolicyState.from_dict(json.loads(json.dumps(result.state.to_dict()))).streak == result.state.streak
+
+
+@pytest.mark.parametrize(
+    ("case", "action", "evidence", "own"),
+    [
+        ("a refit's gain at the batch now", Action.CHANGE_THRESHOLD, {"threshold": {"predictedGainNow": 0.15}}, True),
+        ("a refit predicted to lose", Action.CHANGE_THRESHOLD, {"threshold": {"predictedGainNow": -0.02}}, False),
+        # the fit ran beside an acceptance-only disable: its gain is the refit's, not the disable's (diurnal)
+        ("a disable beside a refit's gain", Action.DISABLE, {"threshold": {"predictedGainNow": 0.15}}, False),
+        ("a disable measured faster than speculation", Action.DISABLE, {"speed": {"outcome": "Slower", "speedup": 0.8}},
+         True),
+        ("a disable by the K = 0 tax", Action.DISABLE, {"threshold": {"k0Tax": {"offWins": True, "taxAtK0": 0.08}}},
+         True),
+        ("an acceptance-only disable", Action.DISABLE, {}, False),
+    ],
+)  # fmt: skip
+def test_only_a_change_with_its_own_gain_figure_gets_the_restart_priced_in_time(
+    case: str, action: Action, evidence: dict[str, Any], own: bool
+) -> None:
+    assert prices_its_own_gain(Proposal(action, K3, "", evidence)) is own
+
+
+def test_an_acceptance_only_disable_under_a_hopeless_backlog_keeps_the_nominal_restart() -> None:
+    """Benchmark, diurnal (70B draft model K=4 at its peak, acceptance 0.46 < 0.50, no plain baseline): priced at the
+    work still in time, an acceptance-only disable went in at 4,200 s while speculation was 1.41x faster than plain
+    (goodput 2,631 -> 1,476). Its gain is the gate's fallback, not a figure of its own: the queue's trend is not used,
+    the first deferral's pricing holds (1,049 to drop at the fallback 10% of 18/s: up to 583 s)."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", latency={"ttftDeadline": "2s"})
+
+    def step(waiting: float) -> dict[str, Measurement]:
+        ms = tp.observed(acceptance=0.3)
+        ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
+        ms[Signal.RUNNING_REQUESTS] = tp.m(Signal.RUNNING_REQUESTS, 255.0)
+        ms[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, 18.0)
+        ms[Signal.TTFT_WITHIN_DEADLINE] = tp.m(Signal.TTFT_WITHIN_DEADLINE, 0.0)
+        return ms
+
+    result = tp.run(spec, [step(643.0 + 106 * i) for i in range(12)])
+    assert [i for i, d in enumerate(result.decisions) if d.actuate] == [9]
+    held = result.decisions[1].evidence["backlog"]
+    assert held["queueDrainPerSecond"] is None
+    assert held["droppedAtFirstDeferral"] == 1049
