@@ -33,9 +33,13 @@ drains at most at X), so it can meet S only once u >= waiting / X - S. The rest 
 restarts or not: serving them late adds no goodput, dropping them loses none. So, with C the restart cost:
 
     queued in time   = min(waiting, X x S)                          (all of waiting when no S is declared)
-    arrivals in time = X x max(0, C - max(0, waiting / X - S))      (X x C when no S is declared)
+    arrivals in time = X x max(0, C - max(0, waiting - X x S) / D)  (X x C when no S is declared)
     running in time  = running x F                                  (all running when no S is declared)
     dropped          = queued in time + running in time + arrivals in time
+
+D is how fast the queue drains: the queue's measured shrink per second since the change was first proposed (the
+window's mean queue then and now), at most X, the fastest it can drain (no arrivals); X where nothing was measured.
+A queue longer than X x S that did not shrink lets no arrival in (D <= 0: none in time).
 
 F is the share of the window's first tokens that came within S: the TTFT histogram's bucket at the smallest bound
 >= S over its count (promql.ttft_within_deadline; decided at an exact bucket bound, never interpolated). Why it
@@ -107,13 +111,35 @@ def queued_in_time(waiting: float, completion_rate: float, deadline_s: float | N
     return min(waiting, completion_rate * deadline_s)
 
 
-def arrivals_in_time(waiting: float, completion_rate: float, deadline_s: float | None, restart_cost_s: float) -> float:
+def arrivals_in_time(
+    waiting: float,
+    completion_rate: float,
+    deadline_s: float | None,
+    restart_cost_s: float,
+    drain_rate: float | None = None,
+) -> float:
     """The arrivals during a restart's downtime that, had the pod kept serving, could have started within the TTFT
     deadline: those arriving once the queue ahead, draining at most at completion_rate, is short enough (module
-    docstring). All of them (completion_rate x restart cost) without a deadline."""
+    docstring). All of them (completion_rate x restart cost) without a deadline.
+
+    `drain_rate`: how fast the queue was measured to shrink (requests per second, negative while it grows; None:
+    not measured). The queue drains at the completion rate less the arrivals, so the completion rate alone is the
+    fastest it can drain and a measured slower drain only makes the arrivals later. A queue longer than
+    completion_rate x deadline that did not shrink (drain_rate <= 0) lets none of them in: the queue ahead of each
+    is at least as long as now. Found by the benchmark (mixed-temperature, 20 QPS past K=3's 18 completions/s): the
+    queue grew by 106 requests a minute while the gate counted 1,014 of a restart's arrivals as in time (the queue
+    draining at 18/s with no arrivals), held an agreed refit from 660 s to 960 s, and every request of those five
+    minutes missed its TTFT deadline.
+    """
     if deadline_s is None or completion_rate <= 0:
         return completion_rate * restart_cost_s
-    late_s = max(0.0, waiting / completion_rate - deadline_s)
+    excess = waiting - completion_rate * deadline_s  # queued beyond what can start within the deadline
+    if excess <= 0:
+        return completion_rate * restart_cost_s
+    drain = completion_rate if drain_rate is None else min(completion_rate, drain_rate)
+    if drain <= 0:
+        return 0.0
+    late_s = excess / drain
     return completion_rate * max(0.0, restart_cost_s - late_s)
 
 
@@ -125,6 +151,10 @@ def running_in_time(running: float, share_within_deadline: float | None) -> floa
     return running * min(1.0, max(0.0, share_within_deadline))
 
 
+MEASURED_SPEED_GAIN = "measured speed against plain"
+K0_TAX_GAIN = "the K = 0 tax"
+
+
 def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, str]:
     """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none.
 
@@ -133,16 +163,67 @@ def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, 
     it runs at, not the gain averaged over the load record (agreement.py)."""
     speed = evidence.get("speed") or {}
     if speed.get("outcome") == "Slower" and speed.get("speedup"):
-        return 1 / float(speed["speedup"]) - 1, "measured speed against plain"
+        return 1 / float(speed["speedup"]) - 1, MEASURED_SPEED_GAIN
     threshold = evidence.get("threshold") or {}
     tax = threshold.get("k0Tax") or {}
     if tax.get("offWins") and tax.get("taxAtK0"):
-        return float(tax["taxAtK0"]), "the K = 0 tax"
+        return float(tax["taxAtK0"]), K0_TAX_GAIN
     if threshold.get("predictedGainNow") is not None:
         return float(threshold["predictedGainNow"]), "the schedule's predicted gain at the batch now"
     if threshold.get("predictedGain"):
         return float(threshold["predictedGain"]), "the schedule's predicted gain"
     return fallback, "the regression tolerance (no gain figure in the proposal)"
+
+
+@dataclass(frozen=True)
+class QueueSeen:
+    """The window's mean queue at one evaluation (the first of an agreement streak), to measure its trend by."""
+
+    at: datetime
+    waiting: float
+
+    def drain_rate(self, waiting_now: float, now: datetime) -> float | None:
+        """Requests per second the queue shrank by since then (negative: it grew); None without time between."""
+        seconds = (now - self.at).total_seconds()
+        return None if seconds <= 0 else (self.waiting - waiting_now) / seconds
+
+
+def restart_seconds_under_backlog(
+    measurements: Mapping[str, Measurement],
+    *,
+    restart_cost_s: float,
+    ttft_deadline_s: float | None,
+    queue_before: QueueSeen | None,
+    now: datetime,
+) -> float | None:
+    """What a restart now costs, in seconds of serving at the measured completion rate, when requests queue: the
+    work it drops that could still meet its TTFT deadline (`restart_under_backlog`'s figure) over that rate, at most
+    the restart cost. None without a backlog or a deadline, or without a completion rate to divide by.
+
+    A restart costs a pod's capacity for its duration (restart_cost_s). In an overload whose queue is longer than can
+    start within the deadline and does not drain, that capacity serves only requests that miss their SLO anyway, so
+    the restart costs the goodput of the few it drops in time, not its whole duration. The stabilization of a shed
+    (agreement.stabilization_for) repays this cost, not the nominal one. Found by the benchmark (mixed-temperature, 8B
+    EAGLE-3 K=3 at 20 QPS past its 18 completions/s): the refit agreed 3/3 at 180 s waited its 9.6-minute payback
+    of the nominal 90 s restart while the queue grew past 600 and no request met its 2 s TTFT deadline.
+    """
+    if ttft_deadline_s is None:
+        return None
+    verdict = restart_under_backlog(
+        measurements,
+        restart_cost_s=restart_cost_s,
+        gain=0.0,
+        gain_source="",
+        deferred_since=None,
+        now=now,
+        horizon_s=restart_cost_s,  # no wait is priced here, only what the restart drops
+        ttft_deadline_s=ttft_deadline_s,
+        queue_before=queue_before,
+    )
+    rate = verdict.evidence.get("requestRate") or 0.0
+    if not verdict.evidence or rate <= 0:
+        return None
+    return min(restart_cost_s, float(verdict.evidence["droppedByRestart"]) / rate)
 
 
 def restart_under_backlog(
@@ -157,6 +238,7 @@ def restart_under_backlog(
     dropped_at_deferral: float | None = None,
     ttft_deadline_s: float | None = None,
     interval_s: float = 0.0,
+    queue_before: QueueSeen | None = None,
 ) -> BacklogVerdict:
     """Hold a restart while requests queue, until the gain forgone by waiting matches the work a restart drops.
 
@@ -175,28 +257,40 @@ def restart_under_backlog(
 
     `interval_s`: the evaluation interval; a hold lasts until the next evaluation, so it is priced at the time
     deferred by then (module docstring).
+
+    `queue_before`: the queue when the change was first proposed (the agreement streak's start, kept in the policy
+    state). Its change since then is the measured drain rate that `arrivals_in_time` prices the restart's arrivals
+    with, and what a restart drops is priced at the lower of the first deferral's figure and now's: the first may
+    have been priced without the trend (the queue draining at the full completion rate, the assumption most in
+    favour of holding), and taking the lower never lets a growing queue push the restart further out.
     """
     waiting = valid_value(measurements, Signal.WAITING_REQUESTS)
     running = valid_value(measurements, Signal.RUNNING_REQUESTS) or 0.0
     if waiting is None or waiting < max(BACKLOG_WAITING, BACKLOG_SHARE * running):
         return BacklogVerdict(False, "", {})
     rate = valid_value(measurements, Signal.REQUEST_RATE) or 0.0
+    deferred_s = 0.0 if deferred_since is None else max(0.0, (now - deferred_since).total_seconds())
+    drain = None if queue_before is None else queue_before.drain_rate(waiting, now)
     in_time = queued_in_time(waiting, rate, ttft_deadline_s)
-    arriving = arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s)
+    arriving = arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s, drain)
     share = valid_value(measurements, Signal.TTFT_WITHIN_DEADLINE) if ttft_deadline_s is not None else None
     running_kept = running_in_time(running, share)
     dropped = in_time + running_kept + arriving
-    deferred_s = 0.0 if deferred_since is None else max(0.0, (now - deferred_since).total_seconds())
     gain = max(gain, 0.0)
     forgone = gain * rate * deferred_s
-    priced = dropped if dropped_at_deferral is None or deferred_since is None else dropped_at_deferral
+    if dropped_at_deferral is None or deferred_since is None:
+        priced = dropped
+    else:  # with a measured trend, now's figure where lower (docstring); without, the first deferral's
+        priced = min(dropped_at_deferral, dropped) if queue_before is not None else dropped_at_deferral
     limit_s = min(horizon_s, priced / (gain * rate)) if gain > 0 and rate > 0 else horizon_s
     evidence: dict[str, Any] = {
         "formula": (
             "wait while waiting >= max(1, 0.1 x running) and gain x rate x (deferred + interval) < queuedInTime "
             "+ runningInTime + arrivalsInTime at the first deferral; with a ttftDeadline queuedInTime = min(waiting, "
             "rate x ttftDeadline), runningInTime = running x ttftWithinDeadline and arrivalsInTime = rate x max(0, "
-            "restartCost - max(0, waiting / rate - ttftDeadline)), else waiting, running and rate x restartCost"
+            "restartCost - max(0, waiting - rate x ttftDeadline) / drain)) with drain = min(rate, the queue's "
+            "measured shrink per second since the change was first proposed; none in time if it did not shrink), else "
+            "waiting, running and rate x restartCost; the drop is priced at the lower of the first deferral's and now's"
         ),
         "waiting": round(waiting, 1),
         "ttftDeadlineSeconds": ttft_deadline_s,
@@ -208,6 +302,8 @@ def restart_under_backlog(
         "intervalSeconds": interval_s,
         "requestRate": round(rate, 2),
         "restartCostSeconds": restart_cost_s,
+        "waitingWhenProposed": None if queue_before is None else round(queue_before.waiting, 1),
+        "queueDrainPerSecond": None if drain is None else round(drain, 3),
         "droppedByRestart": round(dropped),
         "droppedAtFirstDeferral": round(priced),
         "gain": round(gain, 4),
@@ -230,6 +326,11 @@ def restart_under_backlog(
             f"{restart_cost_s:.0f}s restart; the other {waiting - in_time:.0f} queued, "
             f"{running - running_kept:.0f} running and {rate * restart_cost_s - arriving:.0f} arriving miss it "
             "either way"
+        )
+    if drain is not None and queue_before is not None and ttft_deadline_s is not None:
+        parts += (
+            f"; the queue went from {queue_before.waiting:.0f} to {waiting:.0f} since the change was first proposed "
+            f"({drain:+.2f}/s drained)"
         )
     numbers = (
         f"{waiting:.0f} requests waiting and {running:.0f} running; a restart now drops about {dropped:.0f} ({parts})"

@@ -227,6 +227,7 @@ NESTED_KEYS = st.sampled_from(
         "threshold",
         "to",
         "tpotMeanMs",
+        "waiting",
     ]
 ) | st.text(max_size=12)
 # What the API server can store: JSON, so no NaN or infinity (YAML files can hold them; etcd cannot).

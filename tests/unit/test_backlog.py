@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.backlog import proposal_gain, restart_under_backlog, ttft_deadline_s
+from specpilot.backlog import (
+    QueueSeen,
+    arrivals_in_time,
+    proposal_gain,
+    restart_seconds_under_backlog,
+    restart_under_backlog,
+    ttft_deadline_s,
+)
 from specpilot.policy import Action, PolicyState
 from specpilot.promql import Signal
 
@@ -367,3 +374,91 @@ def test_a_flash_crowd_keeps_its_backlog_instead_of_losing_it_to_a_restart() -> 
     assert dropped_before > 1000
     assert dropped_after == 0
     assert goodput_after > goodput_before
+
+
+# ------------------------------------------------------------------------------------------------ the queue's trend
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "drain_rate", "arriving"),
+    [
+        # 18 completions/s, 2 s deadline, 90 s restart: the first 36 queued can start in time, the rest are excess
+        ("not measured: the queue drains at the completion rate", 600.0, None, 1056),
+        ("drains faster than it completes: capped at the completion rate", 600.0, 40.0, 1056),
+        # 564 in excess at a measured 10/s: arrivals in time only after 56.4 s of the 90 s restart
+        ("drains at a measured 10/s", 600.0, 10.0, 605),
+        # the benchmark's mixed-temperature at 720 s: 643 -> 749 in a minute; the gate counted 903 in time
+        ("grew since the first deferral: none in time", 749.0, -1.77, 0),
+        ("did not move: none in time", 749.0, 0.0, 0),
+        # no more queued than can start within the deadline: every arrival counts, whatever the trend
+        ("short queue, growing", 30.0, -1.0, 1620),
+    ],
+)
+def test_the_restarts_arrivals_are_priced_at_the_queues_measured_drain(
+    case: str, waiting: float, drain_rate: float | None, arriving: int
+) -> None:
+    assert round(arrivals_in_time(waiting, 18.0, 2.0, 90.0, drain_rate)) == arriving
+
+
+def mixed_temperature_queue(waiting: float) -> dict[str, Any]:
+    """The benchmark's mixed-temperature (8B EAGLE-3 K=3 at 20 QPS, 18 completions/s, 2 s TTFT deadline): 255
+    running, every first token of the window minutes late."""
+    ms = queue(waiting, running=255, rate=18.0)
+    ms[Signal.TTFT_WITHIN_DEADLINE] = tp.m(Signal.TTFT_WITHIN_DEADLINE, 0.0)
+    return ms
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "when_proposed", "hold", "dropped", "priced"),
+    [
+        # first deferral at the first proposal (no trend yet): 36 queued + 1,013 of the arrivals, the benchmark's 660 s
+        ("no trend", 643.0, None, True, 1049, 1049),
+        # the queue grew by 106 since the change was proposed a minute ago: no arrival could have started in time, 36
+        # to drop, repaid by +15.7% of 18/s in 13 s: the restart goes (before: 943 to drop, priced at the first
+        # deferral's 1,049, held to 960 s)
+        ("the queue grew", 749.0, 643.0, False, 36, 36),
+        # the queue shrank by 400 in the minute (6.7/s): 713 in excess clear only after the restart, none in time
+        ("the queue drains slowly", 749.0, 1149.0, False, 36, 36),
+        # a queue draining at the completion rate: the same figure as without a trend, and the first bound holds
+        ("the queue drains fast", 749.0, 1829.0, True, 943, 943),
+    ],
+)
+def test_a_queue_that_does_not_drain_lets_no_arrival_in_and_the_restart_goes(
+    case: str, waiting: float, when_proposed: float | None, hold: bool, dropped: int, priced: int
+) -> None:
+    before = None if when_proposed is None else QueueSeen(T0 - MINUTE, when_proposed)
+    verdict = restart_under_backlog(
+        mixed_temperature_queue(waiting), restart_cost_s=90.0, gain=0.157, gain_source="test",
+        deferred_since=None if before is None else T0 - MINUTE, now=T0, horizon_s=3600.0,
+        dropped_at_deferral=None if before is None else 1049.0, ttft_deadline_s=2.0, interval_s=60.0,
+        queue_before=before,
+    )  # fmt: skip
+    e = verdict.evidence
+    assert (verdict.hold, e["droppedByRestart"], e["droppedAtFirstDeferral"]) == (hold, dropped, priced), verdict.reason
+    if when_proposed is not None:
+        assert f"the queue went from {when_proposed:.0f} to {waiting:.0f} since the change was first proposed" in (
+            verdict.reason
+        )
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "when_proposed", "deadline_s", "seconds"),
+    [
+        # 36 queued in time, none running in time, no arrival (the queue grew): 36 / 18 per second = 2 s of serving
+        ("growing queue past the deadline", 749.0, 643.0, 2.0, 2.0),
+        # no trend yet: the queue is assumed to drain at 18/s, so 907 of the restart's arrivals count
+        ("no trend", 749.0, None, 2.0, 943 / 18),
+        # a short queue: every arrival could start in time, the restart costs its whole duration
+        ("short queue", 30.0, 40.0, 2.0, 90.0),
+        ("no deadline declared", 749.0, 643.0, None, None),
+        ("no backlog", 0.4, 0.2, 2.0, None),
+    ],
+)
+def test_a_restart_under_a_hopeless_backlog_costs_only_the_work_still_in_time(
+    case: str, waiting: float, when_proposed: float | None, deadline_s: float | None, seconds: float | None
+) -> None:
+    before = None if when_proposed is None else QueueSeen(T0 - MINUTE, when_proposed)
+    got = restart_seconds_under_backlog(
+        mixed_temperature_queue(waiting), restart_cost_s=90.0, ttft_deadline_s=deadline_s, queue_before=before, now=T0
+    )
+    assert got == (None if seconds is None else pytest.approx(seconds, abs=0.05))

@@ -29,6 +29,7 @@ from specpilot.policy import (
     Streak,
     decide,
     evaluate_alone,
+    prices_its_own_gain,
     record_actuation,
 )
 from specpilot.promql import Signal
@@ -609,3 +610,94 @@ def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization()
     assert decision.action is Action.CHANGE_THRESHOLD
     assert decision.target.batch_schedule == ((1, 128, 3), (129, 256, 2))
     assert "stabilizationShortenedTo" not in decision.evidence["agreement"]
+
+
+def overloaded(waiting: float, alpha: float = 0.3) -> dict[str, Measurement]:
+    """tuned_observation at batch 180 (+42% for K = 1 everywhere) with a queue, 18 completions/s and every first token
+    of the window past a 2 s deadline: the benchmark's mixed-temperature, past K = 3's capacity."""
+    ms = tp.tuned_observation(batch=180, alpha=alpha)
+    ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
+    ms[Signal.RUNNING_REQUESTS] = tp.m(Signal.RUNNING_REQUESTS, 180.0)
+    ms[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, 18.0)
+    ms[Signal.TTFT_WITHIN_DEADLINE] = tp.m(Signal.TTFT_WITHIN_DEADLINE, 0.0)
+    return ms
+
+
+@pytest.mark.parametrize(
+    ("case", "queues", "latency", "acted", "shortened_to"),
+    [
+        # no queue: the nominal 90 s restart, repaid by +42% in 3m33s (as test_a_priced_change_waits_for_its_payback)
+        ("no backlog", [0.0] * 12, {"ttftDeadline": "2s"}, [4], "3m33s"),
+        # the queue grows past what can start within 2 s: a restart drops the 36 queued in time, 2 s of serving,
+        # repaid in 5 s; installed at the third agreeing evaluation (before: held 3m33s, then by the backlog gate)
+        ("a growing queue past the deadline", [50.0 + 40 * i for i in range(12)], {"ttftDeadline": "2s"}, [2], "5s"),
+        # no deadline: every queued request and every arrival counts, nothing is cheaper: agreed after 3m33s, then
+        # held by the backlog gate until waiting has cost what the restart drops (2,010 at +42% of 18/s: 266 s)
+        ("no deadline declared", [50.0 + 40 * i for i in range(12)], {}, [8], "3m33s"),
+    ],
+)
+def test_a_shed_under_a_hopeless_backlog_repays_only_the_work_the_restart_drops_in_time(
+    case: str, queues: list[float], latency: dict[str, str], acted: list[int], shortened_to: str
+) -> None:
+    """Benchmark, mixed-temperature (8B EAGLE-3 K=3 at 20 QPS past its 18 completions/s, 2 s TTFT SLO): the refit
+    agreed 3/3 at 180 s waited its payback of a 90 s restart until 660 s, then the backlog gate until 960 s, while the
+    queue grew past 1,000 and no request met its deadline (goodput 2,026; the oracle, static K = 1, 2,983). Priced at
+    what it drops in time, the restart goes at 180 s (2,616)."""
+    tuning = {"tune": True, "min": 8, "max": 256}
+    spec = tp.make_spec(
+        version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold=tuning, latency=latency
+    )
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    result = tp.run(spec, [overloaded(w) for w in queues], state=HEAVY)
+    assert [i for i, d in enumerate(result.decisions) if d.actuate] == acted
+    agreement = result.decisions[2].evidence["agreement"]
+    assert agreement.get("stabilizationShortenedTo") == shortened_to
+    if shortened_to == "5s":
+        assert "priced at 2.0s of serving" in agreement["why"]
+        assert result.decisions[2].evidence["backlog"]["arrivalsInTime"] == 0
+    first = tp.run(spec, [overloaded(w) for w in queues[:1]], state=HEAVY).state.streak
+    assert first is not None
+    assert first.waiting == queues[0], "the queue at the first proposal is kept with the streak"
+    assert PolicyState.from_dict(json.loads(json.dumps(result.state.to_dict()))).streak == result.state.streak
+
+
+@pytest.mark.parametrize(
+    ("case", "action", "evidence", "own"),
+    [
+        ("a refit's gain at the batch now", Action.CHANGE_THRESHOLD, {"threshold": {"predictedGainNow": 0.15}}, True),
+        ("a refit predicted to lose", Action.CHANGE_THRESHOLD, {"threshold": {"predictedGainNow": -0.02}}, False),
+        # the fit ran beside an acceptance-only disable: its gain is the refit's, not the disable's (diurnal)
+        ("a disable beside a refit's gain", Action.DISABLE, {"threshold": {"predictedGainNow": 0.15}}, False),
+        ("a disable measured faster than speculation", Action.DISABLE, {"speed": {"outcome": "Slower", "speedup": 0.8}},
+         True),
+        ("a disable by the K = 0 tax", Action.DISABLE, {"threshold": {"k0Tax": {"offWins": True, "taxAtK0": 0.08}}},
+         True),
+        ("an acceptance-only disable", Action.DISABLE, {}, False),
+    ],
+)  # fmt: skip
+def test_only_a_change_with_its_own_gain_figure_gets_the_restart_priced_in_time(
+    case: str, action: Action, evidence: dict[str, Any], own: bool
+) -> None:
+    assert prices_its_own_gain(Proposal(action, K3, "", evidence)) is own
+
+
+def test_an_acceptance_only_disable_under_a_hopeless_backlog_keeps_the_nominal_restart() -> None:
+    """Benchmark, diurnal (70B draft model K=4 at its peak, acceptance 0.46 < 0.50, no plain baseline): priced at the
+    work still in time, an acceptance-only disable went in at 4,200 s while speculation was 1.41x faster than plain
+    (goodput 2,631 -> 1,476). Its gain is the gate's fallback, not a figure of its own: the queue's trend is not used,
+    the first deferral's pricing holds (1,049 to drop at the fallback 10% of 18/s: up to 583 s)."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", latency={"ttftDeadline": "2s"})
+
+    def step(waiting: float) -> dict[str, Measurement]:
+        ms = tp.observed(acceptance=0.3)
+        ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
+        ms[Signal.RUNNING_REQUESTS] = tp.m(Signal.RUNNING_REQUESTS, 255.0)
+        ms[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, 18.0)
+        ms[Signal.TTFT_WITHIN_DEADLINE] = tp.m(Signal.TTFT_WITHIN_DEADLINE, 0.0)
+        return ms
+
+    result = tp.run(spec, [step(643.0 + 106 * i) for i in range(12)])
+    assert [i for i, d in enumerate(result.decisions) if d.actuate] == [9]
+    held = result.decisions[1].evidence["backlog"]
+    assert held["queueDrainPerSecond"] is None
+    assert held["droppedAtFirstDeferral"] == 1049
