@@ -31,7 +31,7 @@ import kopf
 
 from specpilot import connections, manifests, telemetry
 from specpilot import reconcile as rec
-from specpilot.adapters import heap
+from specpilot.adapters import heap, watch_events
 from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
@@ -69,6 +69,8 @@ TRANSIENT_RETRY_SECONDS = 30.0  # a write refused for a passing reason (409, 429
 PERMANENT_RETRY_SECONDS = (60.0, 900.0)
 
 log = logging.getLogger("specpilot")
+
+watch_events.install()  # before kopf starts watching: events arrive without managedFields
 
 
 @dataclass(frozen=True)
