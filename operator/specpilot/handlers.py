@@ -31,7 +31,7 @@ import kopf
 
 from specpilot import connections, manifests, telemetry
 from specpilot import reconcile as rec
-from specpilot.adapters import heap
+from specpilot.adapters import heap, watch_events
 from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
@@ -69,6 +69,8 @@ TRANSIENT_RETRY_SECONDS = 30.0  # a write refused for a passing reason (409, 429
 PERMANENT_RETRY_SECONDS = (60.0, 900.0)
 
 log = logging.getLogger("specpilot")
+
+watch_events.install()  # before kopf starts watching: events arrive without managedFields
 
 
 @dataclass(frozen=True)
@@ -827,9 +829,20 @@ def _enqueue(uid: str, trigger: str, indexes: Indexes, memory: ObjectMemory, *, 
             telemetry.RECONCILES.labels(trigger, "queued").inc()
             return
         _QUEUE[uid] = _Queued(trigger, wait_for_lock)
-    run = functools.partial(contextvars.copy_context().run, _run_queued, uid, indexes, memory)
+    run = functools.partial(_handler_context().run, _run_queued, uid, indexes, memory)
     future = asyncio.get_running_loop().run_in_executor(_EXECUTOR, run)
     future.add_done_callback(functools.partial(_after_queued, uid, memory))
+
+
+def _handler_context() -> contextvars.Context:
+    """A fresh copy of the first handler's context, to run a queued reconcile in.
+
+    What the reconcile needs from kopf's context (where kopf.event posts) is the same for every object. The context
+    of the event being handled would also carry kopf's cause of that event, its whole body included, and keep it
+    alive until the reconcile runs: in a burst of 1,000 creations, one body per queued object.
+    """
+    context = _CONTEXT if _CONTEXT is not None else contextvars.copy_context()
+    return context.copy()
 
 
 def _run_queued(uid: str, indexes: Indexes, memory: ObjectMemory) -> None:

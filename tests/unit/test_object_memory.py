@@ -122,3 +122,26 @@ def test_a_kept_object_costs_a_fraction_of_its_dicts() -> None:
     assert len(dicts) == len(memories)
     print(f"kept {kept_bytes:.0f} B vs {dict_bytes:.0f} B of dicts per object", file=sys.stderr)
     assert kept_bytes < dict_bytes / 5
+
+
+def test_a_queued_reconcile_does_not_keep_the_body_of_the_event_that_queued_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reconcile queued from an event handler runs later, in a handler thread. The context it runs in must not be
+    the handler's own: kopf's cause of the event (the whole body) would live until the reconcile runs, one body per
+    queued object in a burst. It gets a copy of the first handler's context (what kopf.event needs is the same)."""
+    import contextvars
+
+    from kopf._core.actions.execution import cause_var
+
+    from specpilot import handlers
+
+    monkeypatch.setattr(handlers, "_CONTEXT", contextvars.copy_context())  # the first handler's, captured earlier
+    body: Any = copy.deepcopy(STORED)  # stands for kopf's cause, which holds the event's body
+
+    def while_handling() -> tuple[contextvars.Context, contextvars.Context]:
+        cause_var.set(body)  # kopf sets the cause of the event being handled
+        return contextvars.copy_context(), handlers._handler_context()
+
+    handling, queued = contextvars.copy_context().run(while_handling)
+    assert handling[cause_var] is body  # the handler's own context holds the event's body...
+    assert cause_var not in queued  # ...the queued reconcile's does not
+    assert queued is not handlers._CONTEXT  # a copy per reconcile: one context cannot be entered by two threads
