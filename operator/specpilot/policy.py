@@ -1477,10 +1477,15 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
     # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe (control-loop.md §3)
     gain, gain_source = proposal_gain(proposal.evidence, 0.0)
-    continues = state.streak is not None and (
-        keys_agree(state.streak.key, key)
-        or (shed and further_shed(state.streak.key, key, inputs.current, max_num_seqs))
+    # the proposal continues the streak: the same decision, or a further shed of it (agreement.py)
+    agrees = state.streak is not None and keys_agree(state.streak.key, key)
+    sheds_further = (
+        state.streak is not None
+        and not agrees
+        and shed
+        and further_shed(state.streak.key, key, inputs.current, max_num_seqs)
     )
+    continues = agrees or sheds_further
     restart_s = inputs.fit.restart_cost_s
     under_backlog = (
         restart_seconds_under_backlog(
@@ -1499,7 +1504,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     waiting_now = valid_value(inputs.measurements, Signal.WAITING_REQUESTS)
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
-    elif state.streak is not None and keys_agree(state.streak.key, key):
+    elif state.streak is not None and agrees:
         # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
         # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
         # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window. Found by
@@ -1507,7 +1512,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         # 38 to 34 by 1,440 s, and the fresh streak cost another 10 minutes past capacity.
         agreed = state.streak.count >= needed and now - state.streak.since >= window
         streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
-    elif state.streak is not None and shed and further_shed(state.streak.key, key, inputs.current, max_num_seqs):
+    elif state.streak is not None and sheds_further:
         # a fit falling beyond the tolerance, shedding further than the streak's first proposal: the same decision
         # in the safe direction (agreement.py); the newest, furthest shed is the anchor and the one applied
         streak = replace(state.streak, count=state.streak.count + 1, key=key)

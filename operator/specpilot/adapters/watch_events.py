@@ -11,7 +11,7 @@ stays near the peak (adapters/heap.py).
 kopf has no hook between parsing and queueing, so this wraps its watch generator (`kopf._cogs.clients.watching.
 continuous_watch`, the one source of raw events for its queues, used by name from `infinite_watch`). The kopf
 version is pinned in uv.lock; `install` refuses to run if the function it wraps is missing or changed shape, and
-tests/operator checks on the real API server that handlers see no managedFields.
+tests/cluster/test_watch_events.py checks on the real API server that kopf's watch delivers none.
 """
 
 from __future__ import annotations
