@@ -98,9 +98,10 @@ def add_gpu_nodes(kubectl: list[str], count: int) -> None:
         )
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of a process now (VmRSS) or at its highest so far (VmHWM), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -273,6 +274,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         evaluations = metric(operator, "specpilot_round_deployments_sum") - evaluations_before
         skipped = metric(operator, "specpilot_reconciles_total{", "unchanged") - skipped_before
         rss_after_idle = rss_mib(operator.process.pid)
+        rss_peak = rss_mib(operator.process.pid, "VmHWM")
 
         # restart with every CR in place
         operator.stop()
@@ -291,6 +293,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         restart_crs_moved = moved(crs_before, versions(kubectl, namespace, "specdeploy"))
         restart_deployments_moved = moved(deployments_before, versions(kubectl, namespace, "deploy"))
         rss_after_restart = rss_mib(restarted.process.pid)
+        rss_peak_restart = rss_mib(restarted.process.pid, "VmHWM")
     finally:
         stop.set()
         # delete while the operator runs (it would delete without one too: no finalizer), so the namespace empties
@@ -345,6 +348,8 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         "operator_rss_mib_after_create": round(rss_after_create, 1),
         "operator_rss_mib_after_idle": round(rss_after_idle, 1),
         "operator_rss_mib_after_restart": round(rss_after_restart, 1),
+        "operator_rss_mib_peak": round(rss_peak, 1),
+        "operator_rss_mib_peak_restart": round(rss_peak_restart, 1),
         "operator_cpu_create_core_share": round(cpu_create / settle_seconds, 3),
         "operator_cpu_idle_core_share": round(cpu_idle / idle_s, 3),
         "restart_resume_s": round(resumed_s, 1),
@@ -374,6 +379,8 @@ COLUMNS = [
     ("queries/round", "queries_per_round"),
     ("queries/CR-h", "queries_per_cr_hour"),
     ("RSS MiB", "operator_rss_mib_after_idle"),
+    ("RSS restart MiB", "operator_rss_mib_after_restart"),
+    ("peak RSS MiB", "operator_rss_mib_peak"),
     ("CPU create", "operator_cpu_create_core_share"),
     ("CPU idle", "operator_cpu_idle_core_share"),
     ("restart writes", "restart_operator_writes"),
