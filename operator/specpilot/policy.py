@@ -653,7 +653,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
                 )
-            if predicted is not None and predicted >= 1 + FASTER_MARGIN:
+            if predicted is not None and predicted >= _advisory_margin(state):
                 reason = (
                     f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
                     "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
@@ -728,6 +728,21 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
     return _keep(inputs, summary_text, evidence)
+
+
+def _advisory_margin(state: PolicyState) -> float:
+    """The predicted speedup over plain that keeps an acceptance-only disable advisory (no measured comparison).
+
+    Entering the advisory takes the model predicting speculation FASTER_MARGIN faster than plain; once the streak is
+    advisory it stays so while the model predicts speculation no slower than plain: a dead-band (control-loop.md
+    rule 12, separate leave and re-enter thresholds). Without it, a prediction hovering at the margin (1.044 to
+    1.061 at one load) alternated between the advisory and an acting disable, and a run of acting ones agreed and
+    switched off a K = 1 that plain then measured 1.09x slower (benchmark, drafter-degraded, seeds 2 and 3).
+    """
+    streak = state.streak
+    if streak is not None and streak.key.startswith(f"{Action.DISABLE.value} (advisory):"):
+        return 1.0
+    return 1 + FASTER_MARGIN
 
 
 def _fit_plan(

@@ -184,6 +184,29 @@ def test_advisory_and_acting_proposals_never_agree() -> None:
     assert tp.run(spec, [acting, acting]).acted == [1]
 
 
+@pytest.mark.parametrize(
+    ("case", "acceptances", "acted", "advisory"),
+    [
+        # at batch 20 and 10 ms the consistent model predicts 0.10 -> 0.98x, 0.12 -> 1.03x, 0.14 -> 1.07x over plain
+        ("in the band, never advised", [0.12, 0.12], [1], [False, False]),  # 1.03x < 1.05: acceptance acts
+        # advised once (1.07x), the same 1.03x stays advisory: the model still says speculation is not slower
+        ("in the band after the advisory", [0.14, 0.12, 0.12, 0.12], [], [True, True, True, True]),
+        # below plain (0.98x) leaves the dead-band: the acceptance disable may act again
+        ("below plain after the advisory", [0.14, 0.12, 0.10, 0.10], [3], [True, True, False, False]),
+    ],
+)
+def test_the_advisory_has_a_dead_band_down_to_plain(
+    case: str, acceptances: list[float], acted: list[int], advisory: list[bool]
+) -> None:
+    """Control-loop rule 12 (separate leave and re-enter thresholds). Benchmark, drafter-degraded, seeds 2 and 3: after
+    the shed to K = 1 the model predicted 1.044x..1.061x over plain, the proposal alternated between the advisory and
+    an acting disable, and ten minutes of acting ones switched off a K = 1 that plain then measured 1.09x slower."""
+    spec = spec_with(agreeingEvaluations=2, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=a, batch=20, tpot_s=0.010) for a in acceptances])
+    assert result.acted == acted
+    assert ["recommended, not applied" in d.reason for d in result.decisions] == advisory
+
+
 def test_the_same_collapse_acts_once_plain_is_measured_not_faster() -> None:
     spec = spec_with(adaptive=True, agreeingEvaluations=1, stabilization="0s")
     result = tp.run(spec, [tp.observed(acceptance=0.25, batch=20, tpot_s=0.0149)], state=plain_baseline(15.0))
