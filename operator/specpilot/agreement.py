@@ -23,7 +23,10 @@ per-token latency objective: 3.7 of 18 windows served almost nothing):
   restart at all. Found by the benchmark (drafter-degraded again): the record was mostly the light batch (~60)
   from before the collapse, where K = 1 beat the collapsed K = 3 by +12..24%, while the collapse itself pushed the
   batch to 200+, where K = 1 was worth +46%; the shed waited 6.5 minutes of payback at +24% (installed at 1,740 s)
-  instead of about 3 (1,560 s), with K = 3 past the per-token latency objective all along.
+  instead of about 3 (1,560 s), with K = 3 past the per-token latency objective all along. The payback is judged
+  by the gain forgone up to the next evaluation (`stabilized`): a hold lasts one interval, so holding while the
+  time stable so far is below the payback overshoots it by up to an interval (drafter-degraded: 3 minutes stable of
+  a 3m11s payback held to 1,560 s; acting at 1,500 s, goodput 7,599 -> 7,685, seed 1).
 - A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
   K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
   step per evaluation; those steps are one decision in the safe direction (less speculation; control-loop.md §3:
@@ -110,6 +113,17 @@ def further_shed(anchor: str, key: str, current: SpeculationIntent, max_num_seqs
     if not (sheds(current, first[1], max_num_seqs) and sheds(current, second[1], max_num_seqs)):
         return False
     return first[1] == second[1] or sheds(first[1], second[1], max_num_seqs)
+
+
+def stabilized(stable: timedelta, span: timedelta, *, priced: bool, interval: timedelta) -> bool:
+    """Has the streak been stable long enough to act? `span` is the stabilization, or the change's payback when
+    `stabilization_for` shortened it (`priced`). A payback span is judged by the gain forgone up to the next
+    evaluation: a hold lasts one `interval`, so holding while only the time stable so far is below the payback forgoes
+    up to an interval more than a wrong restart costs (the backlog gate counts its deferral the same way,
+    backlog.py). A declared stabilization is kept as written: every recommendation within it agreed."""
+    if priced:
+        return stable + interval >= span
+    return stable >= span
 
 
 def stabilization_for(span: timedelta, gain: float, restart_cost_s: float) -> tuple[timedelta, bool]:

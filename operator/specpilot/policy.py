@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specpilot.agreement import further_shed, keys_agree, sheds, stabilization_for
+from specpilot.agreement import further_shed, keys_agree, sheds, stabilization_for, stabilized
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
@@ -653,7 +653,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
                 )
-            if predicted is not None and predicted >= 1 + FASTER_MARGIN:
+            if predicted is not None and predicted >= _advisory_margin(state):
                 reason = (
                     f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
                     "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
@@ -728,6 +728,21 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
     return _keep(inputs, summary_text, evidence)
+
+
+def _advisory_margin(state: PolicyState) -> float:
+    """The predicted speedup over plain that keeps an acceptance-only disable advisory (no measured comparison).
+
+    Entering the advisory takes the model predicting speculation FASTER_MARGIN faster than plain; once the streak is
+    advisory it stays so while the model predicts speculation no slower than plain: a dead-band (control-loop.md
+    rule 12, separate leave and re-enter thresholds). Without it, a prediction hovering at the margin (1.044 to
+    1.061 at one load) alternated between the advisory and an acting disable, and a run of acting ones agreed and
+    switched off a K = 1 that plain then measured 1.09x slower (benchmark, drafter-degraded, seeds 2 and 3).
+    """
+    streak = state.streak
+    if streak is not None and streak.key.startswith(f"{Action.DISABLE.value} (advisory):"):
+        return 1.0
+    return 1 + FASTER_MARGIN
 
 
 def _fit_plan(
@@ -1502,6 +1517,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         restart_s = under_backlog
     window, shortened = stabilization_for(window, gain, restart_s) if shed else (window, False)
     waiting_now = valid_value(inputs.measurements, Signal.WAITING_REQUESTS)
+    interval = timedelta(seconds=parse_duration(at.interval))
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
     elif state.streak is not None and agrees:
@@ -1510,7 +1526,9 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window. Found by
         # the benchmark (mixed-temperature): a change agreed at 660 s and held by the backlog gate drifted from
         # 38 to 34 by 1,440 s, and the fresh streak cost another 10 minutes past capacity.
-        agreed = state.streak.count >= needed and now - state.streak.since >= window
+        agreed = state.streak.count >= needed and stabilized(
+            now - state.streak.since, window, priced=shortened, interval=interval
+        )
         streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
     elif state.streak is not None and sheds_further:
         # a fit falling beyond the tolerance, shedding further than the streak's first proposal: the same decision
@@ -1541,7 +1559,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             f"{format_duration(window.total_seconds())}, sooner than the stabilization"
         )
     span = format_duration(window.total_seconds()) + " (the change's payback)" if shortened else at.stabilization
-    if streak.count < needed or stable < window:
+    if streak.count < needed or not stabilized(stable, window, priced=shortened, interval=interval):
         gate = (
             f"waiting for agreement: {streak.count}/{needed} evaluations, stable for "
             f"{format_duration(stable.total_seconds())} of {span}"

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.agreement import boundary_close, further_shed, intents_agree, keys_agree, sheds, stabilization_for
+from specpilot.agreement import (
+    boundary_close,
+    further_shed,
+    intents_agree,
+    keys_agree,
+    sheds,
+    stabilization_for,
+    stabilized,
+)
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.baseline import Mode
 from specpilot.measurements import Measurement
@@ -174,6 +182,29 @@ def test_advisory_and_acting_proposals_never_agree() -> None:
     assert mixed.acted == []
     assert [d.evidence["agreement"]["count"] for d in mixed.decisions] == [1, 1, 1, 1]
     assert tp.run(spec, [acting, acting]).acted == [1]
+
+
+@pytest.mark.parametrize(
+    ("case", "acceptances", "acted", "advisory"),
+    [
+        # at batch 20 and 10 ms the consistent model predicts 0.10 -> 0.98x, 0.12 -> 1.03x, 0.14 -> 1.07x over plain
+        ("in the band, never advised", [0.12, 0.12], [1], [False, False]),  # 1.03x < 1.05: acceptance acts
+        # advised once (1.07x), the same 1.03x stays advisory: the model still says speculation is not slower
+        ("in the band after the advisory", [0.14, 0.12, 0.12, 0.12], [], [True, True, True, True]),
+        # below plain (0.98x) leaves the dead-band: the acceptance disable may act again
+        ("below plain after the advisory", [0.14, 0.12, 0.10, 0.10], [3], [True, True, False, False]),
+    ],
+)
+def test_the_advisory_has_a_dead_band_down_to_plain(
+    case: str, acceptances: list[float], acted: list[int], advisory: list[bool]
+) -> None:
+    """Control-loop rule 12 (separate leave and re-enter thresholds). Benchmark, drafter-degraded, seeds 2 and 3: after
+    the shed to K = 1 the model predicted 1.044x..1.061x over plain, the proposal alternated between the advisory and
+    an acting disable, and ten minutes of acting ones switched off a K = 1 that plain then measured 1.09x slower."""
+    spec = spec_with(agreeingEvaluations=2, stabilization="0s")
+    result = tp.run(spec, [tp.observed(acceptance=a, batch=20, tpot_s=0.010) for a in acceptances])
+    assert result.acted == acted
+    assert ["recommended, not applied" in d.reason for d in result.decisions] == advisory
 
 
 def test_the_same_collapse_acts_once_plain_is_measured_not_faster() -> None:
@@ -483,6 +514,35 @@ def test_the_stabilization_is_no_longer_than_the_changes_payback(
     assert short is shortened
 
 
+@pytest.mark.parametrize(
+    ("stable_s", "span_s", "priced", "expected"),
+    [
+        # a payback span: act once holding to the next evaluation (60 s) would pass it (drafter-degraded: 3 minutes
+        # stable of a 3m11s payback acts at 1,500 s instead of 1,560 s)
+        (180.0, 191.0, True, True),
+        (120.0, 213.0, True, False),  # 2 minutes + the next minute is still within a 3m33s payback
+        (153.0, 213.0, True, True),  # exactly the payback at the next evaluation
+        (0.0, 45.0, True, True),  # a payback shorter than an interval: only the agreeing evaluations remain
+        # a declared stabilization is kept as written: every recommendation within it agreed (rule 12)
+        (540.0, 600.0, False, False),
+        (600.0, 600.0, False, True),
+        (0.0, 0.0, False, True),
+    ],
+)
+def test_a_payback_span_counts_the_gain_forgone_until_the_next_evaluation(
+    stable_s: float, span_s: float, priced: bool, expected: bool
+) -> None:
+    """A hold lasts one interval: holding while the time stable so far is below the payback forgoes up to an interval
+    more than a wrong restart costs (the backlog gate counts its deferral the same way). Benchmark, drafter-degraded,
+    seed 1: the agreed K = 1 went in at 1,560 s; now 1,500 s, goodput 7,598.72 -> 7,685.10."""
+    assert (
+        stabilized(
+            timedelta(seconds=stable_s), timedelta(seconds=span_s), priced=priced, interval=timedelta(seconds=60)
+        )
+        is expected
+    )
+
+
 K3 = SpeculationIntent(enabled=True, num_speculative_tokens=3)
 FIT_321 = replace(K3, batch_schedule=((1, 45, 3), (46, 170, 2), (171, 256, 1)))
 FIT_21 = replace(K3, batch_schedule=((1, 119, 2), (120, 256, 1)))
@@ -536,11 +596,13 @@ def test_a_further_shed_agrees_with_the_streaks_first(anchor: str, newest: str, 
     [
         # +4% predicted (repaid in 37m): the full 10-minute span, as before
         ("small gain", [0.7] * 12, [10], None),
-        # +42% predicted, a 90 s restart repaid in 3m33s: it waits that long, not 10 minutes
-        ("large gain", [0.3] * 12, [4], "3m33s"),
+        # +42% predicted, a 90 s restart repaid in 3m33s: it waits that long, not 10 minutes; acted at 3 minutes
+        # stable, since holding to the next evaluation (4 minutes) would forgo more than the restart
+        # (agreement.stabilized; before: at 4)
+        ("large gain", [0.3] * 12, [3], "3m33s"),
         # the drafter-degraded sequence: each window's fit sheds further than the last, beyond the boundary
         # tolerance; one streak from the first, installed once the newest repays the restart
-        ("falling fit", [0.6, 0.5, 0.4] + [0.3] * 9, [4], "3m33s"),
+        ("falling fit", [0.6, 0.5, 0.4] + [0.3] * 9, [3], "3m33s"),
         # a fit rising back toward more speculation is another decision: the streak starts again
         ("rising fit", [0.3, 0.3, 0.6] + [0.6] * 9, [], None),
     ],
@@ -568,7 +630,7 @@ def test_a_priced_change_waits_for_its_payback_not_the_whole_stabilization(
     [
         # the drafter-degraded shape: the load record is the light batch before the collapse (+12% over it), the
         # batch now is 180, where K = 1 beats the collapsed K = 3 by +42%: each minute waited forgoes the +42%
-        ("history light, now heavy", {6: 7200.0}, 180, [4], 0.4223),
+        ("history light, now heavy", {6: 7200.0}, 180, [3], 0.4223),
         # the other way round: +40% over the heavy record, but only +10% at the batch now, repaid in 15 minutes
         # (the whole span): waiting now forgoes little
         ("history heavy, now light", {8: 7200.0}, 40, [10], 0.1016),
@@ -627,13 +689,14 @@ def overloaded(waiting: float, alpha: float = 0.3) -> dict[str, Measurement]:
     ("case", "queues", "latency", "acted", "shortened_to"),
     [
         # no queue: the nominal 90 s restart, repaid by +42% in 3m33s (as test_a_priced_change_waits_for_its_payback)
-        ("no backlog", [0.0] * 12, {"ttftDeadline": "2s"}, [4], "3m33s"),
+        ("no backlog", [0.0] * 12, {"ttftDeadline": "2s"}, [3], "3m33s"),
         # the queue grows past what can start within 2 s: a restart drops the 36 queued in time, 2 s of serving,
         # repaid in 5 s; installed at the third agreeing evaluation (before: held 3m33s, then by the backlog gate)
         ("a growing queue past the deadline", [50.0 + 40 * i for i in range(12)], {"ttftDeadline": "2s"}, [2], "5s"),
-        # no deadline: every queued request and every arrival counts, nothing is cheaper: agreed after 3m33s, then
-        # held by the backlog gate until waiting has cost what the restart drops (2,010 at +42% of 18/s: 266 s)
-        ("no deadline declared", [50.0 + 40 * i for i in range(12)], {}, [8], "3m33s"),
+        # no deadline: every queued request and every arrival counts, nothing is cheaper: agreed at 3 minutes of a
+        # 3m33s payback, then held by the backlog gate until waiting has cost what the restart drops (2,010 at +42%
+        # of 18/s: 266 s)
+        ("no deadline declared", [50.0 + 40 * i for i in range(12)], {}, [7], "3m33s"),
     ],
 )
 def test_a_shed_under_a_hopeless_backlog_repays_only_the_work_the_restart_drops_in_time(
