@@ -9,6 +9,11 @@ COPY operator ./operator
 RUN uv sync --locked --no-dev --no-editable
 
 FROM python:3.11-slim
+# jemalloc, which the chart preloads (LD_PRELOAD) as the operator's allocator, at one path on every architecture
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libjemalloc2 \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s "$(find /usr/lib -name libjemalloc.so.2 | head -n 1)" /usr/local/lib/libjemalloc.so.2
 COPY --from=build /opt/specpilot /opt/specpilot
 ENV PATH=/opt/specpilot/bin:$PATH PYTHONUNBUFFERED=1
 USER 65532:65532

@@ -16,7 +16,8 @@ import httpx
 from e2e.waiting import free_port, log_tail, stop_process
 
 CHART_DEPLOYMENT = Path(__file__).resolve().parents[1] / "charts" / "specpilot" / "templates" / "deployment.yaml"
-ALLOCATOR_VARIABLES = ("PYTHONMALLOC", "MALLOC_ARENA_MAX")
+ALLOCATOR_VARIABLES = ("PYTHONMALLOC", "LD_PRELOAD", "MALLOC_CONF", "MALLOC_ARENA_MAX")
+GET_JEMALLOC = Path(__file__).resolve().parent / "toolchain" / "get-jemalloc.sh"
 
 
 def chart_allocator() -> dict[str, str]:
@@ -32,6 +33,25 @@ def chart_allocator() -> dict[str, str]:
     if missing:
         raise RuntimeError(f"{CHART_DEPLOYMENT}: no env entry for {', '.join(missing)}")
     return found
+
+
+def jemalloc_library() -> Path:
+    """This machine's copy of the jemalloc the image installs (Debian's libjemalloc2, extracted by the toolchain;
+    fetched now if missing)."""
+    done = subprocess.run(["bash", str(GET_JEMALLOC)], capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not Path(lines[-1]).is_file():
+        raise RuntimeError(f"{GET_JEMALLOC} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return Path(lines[-1])
+
+
+def host_allocator() -> dict[str, str]:
+    """The chart's allocator settings for an operator started on this machine: the same variables, with the
+    preloaded library the image's path names replaced by this machine's copy of the same library."""
+    settings = chart_allocator()
+    if Path(settings["LD_PRELOAD"]).name != "libjemalloc.so.2":
+        raise RuntimeError(f"{CHART_DEPLOYMENT}: LD_PRELOAD={settings['LD_PRELOAD']}: only jemalloc is mapped here")
+    return {**settings, "LD_PRELOAD": str(jemalloc_library())}
 
 
 @dataclass
@@ -93,7 +113,7 @@ def launch_operator(
     for namespace in namespaces:
         args += ["--namespace", namespace]
     args += list(extra_args)
-    environment = {**os.environ, **chart_allocator(), **(env or {}), "KUBECONFIG": str(kubeconfig)}
+    environment = {**os.environ, **host_allocator(), **(env or {}), "KUBECONFIG": str(kubeconfig)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environment)
     running = RunningOperator(process, metrics_port, health_port, log_path, kubeconfig, ",".join(namespaces), args)

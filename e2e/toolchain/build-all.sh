@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build (or reuse) the whole e2e toolchain: kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, etcd, kwok (+ stages), helm, prometheus-operator's CRDs, Prometheus 3 with Kubernetes
-# discovery from the Go module proxy, and prometheus/promtool 2.42 from Debian. Idempotent: each step skips what already exists
+# discovery from the Go module proxy, prometheus/promtool 2.42 and jemalloc (the operator image's allocator) from
+# Debian. Idempotent: each step skips what already exists
 # in $E2E_BIN (a folder keyed by every pinned version, see versions.sh).
 # The last line of output is
 #   export E2E_BIN=<dir> PROMETHEUS_BIN=<dir> PATH=<E2E_BIN>:<PROMETHEUS_BIN>:$PATH
@@ -17,11 +18,11 @@ flock -w 5400 8 || { echo "build-all: timed out waiting for $E2E_BIN.lock" >&2; 
 
 total0=$(date +%s)
 summary=()
-for step in build-k8s build-etcd build-kwok build-helm get-prometheus get-monitoring-crds build-prometheus-k8s-sd; do
+for step in build-k8s build-etcd build-kwok build-helm get-prometheus get-jemalloc get-monitoring-crds build-prometheus-k8s-sd; do
   t0=$(date +%s)
   if [ "$step" = get-prometheus ]; then
     PROMETHEUS_BIN=$("$HERE/$step.sh" | tail -n 1)
-  elif [ "$step" = get-monitoring-crds ] || [ "$step" = build-prometheus-k8s-sd ]; then
+  elif [ "$step" = get-monitoring-crds ] || [ "$step" = build-prometheus-k8s-sd ] || [ "$step" = get-jemalloc ]; then
     "$HERE/$step.sh" >/dev/null
   else
     "$HERE/$step.sh" >&2

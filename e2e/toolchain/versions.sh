@@ -18,6 +18,10 @@ E2E_KEY="k8s${K8S_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}-helm${HELM_VE
 E2E_BIN=$SPECPILOT_CACHE/e2e-bin/$E2E_KEY
 E2E_WORKDIR=${E2E_WORKDIR:-$SPECPILOT_CACHE/cluster}
 PROMETHEUS_DIR=$SPECPILOT_CACHE/prometheus-${PROMETHEUS_DEB_VERSION//+/_}
+# jemalloc, the allocator the operator's image preloads (Dockerfile, chart): Debian's libjemalloc2, extracted, so an
+# operator started on this machine by the tests and benchmarks runs with the allocator production runs with.
+JEMALLOC_DEB_VERSION=${JEMALLOC_DEB_VERSION:-5.3.0-1}
+JEMALLOC_DIR=$SPECPILOT_CACHE/jemalloc-$JEMALLOC_DEB_VERSION
 
 # Deliberately not exported: the daemons read their own env namespaces
 # (etcd treats every ETCD_* variable as a flag), and every script sources this

@@ -1046,6 +1046,7 @@ PERIODIC = Ticker("periodic pass", periodic_pass)
 
 @kopf.on.startup()
 def start_tickers(**_: Any) -> None:
+    log.info("memory goes back to the kernel through %s after each pass (adapters/heap.py)", heap.allocator())
     ROUNDS.start()
     PERIODIC.start()
 

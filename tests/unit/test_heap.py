@@ -1,5 +1,6 @@
-"""Trimming the heap gives a burst's memory back (adapters/heap.py), in a real interpreter with the chart's allocator
-setting: a burst of small objects with a few survivors spread among them, as a burst of creations leaves it."""
+"""Giving a burst's memory back (adapters/heap.py), in a real interpreter with the chart's allocator settings (jemalloc
+preloaded, as the image does) and with glibc alone: a burst of small objects with a few survivors spread among them,
+as a burst of creations leaves it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
+
+from e2e.operator_process import host_allocator
 
 BURST = """
 import json, sys
@@ -22,26 +26,43 @@ survivors = burst[::200]  # one in 200 lives on, spread over the whole burst
 del burst
 before = rss_mib()
 called = heap.release_free_memory()
-print(json.dumps({"before": before, "after": rss_mib(), "called": called, "kept": len(survivors)}))
+print(json.dumps({"before": before, "after": rss_mib(), "called": called, "kept": len(survivors),
+                  "allocator": heap.allocator()}))
 """
 
+GLIBC_ALONE = {"PYTHONMALLOC": "malloc", "MALLOC_ARENA_MAX": "2"}
 
-def _run(allocator: str) -> dict[str, float]:
-    env = {**os.environ, "PYTHONMALLOC": allocator}
+
+def _run(settings: dict[str, str]) -> dict[str, Any]:
+    """The burst in a fresh interpreter with exactly these allocator variables (none inherited from here)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF", "MALLOC_ARENA_MAX")}
+    env = {**inherited, **settings}
     out = subprocess.run([sys.executable, "-c", BURST], env=env, capture_output=True, text=True, check=True).stdout
-    result: dict[str, float] = json.loads(out)
-    print(allocator, result, file=sys.stderr)
+    result: dict[str, Any] = json.loads(out)
+    print(settings, result, file=sys.stderr)
     return result
 
 
-def test_trimming_returns_what_a_burst_freed_with_the_charts_allocator() -> None:
-    trimmed = _run("malloc")
+def test_with_the_charts_allocator_jemalloc_gives_back_what_a_burst_freed() -> None:
+    """The chart's variables with this machine's copy of the image's jemalloc (e2e.operator_process.host_allocator,
+    what every operator the tests and benchmarks start gets): jemalloc is the allocator and its purge returns the
+    burst's pages."""
+    purged = _run(host_allocator())
+    assert purged["allocator"] == "jemalloc", purged
+    assert purged["called"], purged
+    assert purged["after"] < purged["before"] / 2, purged
+
+
+def test_with_glibc_alone_trimming_returns_what_a_burst_freed() -> None:
+    trimmed = _run(GLIBC_ALONE)
+    assert trimmed["allocator"] == "glibc", "no jemalloc preloaded: glibc's malloc_trim"
     assert trimmed["called"], "glibc: malloc_trim exists here"
     assert trimmed["after"] < trimmed["before"] / 2, trimmed
 
 
 def test_with_pythons_own_arenas_the_burst_stays_resident() -> None:
-    """Why the chart sets PYTHONMALLOC=malloc: pymalloc's arenas, pinned by survivors, are not the heap's to trim."""
-    pinned = _run("pymalloc")
-    trimmed = _run("malloc")
+    """Why the chart sets PYTHONMALLOC=malloc: pymalloc's arenas, pinned by survivors, are not the allocator's to
+    give back."""
+    pinned = _run({**GLIBC_ALONE, "PYTHONMALLOC": "pymalloc"})
+    trimmed = _run(GLIBC_ALONE)
     assert pinned["after"] > 2 * trimmed["after"], (pinned, trimmed)
