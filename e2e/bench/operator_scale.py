@@ -222,6 +222,8 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         api_requests = metric(operator, "specpilot_api_request_duration_seconds_count") - api_requests_start
         cpu_until_deployments = cpu_seconds(operator.process.pid) - cpu_start
         create_reconcile = metric(operator, "specpilot_reconcile_duration_seconds_sum", 'trigger="create"')
+        create_waited = metric(operator, "specpilot_workqueue_wait_seconds_sum", 'trigger="create"')
+        create_waits = metric(operator, "specpilot_workqueue_wait_seconds_count", 'trigger="create"')
         create_reconciles = metric(operator, "specpilot_reconcile_duration_seconds_count", 'trigger="create"')
 
         def settled() -> int:
@@ -319,6 +321,8 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         "operator_create_reconcile_mean_s": round(create_reconcile / create_reconciles, 3)
         if create_reconciles
         else None,
+        # how long a new CR waited in the work queue for a free handler thread (all of them waiting on the API server)
+        "operator_create_queue_wait_mean_s": round(create_waited / create_waits, 3) if create_waits else None,
         # Separating the API server's share from the operator's: the client's own create calls (the API server's
         # latency for one write under this load), and, until the last Deployment appeared, the operator's requests
         # (count per CR, mean latency, total seconds per CR spent waiting on them) and its own CPU per CR.
@@ -327,6 +331,8 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         "operator_requests_per_cr_until_deployments": round(api_requests / count, 2),
         "operator_request_mean_s": round(api_seconds / api_requests, 3) if api_requests else None,
         "operator_api_wait_s_per_cr": round(api_seconds / count, 3),
+        # what the API server got through for the operator while the Deployments were being created
+        "operator_requests_per_s_until_deployments": round(api_requests / create_seconds, 1),
         "operator_cpu_s_per_cr": round(cpu_until_deployments / count, 3),
         "create_phase_s": round(create_seconds, 1),
         "all_settled_s": round(settle_seconds, 1),
@@ -367,6 +373,7 @@ COLUMNS = [
     ("create", "create_rate_per_s"),
     ("p50 s", "create_to_deployment_p50_s"),
     ("p99 s", "create_to_deployment_p99_s"),
+    ("queue wait s", "operator_create_queue_wait_mean_s"),
     ("reconcile s", "operator_create_reconcile_mean_s"),
     ("client create p50 s", "client_create_p50_s"),
     ("op requests/CR", "operator_requests_per_cr_until_deployments"),

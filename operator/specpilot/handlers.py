@@ -50,6 +50,7 @@ from specpilot.evaluate import Subject, measure_many
 from specpilot.events import EventLimiter
 from specpilot.measurements import Measurement
 from specpilot.promql import Scope
+from specpilot.workqueue import WorkQueue
 
 GROUP, VERSION, PLURAL = v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL
 MANAGED = {"app.kubernetes.io/managed-by": "specpilot"}
@@ -729,7 +730,7 @@ async def speculativedeployment_changed(body: kopf.Body, type: str | None, **kwa
     more API write per creation and per edit, and kopf would hold each object's events until that write came back:
     in a burst of 1,000 creations that, with handlers waiting on handler threads, held ~400 MiB at the peak, and
     resident memory stays near its peak. Here an event costs a compression (~1 ms) in the event loop and, when
-    there is something to do, one queue entry; a handler thread reconciles from the kept body (`_run_queued`).
+    there is something to do, one queue entry; a handler thread reconciles from the kept body (`_run_next`).
 
     New to this process: the initial listing (type None: the operator started, kopf's "resume") or ADDED
     ("create"). Edited: the spec (generation), labels or annotations changed ("update"; the pause and reevaluate
@@ -808,30 +809,24 @@ async def enqueue_owner(body: kopf.Body, **kwargs: Any) -> None:
     _enqueue(uid, "child", _indexes(kwargs), memory, wait_for_lock=False)
 
 
-@dataclass
-class _Queued:
-    trigger: str  # what queued it first, for the reconcile metrics
-    wait_for_lock: bool  # a create/update/resume waits for a running reconcile; a child's change need not
-
-
 _EXECUTOR: concurrent.futures.Executor | None = None  # kopf's handler threads (configure), sized to the API pool
-_QUEUE: dict[str, _Queued] = {}
-_QUEUE_LOCK = threading.Lock()
+_WORK: WorkQueue[tuple[Indexes, ObjectMemory]] = WorkQueue()
 
 
 def _enqueue(uid: str, trigger: str, indexes: Indexes, memory: ObjectMemory, *, wait_for_lock: bool) -> None:
-    """controller-runtime's work queue: an object is queued at most once; the reconcile reads the kept body and the
-    children's indexes when it runs, so whatever arrives while it waits is answered by that one reconcile."""
-    with _QUEUE_LOCK:
-        queued = _QUEUE.get(uid)
-        if queued is not None:
-            queued.wait_for_lock = queued.wait_for_lock or wait_for_lock
-            telemetry.RECONCILES.labels(trigger, "queued").inc()
-            return
-        _QUEUE[uid] = _Queued(trigger, wait_for_lock)
-    run = functools.partial(_handler_context().run, _run_queued, uid, indexes, memory)
+    """controller-runtime's work queue (workqueue.py): an object is queued at most once, new and edited objects before
+    children's follow-ups; the reconcile reads the kept body and the children's indexes when it runs, so whatever
+    arrives while it waits is answered by that one reconcile. Each new entry hands one `_run_next` to the handler
+    threads, which takes whichever entry is first in line when a thread is free."""
+    added = _WORK.add(
+        uid, trigger, (indexes, memory), urgent=trigger != "child", wait_for_lock=wait_for_lock, now=time.monotonic()
+    )
+    if not added:
+        telemetry.RECONCILES.labels(trigger, "queued").inc()
+        return
+    run = functools.partial(_handler_context().run, _run_next)
     future = asyncio.get_running_loop().run_in_executor(_EXECUTOR, run)
-    future.add_done_callback(functools.partial(_after_queued, uid, memory))
+    future.add_done_callback(_after_queued)
 
 
 def _handler_context() -> contextvars.Context:
@@ -845,27 +840,33 @@ def _handler_context() -> contextvars.Context:
     return context.copy()
 
 
-def _run_queued(uid: str, indexes: Indexes, memory: ObjectMemory) -> None:
-    with _QUEUE_LOCK:
-        queued = _QUEUE.pop(uid)  # before reading any state: an event after this point queues it again
-    if not memory.lock.acquire(blocking=queued.wait_for_lock):
+def _run_next() -> None:
+    """Reconcile the entry first in line. A reconcile that fails is retried by the periodic pass (its fingerprint
+    is forgotten), not lost."""
+    taken = _WORK.take()
+    if taken is None:
+        return
+    uid, entry = taken
+    indexes, memory = entry.payload
+    telemetry.QUEUE_WAIT_SECONDS.labels(entry.trigger).observe(time.monotonic() - entry.queued_at)
+    if not memory.lock.acquire(blocking=entry.wait_for_lock):
         # Being reconciled right now (often: the event was that reconcile's own write). Do not hold a thread
         # waiting for it; the next periodic pass looks again.
         memory.fingerprint = None
-        telemetry.RECONCILES.labels(queued.trigger, "busy").inc()
+        telemetry.RECONCILES.labels(entry.trigger, "busy").inc()
         return
     try:
-        _reconcile_if_changed(queued.trigger, indexes, memory)
+        _reconcile_if_changed(entry.trigger, indexes, memory)
+    except Exception:
+        memory.fingerprint = None
+        log.exception("reconcile of %s failed; the periodic pass retries it", uid)
     finally:
         memory.lock.release()
 
 
-def _after_queued(uid: str, memory: ObjectMemory, future: asyncio.Future[None]) -> None:
-    """A reconcile that failed is retried by the periodic pass (its fingerprint is forgotten), not lost."""
-    if future.cancelled() or future.exception() is None:
-        return
-    memory.fingerprint = None
-    log.error("reconcile of %s failed; the periodic pass retries it", uid, exc_info=future.exception())
+def _after_queued(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("taking from the work queue failed", exc_info=future.exception())
 
 
 # ------------------------------------------------------------------------------------------------ fleet rounds

@@ -13,6 +13,13 @@ from prometheus_client.registry import Collector
 
 RECONCILES = Counter("specpilot_reconciles_total", "Reconciles run", ["trigger", "result"])
 RECONCILE_SECONDS = Histogram("specpilot_reconcile_duration_seconds", "Time spent in one reconcile", ["trigger"])
+QUEUE_WAIT_SECONDS = Histogram(
+    "specpilot_workqueue_wait_seconds",
+    "Time an object waited in the work queue for a handler thread, by what queued it (controller-runtime's "
+    "workqueue_queue_duration_seconds)",
+    ["trigger"],
+    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
 API_WRITES = Counter("specpilot_api_writes_total", "Write requests sent to the API server", ["kind", "verb"])
 API_REQUEST_SECONDS = Histogram(
     "specpilot_api_request_duration_seconds",
