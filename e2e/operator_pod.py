@@ -31,6 +31,7 @@ import httpx
 import yaml
 from kubernetes import client, config
 
+from e2e.operator_process import host_preload
 from e2e.waiting import free_port, log_tail, stop_process
 
 log = logging.getLogger("operator-pod")
@@ -266,6 +267,8 @@ class OperatorPodRunner:
         args = [rewrite_mount_paths(a, mounts) for a in args]
         env = {e.name: rewrite_mount_paths(e.value, mounts) for e in container.env or [] if e.value is not None}
         env.update(downward_env(pod, container))
+        if "LD_PRELOAD" in env:  # the image's allocator (Dockerfile): this machine's copy of the same library
+            env["LD_PRELOAD"] = host_preload(env["LD_PRELOAD"])
         environment = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),

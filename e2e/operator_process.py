@@ -45,13 +45,18 @@ def jemalloc_library() -> Path:
     return Path(lines[-1])
 
 
+def host_preload(image_path: str) -> str:
+    """This machine's copy of a library the image preloads (LD_PRELOAD names the image's path)."""
+    if Path(image_path).name != "libjemalloc.so.2":
+        raise RuntimeError(f"LD_PRELOAD={image_path}: only the image's jemalloc has a copy on this machine")
+    return str(jemalloc_library())
+
+
 def host_allocator() -> dict[str, str]:
     """The chart's allocator settings for an operator started on this machine: the same variables, with the
     preloaded library the image's path names replaced by this machine's copy of the same library."""
     settings = chart_allocator()
-    if Path(settings["LD_PRELOAD"]).name != "libjemalloc.so.2":
-        raise RuntimeError(f"{CHART_DEPLOYMENT}: LD_PRELOAD={settings['LD_PRELOAD']}: only jemalloc is mapped here")
-    return {**settings, "LD_PRELOAD": str(jemalloc_library())}
+    return {**settings, "LD_PRELOAD": host_preload(settings["LD_PRELOAD"])}
 
 
 @dataclass

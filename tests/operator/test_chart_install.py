@@ -19,6 +19,7 @@ import pytest
 from e2e.cluster.fixture import KubeCluster
 from e2e.install import helm, install_operator, uninstall, upgrade_install
 from e2e.operator_pod import OperatorProcess, rewrite_mount_paths
+from e2e.operator_process import host_preload
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -134,7 +135,9 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
             if "=" in entry
         )
         for variable in container["env"]:
-            if "value" in variable:
+            if variable["name"] == "LD_PRELOAD":  # the image's jemalloc: this machine's copy of the same library
+                expected = host_preload(variable["value"])
+            elif "value" in variable:
                 expected = rewrite_mount_paths(variable["value"], first.mounts)
             else:  # the downward API (POD_NAME for leader election): the pod's own field, as the kubelet fills it
                 expected = pod
@@ -142,6 +145,9 @@ def test_helm_install_runs_the_operator_pod_and_reconciles(
                     expected = expected[part]
             assert environ[variable["name"]] == expected, variable
         assert environ["TMPDIR"] == first.mounts["/tmp"]
+        # ... and the allocator the chart asks for is the one the process runs on
+        maps = Path(f"/proc/{first.process.pid}/maps").read_text()
+        assert "libjemalloc.so.2" in maps, "the chart's LD_PRELOAD loads jemalloc into the operator"
         # The process authenticates as the chart's ServiceAccount, with a token bound to this pod.
         whoami = subprocess.run(
             [
