@@ -16,17 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"   # apt's _apt sandbox user must be able to write here
 cd "$tmp"
-if ! apt-get download "libjemalloc2=$JEMALLOC_DEB_VERSION" >apt.log 2>&1; then
-  e2e_log "jemalloc: not in the apt lists yet, running apt-get update"
-  apt-get update -qq >/dev/null 2>&1 || e2e_log "jemalloc: apt-get update failed (not root?)"
-  apt-get download "libjemalloc2=$JEMALLOC_DEB_VERSION" >apt.log 2>&1 || {
-    cat apt.log >&2
-    echo "jemalloc: Debian no longer serves libjemalloc2 $JEMALLOC_DEB_VERSION;" \
-         "available: $(apt-cache madison libjemalloc2 | awk '{print $3}' | xargs)." \
-         "Bump JEMALLOC_DEB_VERSION in e2e/toolchain/versions.sh." >&2
-    exit 1
-  }
-fi
+e2e_apt_download libjemalloc2 "$JEMALLOC_DEB_VERSION" JEMALLOC_DEB_VERSION
 dpkg-deb -x libjemalloc2_*.deb x
 found=$(find x -name libjemalloc.so.2 | head -n 1)
 [ -n "$found" ] || { echo "jemalloc: libjemalloc.so.2 not in the package" >&2; exit 1; }

@@ -18,17 +18,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"   # apt's _apt sandbox user must be able to write here
 cd "$tmp"
-if ! apt-get download "prometheus=$PROMETHEUS_DEB_VERSION" >apt.log 2>&1; then
-  e2e_log "prometheus: not in the apt lists yet, running apt-get update"
-  apt-get update -qq >/dev/null 2>&1 || e2e_log "prometheus: apt-get update failed (not root?)"
-  apt-get download "prometheus=$PROMETHEUS_DEB_VERSION" >apt.log 2>&1 || {
-    cat apt.log >&2
-    echo "prometheus: Debian no longer serves $PROMETHEUS_DEB_VERSION;" \
-         "available: $(apt-cache madison prometheus | awk '{print $3}' | xargs)." \
-         "Bump PROMETHEUS_DEB_VERSION in e2e/toolchain/versions.sh." >&2
-    exit 1
-  }
-fi
+e2e_apt_download prometheus "$PROMETHEUS_DEB_VERSION" PROMETHEUS_DEB_VERSION
 dpkg-deb -x prometheus_*.deb x
 mkdir -p "$BIN.tmp"
 install -m 0755 x/usr/bin/prometheus x/usr/bin/promtool "$BIN.tmp/"
