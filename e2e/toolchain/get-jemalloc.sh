@@ -14,11 +14,8 @@ if [ -f "$LIB" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-chmod 755 "$tmp"   # apt's _apt sandbox user must be able to write here
-cd "$tmp"
-e2e_apt_download libjemalloc2 "$JEMALLOC_DEB_VERSION" JEMALLOC_DEB_VERSION
-dpkg-deb -x libjemalloc2_*.deb x
-found=$(find x -name libjemalloc.so.2 | head -n 1)
+e2e_apt_extract libjemalloc2 "$JEMALLOC_DEB_VERSION" JEMALLOC_DEB_VERSION "$tmp/x"
+found=$(find "$tmp/x" -name libjemalloc.so.2 | head -n 1)
 [ -n "$found" ] || { echo "jemalloc: libjemalloc.so.2 not in the package" >&2; exit 1; }
 mkdir -p "$JEMALLOC_DIR"
 install -m 0644 "$(readlink -f "$found")" "$LIB.tmp"

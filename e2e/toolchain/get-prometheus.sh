@@ -16,12 +16,9 @@ fi
 start=$(date +%s)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-chmod 755 "$tmp"   # apt's _apt sandbox user must be able to write here
-cd "$tmp"
-e2e_apt_download prometheus "$PROMETHEUS_DEB_VERSION" PROMETHEUS_DEB_VERSION
-dpkg-deb -x prometheus_*.deb x
+e2e_apt_extract prometheus "$PROMETHEUS_DEB_VERSION" PROMETHEUS_DEB_VERSION "$tmp/x"
 mkdir -p "$BIN.tmp"
-install -m 0755 x/usr/bin/prometheus x/usr/bin/promtool "$BIN.tmp/"
+install -m 0755 "$tmp/x/usr/bin/prometheus" "$tmp/x/usr/bin/promtool" "$BIN.tmp/"
 rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 "$BIN/prometheus" --version 2>&1 | head -n 1 >&2
 e2e_log "prometheus: extracted in $(( $(date +%s) - start ))s"

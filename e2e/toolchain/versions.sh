@@ -44,21 +44,29 @@ e2e_go_env() {
 # e2e_log MSG... : timestamped progress on stderr
 e2e_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# e2e_apt_download PACKAGE VERSION PIN : download Debian's PACKAGE=VERSION (.deb) into the current folder, which
-# apt's _apt sandbox user must be able to write; nothing is installed. Updates the apt lists once if the version is
-# not in them; if Debian no longer serves it, says which versions it serves and which PIN (versions.sh) to bump.
-e2e_apt_download() {
-  local package=$1 version=$2 pin=$3
-  if apt-get download "$package=$version" >apt.log 2>&1; then return 0; fi
-  e2e_log "$package: not in the apt lists yet, running apt-get update"
-  apt-get update -qq >/dev/null 2>&1 || e2e_log "$package: apt-get update failed (not root?)"
-  apt-get download "$package=$version" >apt.log 2>&1 && return 0
-  cat apt.log >&2
-  echo "$package: Debian no longer serves $version;" \
-       "available: $(apt-cache madison "$package" | awk '{print $3}' | xargs)." \
-       "Bump $pin in e2e/toolchain/versions.sh." >&2
-  return 1
-}
+# e2e_apt_extract PACKAGE VERSION PIN DEST : download Debian's PACKAGE=VERSION and unpack it into DEST; nothing is
+# installed. Updates the apt lists once if the version is not in them; if Debian no longer serves it, says which
+# versions it serves and which PIN (versions.sh) to bump.
+e2e_apt_extract() (
+  set -euo pipefail
+  local package=$1 version=$2 pin=$3 dest=$4 tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  chmod 755 "$tmp"   # apt's _apt sandbox user must be able to write here
+  cd "$tmp"
+  if ! apt-get download "$package=$version" >apt.log 2>&1; then
+    e2e_log "$package: not in the apt lists yet, running apt-get update"
+    apt-get update -qq >/dev/null 2>&1 || e2e_log "$package: apt-get update failed (not root?)"
+    apt-get download "$package=$version" >apt.log 2>&1 || {
+      cat apt.log >&2
+      echo "$package: Debian no longer serves $version;" \
+           "available: $(apt-cache madison "$package" | awk '{print $3}' | xargs)." \
+           "Bump $pin in e2e/toolchain/versions.sh." >&2
+      exit 1
+    }
+  fi
+  dpkg-deb -x "${package}_"*.deb "$dest"
+)
 
 # prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule) for server-side dry runs of the chart,
 # taken from the Go module (the module proxy serves the repository's example/ folder with the generated CRDs).
