@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -35,9 +36,10 @@ def chart_allocator() -> dict[str, str]:
     return found
 
 
+@functools.cache
 def jemalloc_library() -> Path:
     """This machine's copy of the jemalloc the image installs (Debian's libjemalloc2, extracted by the toolchain;
-    fetched now if missing)."""
+    fetched now if missing). Looked up once per process: every operator a test starts needs it."""
     done = subprocess.run(["bash", str(GET_JEMALLOC)], capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines or not Path(lines[-1]).is_file():

@@ -392,8 +392,12 @@ class Proposal:
 
     def key(self) -> str:
         """Agreement key: an advisory proposal never agrees with one that may act (a mixed streak must not act)."""
-        action = self.action.value + (" (advisory)" if self.advisory else "")
-        return action + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
+        return _key_prefix(self.action, self.advisory) + json.dumps(intent_to_dict(self.target), sort_keys=True)
+
+
+def _key_prefix(action: Action, advisory: bool) -> str:
+    """How an agreement key (Proposal.key) begins: the action, and whether the proposal is advisory."""
+    return action.value + (" (advisory)" if advisory else "") + ":"
 
 
 @dataclass(frozen=True)
@@ -740,7 +744,7 @@ def _advisory_margin(state: PolicyState) -> float:
     switched off a K = 1 that plain then measured 1.09x slower (benchmark, drafter-degraded, seeds 2 and 3).
     """
     streak = state.streak
-    if streak is not None and streak.key.startswith(f"{Action.DISABLE.value} (advisory):"):
+    if streak is not None and streak.key.startswith(_key_prefix(Action.DISABLE, advisory=True)):
         return 1.0
     return 1 + FASTER_MARGIN
 
