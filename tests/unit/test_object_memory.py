@@ -124,6 +124,39 @@ def test_a_kept_object_costs_a_fraction_of_its_dicts() -> None:
     assert kept_bytes < dict_bytes / 5
 
 
+def test_a_remembered_status_write_reads_back_as_written_and_costs_a_fraction_of_its_dicts() -> None:
+    """Each evaluation round leaves the status it wrote behind for every object until the watch delivers the write
+    (the status a reconcile decides from meanwhile): kept packed, read back equal, forgotten on None."""
+    status = STORED["status"]
+    assert status.get("recommendation"), "test data as stored, with a recommendation"
+    memory = ObjectMemory()
+    assert memory.written_status is None
+    memory.remember_written(("4711", status))
+    assert memory.written_status == ("4711", status)
+    first, second = memory.written_status, memory.written_status
+    assert first is not None
+    assert second is not None
+    assert first[1] is not second[1], "a fresh copy each time"
+    memory.remember_written(None)
+    assert memory.written is None
+    assert memory.written_status is None
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        memories = [ObjectMemory() for _ in range(50)]
+        for memory in memories:
+            memory.remember_written(("4711", status))
+        kept_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
+        before = tracemalloc.get_traced_memory()[0]
+        dicts = [copy.deepcopy(status) for _ in range(50)]
+        dict_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
+    finally:
+        tracemalloc.stop()
+    assert len(dicts) == len(memories)
+    print(f"written status kept in {kept_bytes:.0f} B vs {dict_bytes:.0f} B of dicts", file=sys.stderr)
+    assert kept_bytes < dict_bytes / 4
+
+
 def test_a_queued_reconcile_does_not_keep_the_body_of_the_event_that_queued_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reconcile queued from an event handler runs later, in a handler thread. The context it runs in must not be
     the handler's own: kopf's cause of the event (the whole body) would live until the reconcile runs, one body per
