@@ -152,6 +152,15 @@ def metric(operator: RunningOperator, prefix: str, contains: str = "") -> float:
     return sum(v for k, v in operator.metrics().items() if k.startswith(prefix) and contains in k)
 
 
+def heap_mib(operator: RunningOperator) -> dict[str, float]:
+    """The operator's specpilot_heap_bytes gauges (jemalloc's counters after its latest purge), MiB by state."""
+    return {
+        state: round(metric(operator, "specpilot_heap_bytes{", f'state="{state}"') / 2**20, 1)
+        for state in ("allocated", "active", "resident")
+        if any(f'state="{state}"' in k for k in operator.metrics() if k.startswith("specpilot_heap_bytes{"))
+    }
+
+
 def versions(kubectl: list[str], namespace: str, kind: str) -> dict[str, str]:
     """name -> resourceVersion of every object of `kind` in the namespace (one LIST)."""
     out = subprocess.run(
@@ -276,6 +285,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         evaluations = metric(operator, "specpilot_round_deployments_sum") - evaluations_before
         skipped = metric(operator, "specpilot_reconciles_total{", "unchanged") - skipped_before
         rss_after_idle = rss_mib(operator.process.pid)
+        heap_after_idle = heap_mib(operator)
         rss_peak = rss_mib(operator.process.pid, "VmHWM")
 
         # restart with every CR in place
@@ -295,6 +305,7 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         restart_crs_moved = moved(crs_before, versions(kubectl, namespace, "specdeploy"))
         restart_deployments_moved = moved(deployments_before, versions(kubectl, namespace, "deploy"))
         rss_after_restart = rss_mib(restarted.process.pid)
+        heap_after_restart = heap_mib(restarted)
         rss_peak_restart = rss_mib(restarted.process.pid, "VmHWM")
     finally:
         stop.set()
@@ -355,6 +366,11 @@ def run_one(args: argparse.Namespace, count: int, rate: float) -> dict[str, Any]
         "operator_rss_mib_after_idle": round(rss_after_idle, 1),
         "operator_rss_mib_after_restart": round(rss_after_restart, 1),
         "operator_rss_mib_peak": round(rss_peak, 1),
+        # jemalloc's account at the same moments (specpilot_heap_bytes): live objects' bytes vs the pages held for them
+        "operator_heap_allocated_mib_after_idle": heap_after_idle.get("allocated"),
+        "operator_heap_active_mib_after_idle": heap_after_idle.get("active"),
+        "operator_heap_allocated_mib_after_restart": heap_after_restart.get("allocated"),
+        "operator_heap_active_mib_after_restart": heap_after_restart.get("active"),
         "operator_rss_mib_peak_restart": round(rss_peak_restart, 1),
         "operator_cpu_create_core_share": round(cpu_create / settle_seconds, 3),
         "operator_cpu_idle_core_share": round(cpu_idle / idle_s, 3),
@@ -388,6 +404,8 @@ COLUMNS = [
     ("RSS MiB", "operator_rss_mib_after_idle"),
     ("RSS restart MiB", "operator_rss_mib_after_restart"),
     ("peak RSS MiB", "operator_rss_mib_peak"),
+    ("heap live MiB", "operator_heap_allocated_mib_after_idle"),
+    ("heap active MiB", "operator_heap_active_mib_after_idle"),
     ("CPU create", "operator_cpu_create_core_share"),
     ("CPU idle", "operator_cpu_idle_core_share"),
     ("restart writes", "restart_operator_writes"),

@@ -1051,6 +1051,8 @@ class Ticker:
             except Exception:
                 log.exception("%s failed", self._name)
             heap.release_free_memory()  # what the pass or round freed goes back to the kernel (adapters/heap.py)
+            for state, size in heap.usage().items():
+                telemetry.HEAP_BYTES.labels(state).set(size)
             if self._took is not None:
                 self._took(time.monotonic() - started)
 

@@ -41,6 +41,12 @@ ROUND_SIZE = Histogram(
 ROUND_SECONDS = Histogram("specpilot_round_duration_seconds", "Time one evaluation round took")
 DECISIONS = Counter("specpilot_decisions_total", "Autotune decisions", ["action", "mode"])
 ACTUATIONS = Counter("specpilot_actuations_total", "Autotune actuations applied", ["action", "result"])
+HEAP_BYTES = Gauge(
+    "specpilot_heap_bytes",
+    "The allocator's heap after the latest purge (jemalloc's stats.*): allocated by live objects, active in their "
+    "pages, resident",
+    ["state"],
+)
 LEADER = Gauge(
     "specpilot_leader",
     "1 while this replica acts (holds the leader Lease, or runs without leader election), 0 while it waits",

@@ -24,10 +24,10 @@ def rss_mib():
 burst = [{"name": f"object-{i}", "spec": {"replicas": i, "model": "x" * 40}} for i in range(200_000)]
 survivors = burst[::200]  # one in 200 lives on, spread over the whole burst
 del burst
-before = rss_mib()
+before, usage_before = rss_mib(), heap.usage()
 called = heap.release_free_memory()
 print(json.dumps({"before": before, "after": rss_mib(), "called": called, "kept": len(survivors),
-                  "allocator": heap.allocator()}))
+                  "allocator": heap.allocator(), "usage_before": usage_before, "usage": heap.usage()}))
 """
 
 GLIBC_ALONE = {"PYTHONMALLOC": "malloc", "MALLOC_ARENA_MAX": "2"}
@@ -51,6 +51,11 @@ def test_with_the_charts_allocator_jemalloc_gives_back_what_a_burst_freed() -> N
     assert purged["allocator"] == "jemalloc", purged
     assert purged["called"], purged
     assert purged["after"] < purged["before"] / 2, purged
+    # jemalloc's own account: the survivors' bytes are a sliver of the pages it held before the purge, and the
+    # purge gives back resident pages (the gauge specpilot_heap_bytes exports these after every pass)
+    usage, before = purged["usage"], purged["usage_before"]
+    assert 0 < usage["allocated"] <= usage["active"] <= usage["resident"], usage
+    assert usage["resident"] < before["resident"] / 2, (before, usage)
 
 
 def test_with_glibc_alone_trimming_returns_what_a_burst_freed() -> None:
@@ -58,6 +63,7 @@ def test_with_glibc_alone_trimming_returns_what_a_burst_freed() -> None:
     assert trimmed["allocator"] == "glibc", "no jemalloc preloaded: glibc's malloc_trim"
     assert trimmed["called"], "glibc: malloc_trim exists here"
     assert trimmed["after"] < trimmed["before"] / 2, trimmed
+    assert trimmed["usage"] == {}, "no jemalloc counters without jemalloc"
 
 
 def test_with_pythons_own_arenas_the_burst_stays_resident() -> None:

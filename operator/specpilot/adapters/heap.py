@@ -22,6 +22,9 @@ import ctypes.util
 from collections.abc import Callable
 
 _ALL_ARENAS = 4096  # jemalloc's MALLCTL_ARENAS_ALL
+# jemalloc's counters (bytes): in live allocations; in pages of active slabs and extents (live + fragmentation within
+# them); resident (active + allocator metadata + dirty pages not yet purged); see jemalloc(3), "stats.*".
+_JEMALLOC_STATS = ("allocated", "active", "resident", "metadata")
 
 
 def _jemalloc_purge() -> Callable[[], None] | None:
@@ -38,6 +41,29 @@ def _jemalloc_purge() -> Callable[[], None] | None:
         mallctl(name, None, None, None, 0)
 
     return purge
+
+
+def _jemalloc_stats() -> Callable[[], dict[str, int]] | None:
+    """jemalloc's heap counters, refreshed (mallctl "epoch") on each call."""
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except (OSError, AttributeError):
+        return None
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    mallctl.restype = ctypes.c_int
+
+    def read() -> dict[str, int]:
+        epoch = ctypes.c_uint64(1)
+        mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.sizeof(epoch))
+        counters: dict[str, int] = {}
+        for name in _JEMALLOC_STATS:
+            value = ctypes.c_size_t(0)
+            size = ctypes.c_size_t(ctypes.sizeof(value))
+            if mallctl(f"stats.{name}".encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0:
+                counters[name] = value.value
+        return counters
+
+    return read
 
 
 def _glibc_trim() -> Callable[[], None] | None:
@@ -63,7 +89,15 @@ def allocator() -> str:
 
 
 _PURGE = _jemalloc_purge()
+_STATS = _jemalloc_stats() if _PURGE is not None else None
 _TRIM = _glibc_trim() if _PURGE is None else None
+
+
+def usage() -> dict[str, int]:
+    """The allocator's own account of the heap, in bytes: what live objects use ("allocated") against what the
+    allocator holds for them ("active", "resident"). Resident memory well above "allocated" after a burst is
+    fragmentation (pages kept by a few survivors), not data the operator keeps. Empty without jemalloc."""
+    return _STATS() if _STATS is not None else {}
 
 
 def release_free_memory() -> bool:
