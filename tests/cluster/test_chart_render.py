@@ -241,7 +241,7 @@ def test_the_operator_processes_tests_start_get_the_charts_allocator_settings(ku
         == {
             "PYTHONMALLOC": "malloc",
             "LD_PRELOAD": "/usr/local/lib/libjemalloc.so.2",
-            "MALLOC_CONF": "background_thread:true,narenas:2",
+            "MALLOC_CONF": "background_thread:true,narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0",
             "MALLOC_ARENA_MAX": "2",
         }
     )
