@@ -8,6 +8,7 @@ import copy
 import json
 import sys
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -105,21 +106,27 @@ def test_the_kept_body_is_the_object_without_managed_fields() -> None:
     assert memory.body is not kept, "a fresh copy each time: callers cannot change what is kept"
 
 
-def test_a_kept_object_costs_a_fraction_of_its_dicts() -> None:
-    """The figure behind keeping it compressed: measured, not assumed (the bound leaves room for Python versions)."""
+def _packed_and_dict_bytes(pack: Callable[[ObjectMemory], None], data: dict[str, Any]) -> tuple[float, float]:
+    """Bytes per object (tracemalloc) of 50 memories packed by `pack`, and of 50 copies of `data` as dicts."""
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         memories = [ObjectMemory() for _ in range(50)]
         for memory in memories:
-            memory.keep(kopf.Body(cast(kopf.RawBody, STORED)))
-        kept_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
+            pack(memory)
+        packed_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
         before = tracemalloc.get_traced_memory()[0]
-        dicts = [copy.deepcopy(STORED) for _ in range(50)]
+        dicts = [copy.deepcopy(data) for _ in range(50)]
         dict_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
     finally:
         tracemalloc.stop()
     assert len(dicts) == len(memories)
+    return packed_bytes, dict_bytes
+
+
+def test_a_kept_object_costs_a_fraction_of_its_dicts() -> None:
+    """The figure behind keeping it compressed: measured, not assumed (the bound leaves room for Python versions)."""
+    kept_bytes, dict_bytes = _packed_and_dict_bytes(lambda m: m.keep(kopf.Body(cast(kopf.RawBody, STORED))), STORED)
     print(f"kept {kept_bytes:.0f} B vs {dict_bytes:.0f} B of dicts per object", file=sys.stderr)
     assert kept_bytes < dict_bytes / 5
 
@@ -140,19 +147,7 @@ def test_a_remembered_status_write_reads_back_as_written_and_costs_a_fraction_of
     memory.remember_written(None)
     assert memory.written is None
     assert memory.written_status is None
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        memories = [ObjectMemory() for _ in range(50)]
-        for memory in memories:
-            memory.remember_written(("4711", status))
-        kept_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
-        before = tracemalloc.get_traced_memory()[0]
-        dicts = [copy.deepcopy(status) for _ in range(50)]
-        dict_bytes = (tracemalloc.get_traced_memory()[0] - before) / 50
-    finally:
-        tracemalloc.stop()
-    assert len(dicts) == len(memories)
+    kept_bytes, dict_bytes = _packed_and_dict_bytes(lambda m: m.remember_written(("4711", status)), status)
     print(f"written status kept in {kept_bytes:.0f} B vs {dict_bytes:.0f} B of dicts", file=sys.stderr)
     assert kept_bytes < dict_bytes / 4
 

@@ -29,14 +29,22 @@ _ALL_ARENAS = 4096  # jemalloc's MALLCTL_ARENAS_ALL
 _JEMALLOC_STATS = ("allocated", "active", "resident", "metadata")
 
 
-def _jemalloc_purge() -> Callable[[], None] | None:
-    """jemalloc's purge of every arena, when jemalloc is the process's allocator (preloaded or linked)."""
+def _mallctl() -> Callable[..., int] | None:
+    """jemalloc's control function, when jemalloc is the process's allocator (preloaded or linked)."""
     try:
         mallctl = ctypes.CDLL(None).mallctl
     except (OSError, AttributeError):
         return None
     mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     mallctl.restype = ctypes.c_int
+    control: Callable[..., int] = mallctl
+    return control
+
+
+def _jemalloc_purge(mallctl: Callable[..., int] | None) -> Callable[[], None] | None:
+    """jemalloc's purge of every arena."""
+    if mallctl is None:
+        return None
     name = f"arena.{_ALL_ARENAS}.purge".encode()
 
     def purge() -> None:
@@ -45,14 +53,10 @@ def _jemalloc_purge() -> Callable[[], None] | None:
     return purge
 
 
-def _jemalloc_stats() -> Callable[[], dict[str, int]] | None:
+def _jemalloc_stats(mallctl: Callable[..., int] | None) -> Callable[[], dict[str, int]] | None:
     """jemalloc's heap counters, refreshed (mallctl "epoch") on each call."""
-    try:
-        mallctl = ctypes.CDLL(None).mallctl
-    except (OSError, AttributeError):
+    if mallctl is None:
         return None
-    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    mallctl.restype = ctypes.c_int
 
     def read() -> dict[str, int]:
         epoch = ctypes.c_uint64(1)
@@ -90,8 +94,9 @@ def allocator() -> str:
     return "jemalloc" if _PURGE is not None else "glibc" if _TRIM is not None else "none"
 
 
-_PURGE = _jemalloc_purge()
-_STATS = _jemalloc_stats() if _PURGE is not None else None
+_MALLCTL = _mallctl()
+_PURGE = _jemalloc_purge(_MALLCTL)
+_STATS = _jemalloc_stats(_MALLCTL)
 _TRIM = _glibc_trim() if _PURGE is None else None
 
 
