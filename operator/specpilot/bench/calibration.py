@@ -54,10 +54,15 @@ def _engine(preset: Preset, spec: SpecConfig | None, max_num_seqs: int = 256) ->
 
 
 def step_time_ms(batch: int, k: int) -> float:
-    """One decode step of `batch` requests at K under a dynamic table (K = 0 steps still pay the drafter tax)."""
-    preset = LLAMA8B_H100
-    spec = SpecConfig("eagle", 5, schedule=((1, 256, 5),))
-    engine = _engine(preset, spec)
+    """One decode step of `batch` requests at K, in the configuration PR #32374's profile measured.
+
+    vLLM's profiler (`vllm/v1/spec_decode/dynamic/generate_config.py`, `build_serve_params`) starts one server per
+    column, `--max-num-seqs 256`: K = 0 is the vanilla server (no speculative config, so no drafter forward and no
+    configured-drafter tax), K >= 1 a server with a static `num_speculative_tokens = K`. A dynamic table's K = 0 step
+    (one drafter forward, adaptive-vllm.md §2.1) is a different configuration and is not what that column measured.
+    """
+    spec = None if k == 0 else SpecConfig("eagle", k)
+    engine = _engine(LLAMA8B_H100, spec)
     tokens = batch * (k + 1)
     return engine.step_ms(tokens, batch * MT_BENCH_CONTEXT, batch, k)
 
