@@ -83,6 +83,11 @@ class StepCostModel:
     context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
     prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
     prefill_batch: float = 1.0  # the batch size prefill_tokens_per_step was measured at; it scales with the batch
+    sched_ms_per_request: float = 0.0  # s_1: engine work per request in the step (scheduling, inputs, sampling)
+
+    def overhead_ms(self, batch: int) -> float:
+        """The engine's own time per step at this batch size: T_sched + s_1·B."""
+        return self.sched_ms + self.sched_ms_per_request * batch
 
     def verify_ms(self, batch: int, k: int, *, prefill: bool = True) -> float:
         """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step.
@@ -121,7 +126,7 @@ class StepCostModel:
 
         `configured=False` is a deployment without any speculative config (no fixed overhead, K must be 0).
         """
-        base = self.verify_ms(batch, k) + self.draft_cost_ms(batch, k) + self.sched_ms
+        base = self.verify_ms(batch, k) + self.draft_cost_ms(batch, k) + self.overhead_ms(batch)
         return base * (1 + self.spec_fixed_fraction) if configured else base
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +141,7 @@ class StepCostModel:
             "prefillTokensPerStep": round(self.prefill_tokens_per_step, 1),
             "prefillAtBatch": round(self.prefill_batch, 2),
             "schedMs": self.sched_ms,
+            "schedMsPerRequest": self.sched_ms_per_request,
             "drafter": self.drafter.value,
             "draftMs": round(self.draft_ms, 4),
             "draftMsPerRequest": self.draft_ms_per_request,
@@ -209,6 +215,7 @@ def step_cost_model(preset: Preset) -> StepCostModel:
         kv_read_ns_per_token=preset.kv_ns_per_token,
         mean_context_tokens=MEAN_CONTEXT_TOKENS,
         sched_ms=preset.sched_ms,
+        sched_ms_per_request=preset.sched_ms_per_request,
         drafter=Drafter.AUTOREGRESSIVE,
         draft_ms=head.draft_ms,
         draft_ms_per_request=head.draft_ms_per_request,
@@ -331,7 +338,7 @@ def k0_step_ms(model: StepCostModel, batch: int) -> float:
     its KV in sync, adaptive-vllm.md §2.1, vLLM #53420), with the configured overhead. V0's disable_by_batch_size
     skips the proposer instead, so this applies to schedules only."""
     one_forward = model.draft_cost_ms(batch, 1)
-    return (model.verify_ms(batch, 0) + one_forward + model.sched_ms) * (1 + model.spec_fixed_fraction)
+    return (model.verify_ms(batch, 0) + one_forward + model.overhead_ms(batch)) * (1 + model.spec_fixed_fraction)
 
 
 def schedule_tokens_per_ms(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
@@ -483,7 +490,7 @@ def calibrate_drafter(
         return Calibration(model, None, "drafter cost not calibrated (no drafter term at this K)")
     measured_ratio = profile.expected_tokens(k) * tpot_on_ms / tpot_off_ms
     fixed = 1 + model.spec_fixed_fraction
-    rest = model.verify_ms(batch, k) + model.sched_ms
+    rest = model.verify_ms(batch, k) + model.overhead_ms(batch)
     factor = (measured_ratio * model.step_ms(batch, 0, configured=False) / fixed - rest) / draft
     clamped = min(max(factor, limits[0]), limits[1])
     scaled = replace(

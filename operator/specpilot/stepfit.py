@@ -6,7 +6,8 @@ speculation, 1 without), at the window's batch (running requests per engine), th
 batch, and the window's measured mean context (mean_context_tokens), so windows of different context lengths are
 each priced at their own. The fit keeps
 the assumed profile's shape (smooth roofline for the target, the method's drafter term, scheduler overhead) and
-solves three scales for this hardware and model: verify alpha, drafter beta and per-step overhead gamma, by least
+solves three scales for this hardware and model: verify alpha (with the per-request engine work s_1, which grows
+with the batch as the verify does), drafter beta and per-step overhead gamma, by least
 squares on relative error with a weak pull toward the profile, so a term the data cannot see (the drafter, while
 every window ran the same K) stays at its assumed value instead of drifting. Until the data are thick enough
 (MIN_SAMPLES points over MIN_BUCKETS load buckets), or while the fit misses its own points by more than MAX_ERROR,
@@ -149,7 +150,8 @@ def _features(prior: StepCostModel, s: StepSample) -> tuple[float, float, float]
     batch = max(1, round(s.batch))
     fixed = 1 + prior.spec_fixed_fraction if s.configured else 1.0
     at = _as_sampled(prior, s)
-    return at.verify_ms(batch, s.k) * fixed, at.draft_cost_ms(batch, s.k) * fixed, fixed
+    target = at.verify_ms(batch, s.k) + at.sched_ms_per_request * batch  # the per-request work scales with alpha
+    return target * fixed, at.draft_cost_ms(batch, s.k) * fixed, fixed
 
 
 def _as_sampled(model: StepCostModel, s: StepSample) -> StepCostModel:
@@ -165,6 +167,7 @@ def scaled(prior: StepCostModel, alpha: float, beta: float, gamma: float) -> Ste
         verify_base_ms=prior.verify_base_ms * alpha,
         kv_read_ns_per_token=prior.kv_read_ns_per_token * alpha,
         eager_penalty_ms=prior.eager_penalty_ms * alpha,
+        sched_ms_per_request=prior.sched_ms_per_request * alpha,
         sched_ms=gamma,
         draft_ms=prior.draft_ms * beta,
         draft_ms_per_request=prior.draft_ms_per_request * beta,

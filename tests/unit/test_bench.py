@@ -213,10 +213,10 @@ def test_theta_holds_the_schedules_the_policys_fit_installs() -> None:
     thresholds without duplicates."""
     tiny = tiny_scenario()
     fitted = oracles.fitted_schedules(tiny, arrivals(tiny, 1), LLAMA8B_H100)
-    assert [oracles.label(i) for i in fitted] == ["K3@1/2@42/1@171", "K1@1"]
+    assert [oracles.label(i) for i in fitted] == ["K3@1/2@29/1@143", "K1@1"]
     for intent in fitted:
         assert intent.enabled
         assert intent.num_speculative_tokens == 3
         assert intent.batch_schedule is not None
     theta = [oracles.label(i) for i in oracles.candidates(3, 256, (*fitted, fitted[0]))]
-    assert theta == ["off", "K1", "K2", "K3", "K3@1/0@32", "K3@1/0@128", "K3@1/2@42/1@171", "K1@1"]
+    assert theta == ["off", "K1", "K2", "K3", "K3@1/0@32", "K3@1/0@128", "K3@1/2@29/1@143", "K1@1"]

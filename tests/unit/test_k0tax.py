@@ -27,17 +27,17 @@ def test_a_k0_step_costs_more_than_a_plain_step_by_a_drafter_forward(model: Step
 
 def test_the_8b_tax_at_batch_256_is_in_the_published_range() -> None:
     tax = -relative_rate(PROFILE, LLAMA8B_H100, 256, 0)
-    assert tax == pytest.approx(0.084, abs=0.002)  # 18.80 ms plain vs 20.52 ms with the drafter forward
+    assert tax == pytest.approx(0.070, abs=0.002)  # 24.57 ms plain vs 26.41 ms with the drafter forward
 
 
 @pytest.mark.parametrize(
     ("load", "restart_s", "off_wins"),
     [
-        ({256: 1.0}, 90.0, True),  # always above the crossover: the tax (~8%) x 1h >> one restart
+        ({256: 1.0}, 90.0, True),  # always above the crossover: the tax (~7%) x 1h >> one restart
         ({8: 1.0}, 90.0, False),  # never at K = 0: no tax
         ({256: 0.5, 8: 0.5}, 90.0, False),  # the gain at low load pays for the tax at high load
-        ({256: 0.95, 8: 0.05}, 90.0, True),
-        ({256: 0.95, 8: 0.05}, 3000.0, False),  # a 70B-class restart outweighs the tax over the horizon
+        ({256: 0.97, 8: 0.03}, 90.0, True),
+        ({256: 0.97, 8: 0.03}, 3000.0, False),  # a 70B-class restart outweighs the tax over the horizon
     ],
 )
 def test_schedule_against_off(load: dict[int, float], restart_s: float, off_wins: bool) -> None:
@@ -112,8 +112,8 @@ def test_drafter_kv_gain_from_the_memory_plan() -> None:
 
 @pytest.mark.parametrize(("bound", "off_wins"), [(True, True), (False, False)])
 def test_the_drafters_memory_tips_the_comparison_only_when_kv_bound(bound: bool, off_wins: bool) -> None:
-    """10% of the time at batch 8 (K = 3 gains +92%), 90% at 181 (K = 0): the step tax alone (8%) leaves the schedule
-    in place; a KV-bound engine that would run 40% more requests without a draft model's cache (tax 19%) goes off."""
+    """10% of the time at batch 8 (K = 3 gains +92%), 90% at 181 (K = 0): the step tax alone (7.5%) leaves the schedule
+    in place; a KV-bound engine that would run 40% more requests without a draft model's cache (tax 15%) goes off."""
     memory = DrafterMemory(0.4, bound, "test", 512)
     result = compare_with_off(
         PROFILE, LLAMA8B_H100, SCHEDULE, max_k=3, load={8: 0.1, 181: 0.9}, restart_cost_s=90.0, horizon_s=3600.0,
@@ -124,7 +124,7 @@ def test_the_drafters_memory_tips_the_comparison_only_when_kv_bound(bound: bool,
     assert ("memoryRate" in row) is bound
     assert result.evidence["drafterMemory"]["kvBound"] is bound
     if bound:
-        assert row["relativeRate"] == pytest.approx(-0.194, abs=0.002)
+        assert row["relativeRate"] == pytest.approx(-0.151, abs=0.002)
         assert "keeps out of the KV cache: +40% KV without it" in result.reason
     step_only = compare_with_off(
         PROFILE, LLAMA8B_H100, SCHEDULE, max_k=3, load={8: 0.1, 181: 0.9}, restart_cost_s=90.0, horizon_s=3600.0

@@ -127,7 +127,9 @@ def test_the_schedules_own_windows_never_trigger_a_second_install() -> None:
     cluster's load mix pushed it to +3.5% and +10.5%)."""
     spec = k2_spec()
     current = SpeculationIntent(True, 2)
-    state = PolicyState(load={2: 600.0, 8: 1800.0}, load_updated=T0 - MINUTE)
+    # a history of high load only: K = 1 over K = 2 at batch 180 is +3.4% (+2.6% with a quarter of it at batch 2-3,
+    # under the 3% bar since the cost-model refit of adaptive-vllm.md §4.1)
+    state = PolicyState(load={8: 1800.0}, load_updated=T0 - MINUTE)
     actions: list[tuple[int, Action]] = []
     reasons: list[str] = []
     for i, (batch, share) in enumerate(RISE_HOLD_FALL):

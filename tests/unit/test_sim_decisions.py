@@ -92,8 +92,10 @@ def decide_on(s: SpeculativeDeploymentSpec, current: SpeculationIntent, ms: dict
         # the trap: an EAGLE-3 head at 0.7x its acceptance (aggregate below disableBelow 0.50), still faster at batch 8
         ("trap", "eagle3", 8, 0.7, Action.CHANGE_THRESHOLD),
         # the mirror: a 1B draft model accepted well (1.2x) at batch 256, where its three forwards per step cost more
-        # than they save (an EAGLE-3 head at 256 stays faster in the simulator, and the policy keeps it)
-        ("mirror", "draft_model", 256, 1.2, Action.DISABLE),
+        # than they save (28.2 ms mean TPOT vs 26.5 ms plain): the policy cuts K to 1, which the simulator puts level
+        # with plain (26.6 ms); before the cost-model refit of adaptive-vllm.md §4.1 the P99 guard switched it off
+        # (an EAGLE-3 head at 256 stays faster in the simulator, and the policy keeps it)
+        ("mirror", "draft_model", 256, 1.2, Action.CHANGE_THRESHOLD),
         ("no mirror", "eagle3", 256, 1.3, Action.KEEP),
     ],
 )
@@ -118,16 +120,21 @@ def test_measured_speed_decides_not_acceptance(
     if case == "trap":
         assert acceptance < s.autotune.acceptance.disable_below
         assert speed["outcome"] == "Faster"
+        assert decision.target.batch_schedule is not None
+        assert k_for_batch(decision.target, batch, 3) < 3
         assert k_for_batch(decision.target, batch, 3) == 2, "speculation stays on, one draft token shorter"
         fewer = window(batch, SpecConfig(method, 2), alpha_multiplier)
         assert value(fewer, Signal.TPOT_MEAN) < tpot_on, "and the simulator measures K = 2 faster at this load"
     elif case == "no mirror":
         assert speed["outcome"] == "Faster"
     else:
-        assert acceptance >= s.autotune.acceptance.disable_below
+        assert acceptance >= s.autotune.acceptance.disable_below, "acceptance alone would keep K = 3"
         assert tpot_on > tpot_off, "slower than plain at this load"
-        assert speed["outcome"] in ("Slower", "Even")  # 6% slower: inside the 10% tolerance; the P99 (+73%) acts
-        assert decision.off_kind is OffReason.LOAD, "the drafter is fine: the load is the problem"
+        assert speed["outcome"] in ("Slower", "Even")  # 6% slower: inside the 10% tolerance
+        assert decision.target.batch_schedule is not None
+        assert k_for_batch(decision.target, batch, 3) == 1, "K = 1 where the engine runs"
+        fewer = window(batch, SpecConfig(method, 1), alpha_multiplier)
+        assert value(fewer, Signal.TPOT_MEAN) < tpot_on, "and the simulator measures K = 1 faster at this load"
 
 
 def test_the_k0_tax_measured_in_the_simulator_and_the_off_recommendation() -> None:
@@ -155,9 +162,9 @@ def test_the_k0_tax_measured_in_the_simulator_and_the_off_recommendation() -> No
 @pytest.mark.parametrize(("batch", "speculation"), [(8, None), (256, None), (8, SpecConfig("eagle3", 3))])
 def test_the_shared_driver_holds_the_batch_it_was_given(batch: int, speculation: SpecConfig | None) -> None:
     """tests/sim_windows.py replaces every finished request at once: the measured batch is the one asked for, and
-    the window saw traffic (its requests and, when speculating, its acceptance). Within 5%: a scrape can fall
-    between a request finishing and its replacement's first step."""
+    the window saw traffic (its requests and, when speculating, its acceptance). Within 5% or one request: a scrape
+    can fall between a request finishing and its replacement's first step (batch 8 reads 7.5-8.0 by seed)."""
     ms = window(batch, speculation)
-    assert value(ms, Signal.BATCH_SIZE) == pytest.approx(batch, rel=0.05)
+    assert value(ms, Signal.BATCH_SIZE) == pytest.approx(batch, abs=max(1.0, 0.05 * batch))
     assert value(ms, Signal.REQUESTS_IN_WINDOW) > 0
     assert ms[Signal.ACCEPTANCE_RATE].valid is (speculation is not None)

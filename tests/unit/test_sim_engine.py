@@ -58,6 +58,15 @@ def test_cliff_beyond_the_capture_limit() -> None:
     assert outside - inside == pytest.approx(LLAMA8B_H100.eager_penalty_ms, abs=0.1)
 
 
+@pytest.mark.parametrize(("requests", "extra_ms"), [(0, 0.0), (1, 0.008), (64, 0.512), (256, 2.048)])
+def test_each_scheduled_request_costs_engine_time(requests: int, extra_ms: float) -> None:
+    """s_1 = 8 us per request in the step (scheduling, inputs, sampling): what makes PR #32374's batch-256 steps
+    cost more than their tokens and KV reads explain (adaptive-vllm.md §4.1)."""
+    engine = Engine(EngineConfig(LLAMA8B_H100, V32, "m", 256))
+    assert engine.step_ms(256, 0, 256, 0, requests) - engine.step_ms(256, 0, 256, 0, 0) == pytest.approx(extra_ms)
+    assert engine.step_ms(256, 0, requests, 0) == pytest.approx(engine.step_ms(256, 0, 0, 0, requests))
+
+
 @pytest.mark.parametrize(
     ("spec", "scheduled", "running", "version", "k"),
     [

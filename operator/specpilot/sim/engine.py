@@ -287,13 +287,17 @@ class Engine:
                 lo = mid + 1
         return self._sizes[lo]
 
-    def step_ms(self, tokens: int, kv_read: int, decodes: int, k: int) -> float:
-        """Step time: staircase verify + cliff + drafter + scheduler, with the configured-drafter tax."""
+    def step_ms(self, tokens: int, kv_read: int, decodes: int, k: int, requests: int | None = None) -> float:
+        """Step time: staircase verify + cliff + drafter + scheduler, with the configured-drafter tax.
+
+        `requests` is how many requests the step schedules (decodes and prefill chunks; `decodes` when omitted).
+        """
         preset = self.config.preset
         verify = preset.verify_ms(self.stair(max(tokens, 1)), kv_read)
         if tokens > self.config.capture_max:
             verify += preset.eager_penalty_ms
-        total = verify + preset.sched_ms
+        scheduled = decodes if requests is None else requests
+        total = verify + preset.sched_ms + preset.sched_ms_per_request * scheduled
         spec = self.config.speculation
         drafter = self.config.drafter
         if spec is None or drafter is None:
@@ -424,7 +428,7 @@ class Engine:
         if scheduled == 0:
             self._gauges()
             return StepReport(start, 0.0, 0, 0, k_step, 0, (), (), preempted)
-        dt = self.step_ms(tokens, kv_read, len(decodes), k_used) / 1000.0
+        dt = self.step_ms(tokens, kv_read, len(decodes), k_used, scheduled) / 1000.0
         end = start + dt
         self.now = end
         # 3. outcomes

@@ -2,7 +2,8 @@
 
 Every number is an input of the cost model of performance.md §2: a step verifies N tokens and reads KV cached
 tokens, costing a smooth roofline a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV, rounded up to the next captured CUDA-graph size
-(the staircase) and a fixed eager penalty beyond the capture limit (the cliff), plus the drafter and the scheduler.
+(the staircase) and a fixed eager penalty beyond the capture limit (the cliff), plus the drafter and the scheduler
+(T_sched + s_1 per request scheduled in the step).
 Assumptions are marked as such; the calibration report (`specpilot bench --calibration`) shows how far each preset
 lands from the published measurements.
 """
@@ -56,7 +57,7 @@ class Preset:
     ridge_tokens: float  # N_r
     ridge_sharpness: float  # p
     kv_ns_per_token: float  # c_kv
-    sched_ms: float  # T_sched
+    sched_ms: float  # T_sched: per step
     capture_limit: int  # vLLM's max_cudagraph_capture_size ceiling on this platform
     eager_penalty_ms: float  # delta_eager beyond the capture limit (assumption)
     spec_fixed_fraction: float  # SD configured at all: +2% per step (PR #5000)
@@ -64,6 +65,7 @@ class Preset:
     restart_s: float  # drain + load + graph capture (assumption; performance.md §6.1)
     drafters: dict[str, DrafterPreset] = field(default_factory=dict)
     default_max_num_seqs: int = 256
+    sched_ms_per_request: float = 0.0  # s_1: engine work per request scheduled in a step (scheduling, inputs, sampling)
     # The set-up the numbers were measured on, so the operator can tell which profile fits a deployment
     # (costprofile.py). `target_model` is a catalog id (parameters come from the catalog, not from here); None marks
     # a preset that no real deployment matches (cpu-tiny), which the operator never picks.
@@ -105,10 +107,16 @@ LLAMA8B_H100 = Preset(
     name="llama8b-h100",
     description="Llama-3.1-8B-Instruct on 1xH100 (BF16): EAGLE-3 head, 1B draft model, n-gram",
     verify_base_ms=5.886,
-    ridge_tokens=320,
+    # N_r, c_kv and s_1 fitted jointly to SpecDecode-Bench (speedups at batch 1-128) and PR #32374's step-time profile
+    # (adaptive-vllm.md §4.1, batch 1-256). The earlier N_r 320, c_kv 39.26 ns (HBM-bound KV read, 128 KiB at
+    # 3.35 TB/s) and no per-request term left that profile's batch-256 steps 19-39% short: N_r 220 is the compute
+    # slope of ~27 µs per token beyond the ridge, 48 ns is the KV read at ~80% of HBM bandwidth, and 8 µs per request
+    # the engine's per-request work, which is what makes batch 256 cost more than tokens and KV alone explain.
+    ridge_tokens=220,
     ridge_sharpness=2.0,
-    kv_ns_per_token=39.26,
+    kv_ns_per_token=48.0,
     sched_ms=1.207,
+    sched_ms_per_request=0.008,
     capture_limit=512,
     eager_penalty_ms=3.0,
     spec_fixed_fraction=0.02,
