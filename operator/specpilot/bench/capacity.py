@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from specpilot.bench.scenarios import Lengths
+from specpilot.bench.scenarios import Lengths, draw_lengths
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest
 from specpilot.sim.presets import Preset
 from specpilot.vllm.versions import VllmVersion
@@ -25,11 +25,8 @@ MEASURE_S = 900.0
 
 
 def _request(rng: random.Random, draw: Lengths, max_model_len: int, n: int, now: float) -> SimRequest:
-    prompt = int(min(draw.prompt_cap, max(1, round(rng.lognormvariate(draw.prompt_mu, draw.prompt_sigma)))))
-    prompt = min(prompt, max_model_len - 2)
-    limit = max_model_len - prompt
-    output = max(2, min(draw.output_cap, limit, round(rng.lognormvariate(draw.output_mu, draw.output_sigma))))
-    return SimRequest(f"c{n}", now, prompt, max(output, min(draw.output_cap, max(2, limit))), output)
+    prompt, output, max_tokens = draw_lengths(rng, draw, max_model_len)
+    return SimRequest(f"c{n}", now, prompt, max_tokens, output)
 
 
 def capacity_qps(

@@ -108,6 +108,18 @@ class Arrival:
     alpha_multiplier: float
 
 
+def draw_lengths(rng: random.Random, lengths: Lengths, max_model_len: int, scale: float = 1.0) -> tuple[int, int, int]:
+    """One request's prompt tokens, the output where it would stop, and its max_tokens (lognormal, capped, fitted
+    into max_model_len); `scale` multiplies the prompt (long-context drift)."""
+    prompt = min(
+        lengths.prompt_cap * max(1.0, scale),
+        max(1, round(rng.lognormvariate(lengths.prompt_mu, lengths.prompt_sigma) * scale)),
+    )
+    limit = max_model_len - int(prompt)
+    output = max(2, min(lengths.output_cap, limit, round(rng.lognormvariate(lengths.output_mu, lengths.output_sigma))))
+    return int(min(prompt, max_model_len - 2)), output, max(output, min(lengths.output_cap, max(2, limit)))
+
+
 def arrivals(scenario: Scenario, seed: int) -> tuple[Arrival, ...]:
     """The request list of one scenario under one seed."""
     rng = random.Random(f"arrivals:{scenario.name}:{seed}")
@@ -124,22 +136,14 @@ def arrivals(scenario: Scenario, seed: int) -> tuple[Arrival, ...]:
             continue
         hot = rng.random() < at(scenario.high_temperature_share, t)
         temperature = 1.0 if hot else (0.0 if rng.random() < 0.5 else 0.7)
-        scale = at(scenario.prompt_scale, t)
-        prompt = min(
-            lengths.prompt_cap * max(1.0, scale),
-            max(1, round(rng.lognormvariate(lengths.prompt_mu, lengths.prompt_sigma) * scale)),
-        )
-        limit = scenario.max_model_len - int(prompt)
-        output = max(
-            2, min(lengths.output_cap, limit, round(rng.lognormvariate(lengths.output_mu, lengths.output_sigma)))
-        )
+        prompt, output, max_tokens = draw_lengths(rng, lengths, scenario.max_model_len, at(scenario.prompt_scale, t))
         out.append(
             Arrival(
                 rid=f"r{n}",
                 at=t,
-                prompt_tokens=int(min(prompt, scenario.max_model_len - 2)),
+                prompt_tokens=prompt,
                 output_tokens=output,
-                max_tokens=max(output, min(lengths.output_cap, max(2, limit))),
+                max_tokens=max_tokens,
                 temperature=temperature,
                 alpha_multiplier=at(scenario.alpha_multiplier, t),
             )
