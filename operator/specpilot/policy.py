@@ -89,6 +89,7 @@ from specpilot.schedule import (
     schedule_text,
     speedup,
     with_context_length,
+    with_emission,
     with_output_length,
     with_prefill,
 )
@@ -606,7 +607,9 @@ def with_measured_context(inputs: PolicyInputs) -> PolicyInputs:
     per_step = valid_value(m, Signal.MEAN_ACCEPTANCE_LENGTH) if inputs.current.enabled else 1.0
     batch = valid_value(m, Signal.BATCH_SIZE)
     if tpot is not None and per_step is not None and batch is not None:
-        model = with_prefill(model, prefill_tokens_per_step(m, tpot * 1000 * per_step), max(1, round(batch)))
+        prefill = prefill_tokens_per_step(m, tpot * 1000 * per_step)
+        prompt = valid_value(m, Signal.MEAN_PROMPT_TOKENS)
+        model = with_prefill(model, prefill, max(1, round(batch)), per_step, prompt)
     return inputs if model is inputs.fit.model else replace(inputs, fit=replace(inputs.fit, model=model))
 
 
@@ -881,7 +884,7 @@ def _predicted_speedup(
         return None, f"no cost-model prediction: K = 0 at batch {b}"
     method = inputs.spec.speculation.method.value
     fitted = fit_step_cost(state.step_samples, model_for_method(inputs.fit.model, method)).model
-    model = fitted or model_for_method(inputs.fit.model, method)
+    model = with_emission(fitted or model_for_method(inputs.fit.model, method), profile)
     ok, note = model_consistency(
         model, profile, batch=b, k=k, tpot_ms=tpot * 1000, tolerance=inputs.fit.model_tolerance
     )

@@ -83,6 +83,9 @@ class StepCostModel:
     context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
     prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
     prefill_batch: float = 1.0  # the batch size prefill_tokens_per_step was measured at; it scales with the batch
+    prefill_emitted: float = 1.0  # tokens each request emitted per step when it was measured (1 without speculation)
+    prefill_prompt_tokens: float = 0.0  # mean prompt length of those chunks (0: unknown, no partial cliff)
+    emitted_per_step: tuple[float, ...] = ()  # E_k for K = 0, 1, ... (with_emission); the prefill share scales with it
     sched_ms_per_request: float = 0.0  # s_1: engine work per request in the step (scheduling, inputs, sampling)
 
     def overhead_ms(self, batch: int) -> float:
@@ -98,16 +101,33 @@ class StepCostModel:
         in every step, pricing it 6% slow where the simulator pays the cliff only in the steps that carry a prompt.
         """
         verified = batch * (k + 1)
-        chunked = self.prefill_tokens_per_step * batch / self.prefill_batch if prefill else 0.0
+        chunked = self.prefill_tokens_per_step * batch / self.prefill_batch * self.prefill_share(k) if prefill else 0.0
         tokens = verified + chunked
         bend = math.pow(1 + math.pow(tokens / self.ridge_tokens, self.ridge_sharpness), 1 / self.ridge_sharpness)
         roof = self.verify_base_ms * bend
-        cliff = (
-            self.eager_penalty_ms
-            if self.capture_limit_tokens is not None and verified > self.capture_limit_tokens
-            else 0.0
+        return (
+            roof + self.kv_read_ns_per_token * 1e-6 * batch * self.mean_context_tokens + self._cliff(verified, chunked)
         )
-        return roof + self.kv_read_ns_per_token * 1e-6 * batch * self.mean_context_tokens + cliff
+
+    def _cliff(self, verified: int, chunked: float) -> float:
+        """The eager penalty: in every step once the verified tokens pass the capture limit; below it, in the share
+        of steps that carry a prompt chunk over the limit, 1 - exp(-prompts per step) for Poisson arrivals (the
+        simulator at batch 256, K = 1: 512 verified tokens, ~0.7 prompts per step, the cliff in about half the steps;
+        counted in none, the model priced K = 1 4.4% ahead of K = 3 where the simulator measured them level)."""
+        limit = self.capture_limit_tokens
+        if limit is None:
+            return 0.0
+        if verified > limit:
+            return self.eager_penalty_ms
+        if chunked <= 0 or self.prefill_prompt_tokens <= 0 or verified + chunked <= limit:
+            return 0.0
+        return self.eager_penalty_ms * (1 - math.exp(-chunked / self.prefill_prompt_tokens))
+
+    def prefill_share(self, k: int) -> float:
+        """How the measured prefill per step changes at K: E_k / E_measured (1 until with_emission gives E_k)."""
+        if not self.emitted_per_step:
+            return 1.0
+        return self.emitted_per_step[min(max(k, 0), len(self.emitted_per_step) - 1)] / self.prefill_emitted
 
     def draft_cost_ms(self, batch: int, k: int) -> float:
         if k <= 0:
@@ -181,16 +201,23 @@ def with_context_length(model: StepCostModel, mean_context_tokens: float | None)
     return replace(model, mean_context_tokens=mean_context_tokens, context_source="measured")
 
 
-def with_prefill(model: StepCostModel, tokens_per_step: float | None, batch: float = 1.0) -> StepCostModel:
+def with_prefill(
+    model: StepCostModel,
+    tokens_per_step: float | None,
+    batch: float = 1.0,
+    emitted: float = 1.0,
+    mean_prompt_tokens: float | None = None,
+) -> StepCostModel:
     """The same model with this many prompt tokens chunked into every step (None or <= 0: unchanged, none).
 
     vLLM V1 schedules prefill chunks into the decode steps, so every step of a deployment that admits P prompt
-    tokens per second per engine carries P·T_step of them on average. Measured at the running config's step time
-    and batch `batch`, held constant across K (a K that shortens the step also thins its prefill share, which this
-    ignores: it prices small K a little high) and scaled in proportion to the batch size: by Little's law each
-    running request brings P̄/n̄ prompt tokens per token it emits, so a step of B requests carries about
-    B·E·P̄/n̄ (the simulator at batch 255: 260 and 199 prompt tokens per step at K = 3 and 1, this formula 260 and
-    196).
+    tokens per second per engine carries P·T_step of them on average. Measured at the running config's step time,
+    batch `batch` and `emitted` tokens per request per step (mean acceptance length; 1 without speculation), and
+    scaled by Little's law: each running request brings P̄/n̄ prompt tokens per token it emits, so a step of B
+    requests at K carries about B·E_k·P̄/n̄ (the simulator at batch 255: 260 and 199 prompt tokens per step at
+    K = 3 and 1, this formula 260 and 196). The batch scaling applies at once; the E_k scaling once with_emission
+    has given the model the acceptance profile's E_k. `mean_prompt_tokens` tells how many prompts that is per step,
+    for the CUDA-graph cliff of the steps that carry one.
 
     Found by the benchmark: with the context measured but no prefill, the model read an 8B EAGLE-3 at batch 256
     and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced K = 1 +9.6%
@@ -200,7 +227,27 @@ def with_prefill(model: StepCostModel, tokens_per_step: float | None, batch: flo
     """
     if tokens_per_step is None or tokens_per_step <= 0:
         return model
-    return replace(model, prefill_tokens_per_step=tokens_per_step, prefill_batch=max(batch, 1.0))
+    return replace(
+        model,
+        prefill_tokens_per_step=tokens_per_step,
+        prefill_batch=max(batch, 1.0),
+        prefill_emitted=max(emitted, 1.0),
+        prefill_prompt_tokens=mean_prompt_tokens if mean_prompt_tokens is not None and mean_prompt_tokens > 0 else 0.0,
+    )
+
+
+def with_emission(model: StepCostModel, profile: AcceptanceProfile) -> StepCostModel:
+    """The model with the profile's tokens per request per step at each K, so a K's prefill share follows it.
+
+    Found by the benchmark (70B draft model K=4, a day at 10% -> 90% of capacity): at batch 255 K = 4 emitted 2.8
+    tokens per step and its ~50 ms steps carried ~350 prompt tokens; priced with the same 350 in plain's steps
+    (which emit one token each and so carry ~125), plain came out ~45 ms per token where the simulator's plain runs
+    ~35 ms, and K = 4 looked 1.03x faster than plain while it was 2.4x slower at P99: the disable stayed advisory
+    and the refit unpaid for the whole peak.
+    """
+    if model.prefill_tokens_per_step <= 0:
+        return model
+    return replace(model, emitted_per_step=tuple(profile.expected_tokens(k) for k in range(profile.max_k + 1)))
 
 
 def step_cost_model(preset: Preset) -> StepCostModel:
@@ -671,7 +718,7 @@ def plan_threshold(
     if max_k <= 0 or not load:
         return no_change("no batch-size evidence yet")
 
-    model = model_for_method(settings.model, method)
+    model = with_emission(model_for_method(settings.model, method), profile)
     batch = max(1, round(batch_now))
     k_current = k_for_batch(current, batch, max_k)
     if tpot_on_ms is not None and tpot_off_ms is not None and k_current > 0:

@@ -181,7 +181,7 @@ def test_tiny_benchmark_runs_every_policy() -> None:
     assert set(meta["fitted_schedules"]) <= set(meta["static_goodput"])
     assert rows["oracle"]["goodput"] >= max(meta["static_goodput"].values())
     assert rows["best-static"]["goodput"] == max(meta["static_goodput"].values())
-    assert len(SCENARIOS) == 7
+    assert len(SCENARIOS) == 8
 
 
 def test_true_survival_is_what_the_simulator_draws() -> None:

@@ -9,6 +9,7 @@ alpha 0.5. Those are the tables checked here; every other number is derived from
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import pytest
@@ -42,6 +43,7 @@ from specpilot.schedule import (
     speedup,
     tokens_per_ms,
     with_context_length,
+    with_emission,
     with_output_length,
     with_prefill,
 )
@@ -511,3 +513,34 @@ def test_short_outputs_enter_the_threshold_fit_and_the_k0_comparison() -> None:
         return float(result.evidence["netSeconds"])
 
     assert net(short) > net(long) + 100, "less gain at low load to pay for the K = 0 tax"
+
+
+@pytest.mark.parametrize(
+    ("batch", "k", "prefill", "prompt", "cliff_share"),
+    [
+        (300, 1, 0.0, 300.0, 1.0),  # 600 verified tokens: past the 512 limit in every step
+        (256, 1, 0.0, 300.0, 0.0),  # 512 verified, no prompt chunks: never
+        (256, 1, 210.0, 0.0, 0.0),  # prompt length unknown: the cliff is judged on verified tokens alone
+        (256, 1, 210.0, 300.0, 1 - math.exp(-0.7)),  # 0.7 prompts per step: the share of steps that carry one
+        (100, 1, 210.0, 300.0, 0.0),  # 200 verified + 210 chunked stay under the limit
+    ],
+)
+def test_the_cliff_of_steps_that_carry_a_prompt(
+    batch: int, k: int, prefill: float, prompt: float, cliff_share: float
+) -> None:
+    flat = replace(LLAMA8B_H100, capture_limit_tokens=512, eager_penalty_ms=3.0)
+    model = replace(flat, prefill_tokens_per_step=prefill, prefill_batch=batch, prefill_prompt_tokens=prompt)
+    without = replace(model, eager_penalty_ms=0.0)
+    assert model.verify_ms(batch, k) - without.verify_ms(batch, k) == pytest.approx(3.0 * cliff_share)
+
+
+@pytest.mark.parametrize(
+    ("measured_at", "k", "share"),
+    [(2.5, 0, 1 / 2.5), (2.5, 3, 2.5 / 2.5), (1.0, 1, 1.75), (1.0, 0, 1.0)],
+)
+def test_a_steps_prefill_follows_the_tokens_it_emits(measured_at: float, k: int, share: float) -> None:
+    """Little's law at one batch size: prompt tokens per step scale with the tokens each request emits per step."""
+    profile = AcceptanceProfile((0.75, 0.5, 0.25), "test")  # E_k = 1, 1.75, 2.25, 2.5
+    model = with_prefill(LLAMA8B_H100, 200.0, 64, emitted=measured_at)
+    assert model.prefill_share(k) == 1.0  # until the profile is known
+    assert with_emission(model, profile).prefill_share(k) == pytest.approx(share)
