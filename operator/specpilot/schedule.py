@@ -83,7 +83,7 @@ class StepCostModel:
     context_source: str = "assumed"  # where mean_context_tokens came from (with_context_length: measured)
     prefill_tokens_per_step: float = 0.0  # prompt tokens chunked into each step beside the decodes (with_prefill)
     prefill_batch: float = 1.0  # the batch size prefill_tokens_per_step was measured at; it scales with the batch
-    prefill_emitted: float = 1.0  # tokens each request emitted per step when it was measured (1 without speculation)
+    prefill_k: int = 0  # the K the prefill was measured at (0 without speculation)
     prefill_prompt_tokens: float = 0.0  # mean prompt length of those chunks (0: unknown, no partial cliff)
     emitted_per_step: tuple[float, ...] = ()  # E_k for K = 0, 1, ... (with_emission); the prefill share scales with it
     sched_ms_per_request: float = 0.0  # s_1: engine work per request in the step (scheduling, inputs, sampling)
@@ -124,10 +124,11 @@ class StepCostModel:
         return self.eager_penalty_ms * (1 - math.exp(-chunked / self.prefill_prompt_tokens))
 
     def prefill_share(self, k: int) -> float:
-        """How the measured prefill per step changes at K: E_k / E_measured (1 until with_emission gives E_k)."""
+        """How the measured prefill per step changes at K: E_k / E at the measured K (1 until with_emission)."""
         if not self.emitted_per_step:
             return 1.0
-        return self.emitted_per_step[min(max(k, 0), len(self.emitted_per_step) - 1)] / self.prefill_emitted
+        last = len(self.emitted_per_step) - 1
+        return self.emitted_per_step[min(max(k, 0), last)] / self.emitted_per_step[min(self.prefill_k, last)]
 
     def draft_cost_ms(self, batch: int, k: int) -> float:
         if k <= 0:
@@ -205,19 +206,19 @@ def with_prefill(
     model: StepCostModel,
     tokens_per_step: float | None,
     batch: float = 1.0,
-    emitted: float = 1.0,
+    k: int = 0,
     mean_prompt_tokens: float | None = None,
 ) -> StepCostModel:
     """The same model with this many prompt tokens chunked into every step (None or <= 0: unchanged, none).
 
     vLLM V1 schedules prefill chunks into the decode steps, so every step of a deployment that admits P prompt
     tokens per second per engine carries P·T_step of them on average. Measured at the running config's step time,
-    batch `batch` and `emitted` tokens per request per step (mean acceptance length; 1 without speculation), and
-    scaled by Little's law: each running request brings P̄/n̄ prompt tokens per token it emits, so a step of B
-    requests at K carries about B·E_k·P̄/n̄ (the simulator at batch 255: 260 and 199 prompt tokens per step at
-    K = 3 and 1, this formula 260 and 196). The batch scaling applies at once; the E_k scaling once with_emission
-    has given the model the acceptance profile's E_k. `mean_prompt_tokens` tells how many prompts that is per step,
-    for the CUDA-graph cliff of the steps that carry one.
+    batch `batch` and K `k` (0 without speculation), and scaled by Little's law: each running request brings P̄/n̄
+    prompt tokens per token it emits, so a step of B requests at K carries about B·E_k·P̄/n̄ (the simulator at batch
+    255: 260 and 199 prompt tokens per step at K = 3 and 1, this formula 260 and 196). The batch scaling applies at
+    once; the E_k scaling once with_emission has given the model the acceptance profile's E_k (relative to E at the
+    measured K, so the measured config keeps its measured prefill exactly). `mean_prompt_tokens` tells how many
+    prompts that is per step, for the CUDA-graph cliff of the steps that carry one.
 
     Found by the benchmark: with the context measured but no prefill, the model read an 8B EAGLE-3 at batch 256
     and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced K = 1 +9.6%
@@ -231,7 +232,7 @@ def with_prefill(
         model,
         prefill_tokens_per_step=tokens_per_step,
         prefill_batch=max(batch, 1.0),
-        prefill_emitted=max(emitted, 1.0),
+        prefill_k=max(k, 0),
         prefill_prompt_tokens=mean_prompt_tokens if mean_prompt_tokens is not None and mean_prompt_tokens > 0 else 0.0,
     )
 

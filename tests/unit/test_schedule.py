@@ -536,11 +536,11 @@ def test_the_cliff_of_steps_that_carry_a_prompt(
 
 @pytest.mark.parametrize(
     ("measured_at", "k", "share"),
-    [(2.5, 0, 1 / 2.5), (2.5, 3, 2.5 / 2.5), (1.0, 1, 1.75), (1.0, 0, 1.0)],
+    [(3, 0, 1 / 2.5), (3, 3, 1.0), (0, 1, 1.75), (0, 0, 1.0), (1, 2, 2.25 / 1.75)],
 )
-def test_a_steps_prefill_follows_the_tokens_it_emits(measured_at: float, k: int, share: float) -> None:
+def test_a_steps_prefill_follows_the_tokens_it_emits(measured_at: int, k: int, share: float) -> None:
     """Little's law at one batch size: prompt tokens per step scale with the tokens each request emits per step."""
     profile = AcceptanceProfile((0.75, 0.5, 0.25), "test")  # E_k = 1, 1.75, 2.25, 2.5
-    model = with_prefill(LLAMA8B_H100, 200.0, 64, emitted=measured_at)
+    model = with_prefill(LLAMA8B_H100, 200.0, 64, k=measured_at)
     assert model.prefill_share(k) == 1.0  # until the profile is known
     assert with_emission(model, profile).prefill_share(k) == pytest.approx(share)
