@@ -154,6 +154,20 @@ def arrivals(scenario: Scenario, seed: int) -> tuple[Arrival, ...]:
 
 H = 3600.0
 
+_DIURNAL = Scenario(
+    "diurnal",
+    "S2 past capacity: 70B/4xH100 draft model K=4, load 9.5% -> 133% -> 9.5% of no-SD capacity (1 -> 14 -> 1"
+    " QPS) over a compressed 3 h day",
+    "llama70b-4xh100",
+    "draft_model",
+    4,
+    3 * H,
+    share_of_capacity("llama70b-4xh100", ((0.0, 0.095), (1.5 * H, 1.334), (3 * H, 0.095))),
+    ((0.0, 0.2),),
+    tpot_slo_ms=45.0,
+    ttft_slo_s=3.0,
+)
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "steady-low",
@@ -167,31 +181,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         tpot_slo_ms=15.0,
         dynamic=False,
     ),
-    Scenario(
-        "diurnal",
-        "S2 past capacity: 70B/4xH100 draft model K=4, load 9.5% -> 133% -> 9.5% of no-SD capacity (1 -> 14 -> 1"
-        " QPS) over a compressed 3 h day",
-        "llama70b-4xh100",
-        "draft_model",
-        4,
-        3 * H,
-        share_of_capacity("llama70b-4xh100", ((0.0, 0.095), (1.5 * H, 1.334), (3 * H, 0.095))),
-        ((0.0, 0.2),),
-        tpot_slo_ms=45.0,
-        ttft_slo_s=3.0,
-    ),
-    Scenario(
-        "diurnal-within-capacity",
-        "S2 as performance.md §7 states it: 70B/4xH100 draft model K=4, load 10% -> 90% -> 10% of no-SD capacity"
-        " over a compressed 3 h day",
-        "llama70b-4xh100",
-        "draft_model",
-        4,
-        3 * H,
-        share_of_capacity("llama70b-4xh100", ((0.0, 0.10), (1.5 * H, 0.90), (3 * H, 0.10))),
-        ((0.0, 0.2),),
-        tpot_slo_ms=45.0,
-        ttft_slo_s=3.0,
+    _DIURNAL,
+    replace(
+        _DIURNAL,
+        name="diurnal-within-capacity",
+        description="S2 as performance.md §7 states it: 70B/4xH100 draft model K=4, load 10% -> 90% -> 10% of no-SD"
+        " capacity over a compressed 3 h day",
+        qps=share_of_capacity("llama70b-4xh100", ((0.0, 0.10), (1.5 * H, 0.90), (3 * H, 0.10))),
     ),
     Scenario(
         "spike",
