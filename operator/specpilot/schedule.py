@@ -95,10 +95,10 @@ class StepCostModel:
     def verify_ms(self, batch: int, k: int, *, prefill: bool = True) -> float:
         """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step.
 
-        The prefill is spread over every step, but the CUDA-graph cliff is judged on the verified tokens alone:
-        prompts arrive in some steps, not all (about half of them for 8B at 20 QPS in the simulator), and spreading
-        them would push a decode batch just under the capture limit (K = 1 at batch 255: 510 tokens) over the cliff
-        in every step, pricing it 6% slow where the simulator pays the cliff only in the steps that carry a prompt.
+        The prefill is spread over every step, but the CUDA-graph cliff is not: prompts arrive in some steps, not
+        all (about half of them for 8B at 20 QPS in the simulator). Spread, they would push a decode batch just under
+        the capture limit (K = 1 at batch 255: 510 tokens) over the cliff in every step, pricing it 6% slow; ignored,
+        they price it 4% fast. `_cliff` charges the share of steps that carry one.
         """
         verified = batch * (k + 1)
         chunked = self.prefill_tokens_per_step * batch / self.prefill_batch * self.prefill_share(k) if prefill else 0.0
