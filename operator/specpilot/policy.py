@@ -609,9 +609,9 @@ def with_measured_context(inputs: PolicyInputs) -> PolicyInputs:
     if tpot is not None and per_step is not None and batch is not None:
         prefill = prefill_tokens_per_step(m, tpot * 1000 * per_step)
         prompt = valid_value(m, Signal.MEAN_PROMPT_TOKENS)
-        current = inputs.current
-        k = k_for_batch(current, max(1, round(batch)), current.num_speculative_tokens or 0)
-        model = with_prefill(model, prefill, max(1, round(batch)), k, prompt)
+        b = max(1, round(batch))
+        k = k_for_batch(inputs.current, b, inputs.current.num_speculative_tokens or 0)
+        model = with_prefill(model, prefill, b, k, prompt)
     return inputs if model is inputs.fit.model else replace(inputs, fit=replace(inputs.fit, model=model))
 
 

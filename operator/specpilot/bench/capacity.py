@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from specpilot.bench.scenarios import Lengths, draw_lengths
+from specpilot.bench.scenarios import Lengths, batched_tokens, draw_lengths
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest
 from specpilot.sim.presets import Preset
 from specpilot.vllm.versions import VllmVersion
@@ -46,7 +46,7 @@ def capacity_qps(
             model_name="capacity",
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
-            max_num_batched_tokens=max(8192, min(max_model_len, 16384)),
+            max_num_batched_tokens=batched_tokens(max_model_len),
             speculation=None,
         ),
         seed=seed,

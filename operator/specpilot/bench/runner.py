@@ -22,7 +22,7 @@ from typing import Any
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import ScrapeHistory, snapshot
-from specpilot.bench.scenarios import Arrival, Scenario, arrivals
+from specpilot.bench.scenarios import Arrival, Scenario, arrivals, batched_tokens
 from specpilot.bench.specpilot_policy import VERSION, SpecpilotController, bench_spec
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import Preset, preset_named
@@ -52,7 +52,7 @@ def engine_config(scenario: Scenario, preset: Preset, intent: SpeculationIntent,
         model_name="bench",
         max_num_seqs=s.max_num_seqs,
         max_model_len=s.max_model_len,
-        max_num_batched_tokens=max(8192, min(s.max_model_len, 16384)),
+        max_num_batched_tokens=batched_tokens(s.max_model_len),
         speculation=spec_config(intent, s.method, version, s.max_num_seqs),
     )
 

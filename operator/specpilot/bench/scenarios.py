@@ -6,7 +6,7 @@ drift multiplier at that time). Every policy replays the same list, so compariso
 numbers). Rates are shares of the preset's capacity without speculation (performance.md §7 states S1 and S2 that
 way), turned into requests per second by `NO_SD_CAPACITY_QPS`: what the simulator's engine completes per second
 with speculation off and `max_num_seqs` always full (bench/capacity.py measures it; a unit test fails when a refit of
-a preset moves it by more than 1%, so the table and with it every scenario's rate follow the model). The shares were
+a preset moves it by more than 1%, so the table and with it every scenario's rate follow the model). The shares
 are the former rates over the capacity this docstring stated they were set against (8B/H100 serves ~20 QPS of
 ShareGPT-length requests without speculation; the 70B preset has not changed since, so its rates stand), never
 chosen against any policy's behaviour.
@@ -54,6 +54,11 @@ NO_SD_CAPACITY_QPS: dict[tuple[str, Lengths, int, int], float] = {
     ("llama8b-h100", SHAREGPT, 256, 8192): 13.178,
     ("llama70b-4xh100", SHAREGPT, 256, 8192): 10.492,
 }
+
+
+def batched_tokens(max_model_len: int) -> int:
+    """max_num_batched_tokens of the benchmark's engines: vLLM's 8192, raised to fit a longer max_model_len (to 16k)."""
+    return max(8192, min(max_model_len, 16384))
 
 
 def share_of_capacity(
