@@ -224,13 +224,17 @@ def test_load_past_the_crossover_installs_a_schedule_once_and_the_engine_moves_k
             1,
         )
         fell_at = status()["recommendation"]["at"]
+        # a window wholly at the low load: 4 in flight run a batch of at most 4. A window that still holds a second of
+        # the 200 reads a mean batch of ~13 and a token-weighted TPOT of the high load (13.6 ms beside the model's
+        # 6.3 ms at batch 13), and the fit rightly refuses a model off by x2: CI caught the old bound (< 16) so
+        # straddling the fall once; that refusal is not the keep this test is about
         kept = wait_for_or_explain(
             diagnose,
             "an evaluation of a whole low-load window keeping the installed schedule",
             lambda: (
                 (s := status())["recommendation"]["at"] > fell_at
                 and (s["recommendation"].get("evidence", {}).get("measurements", {}).get("batch_size", {})
-                     .get("value", 1e9) < 16)
+                     .get("value", 1e9) < 4.5)
                 and s
             ),
             90,
