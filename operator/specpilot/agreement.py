@@ -17,10 +17,17 @@ per-token latency objective: 3.7 of 18 windows served almost nothing):
   (`stabilization_for`; a change toward more speculation keeps the whole span: fast toward safe): waiting
   forgoes gain x time, acting wrongly costs about one restart, so waiting beyond restart / gain costs more than the
   mistake it guards against (the ski-rental break-even; the backlog gate prices its wait the same way). A change with
-  no gain figure, or a small one, keeps the full span; the agreeing evaluations are always required. The gain is
-  the one at the batch running now (`predictedGainNow`, backlog.proposal_gain), not over the load record: waiting
-  forgoes what the change would win at the load of the wait, while the record says whether the change is worth a
-  restart at all. Found by the benchmark (drafter-degraded again): the record was mostly the light batch (~60)
+  no gain figure of its own, or a small one, keeps the full span (an acceptance-only disable carries the refit's
+  figures in its evidence, but they are another change's: policy.prices_its_own_gain); the agreeing evaluations
+  are always required. The gain is the one at the load running now, not over the load record: waiting forgoes what
+  the change would win at the load of the wait, while the record says whether the change is worth a restart at
+  all. It is the per-request speed-up at the load served now (`predictedGainAtLoad`, schedule.gain_at_same_load):
+  below capacity the arrivals set the throughput, and a faster step shrinks the batch and speeds each step again.
+  Priced at the same batch instead (`predictedGainNow`), mixed-temperature (8B EAGLE-3 K=3 at batch ~200 past its
+  per-token objective) read +16% and waited a 9-minute payback until 600 s; per request at the load it is
+  +90% (the batch settling from ~175 well below) and the refit goes in at 180 s, when 3 evaluations agree
+  (goodput 6,426 -> 7,394; the oracle 7,956).
+  Found by the benchmark (drafter-degraded again): the record was mostly the light batch (~60)
   from before the collapse, where K = 1 beat the collapsed K = 3 by +12..24%, while the collapse itself pushed the
   batch to 200+, where K = 1 was worth +46%; the shed waited 6.5 minutes of payback at +24% (installed at 1,740 s)
   instead of about 3 (1,560 s), with K = 3 past the per-token latency objective all along. The payback is judged

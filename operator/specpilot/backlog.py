@@ -155,12 +155,14 @@ MEASURED_SPEED_GAIN = "measured speed against plain"
 K0_TAX_GAIN = "the K = 0 tax"
 
 
-def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, str]:
-    """The relative throughput gain a proposal expects, from its own evidence; `fallback` when it carries none.
+def proposal_gain(evidence: Mapping[str, Any], fallback: float, *, at_load: bool = False) -> tuple[float, str]:
+    """The relative gain a proposal expects, from its own evidence; `fallback` when it carries none.
 
     A fit's gain is the one at the batch running now (`predictedGainNow`) where the evidence has it: both callers
     price a wait (the stabilization of a shed, a deferral under a backlog), and a wait forgoes the gain at the load
-    it runs at, not the gain averaged over the load record (agreement.py)."""
+    it runs at, not the gain averaged over the load record (agreement.py). `at_load`: the per-request speed-up at the
+    load served now (`predictedGainAtLoad`, schedule.gain_at_same_load), what a wait below capacity forgoes; the
+    backlog gate keeps the throughput gain at the batch now, what a queue drains by."""
     speed = evidence.get("speed") or {}
     if speed.get("outcome") == "Slower" and speed.get("speedup"):
         return 1 / float(speed["speedup"]) - 1, MEASURED_SPEED_GAIN
@@ -168,6 +170,8 @@ def proposal_gain(evidence: Mapping[str, Any], fallback: float) -> tuple[float, 
     tax = threshold.get("k0Tax") or {}
     if tax.get("offWins") and tax.get("taxAtK0"):
         return float(tax["taxAtK0"]), K0_TAX_GAIN
+    if at_load and threshold.get("predictedGainAtLoad") is not None:
+        return float(threshold["predictedGainAtLoad"]), "the schedule's predicted per-request speed-up at the load now"
     if threshold.get("predictedGainNow") is not None:
         return float(threshold["predictedGainNow"]), "the schedule's predicted gain at the batch now"
     if threshold.get("predictedGain"):

@@ -1500,7 +1500,12 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     shed = not proposal.advisory and sheds(inputs.current, proposal.target, max_num_seqs)
     # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
     # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe (control-loop.md §3)
-    gain, gain_source = proposal_gain(proposal.evidence, 0.0)
+    # priced by its own gain only: an acceptance-only disable carries the refit's figures in its evidence, and those
+    # are another change's (prices_its_own_gain). Found by the benchmark (spike: a refit's +87% per-request speed-up
+    # at the crowd shortened an acceptance-only disable's wait to 1m43s; speculation went off and stayed off after it)
+    gain, gain_source = (
+        proposal_gain(proposal.evidence, 0.0, at_load=True) if prices_its_own_gain(proposal) else (0.0, "")
+    )
     # the proposal continues the streak: the same decision, or a further shed of it (agreement.py)
     agrees = state.streak is not None and keys_agree(state.streak.key, key)
     sheds_further = (

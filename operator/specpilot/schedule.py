@@ -598,6 +598,46 @@ def predicted_gain(
     return gain
 
 
+def gain_at_same_load(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    batch_now: int,
+    max_num_seqs: int,
+    k_now: Callable[[int], int],
+    k_new: Callable[[int], int],
+    rate: Rate = tokens_per_ms,
+) -> tuple[float, int]:
+    """Per-request speed gained at the same offered load, and the batch the new config settles at.
+
+    Below capacity, throughput is set by the arrivals, not the config: a faster step finishes each request sooner, so
+    fewer run at once (Little's law: running = tokens/s served x time per token) and each step gets faster again. The
+    load the running config serves now is batch_now x rate_now(batch_now) tokens per ms; the new config settles one
+    above the largest batch that cannot serve it (b x rate_new(b) < load), and each request then runs at rate_new
+    there. Throughput is not monotone in the batch (past the CUDA-graph capture limit a step pays the eager
+    penalty, so batch 128 at K = 3 can out-serve batch 150), and a running engine sits at the upper crossing, where
+    its own batch is: the search comes down from max_num_seqs, so the running config's own settled batch is the one
+    it runs at. When even max_num_seqs cannot serve the load, the new config is saturated there.
+
+    Near saturation throughput barely grows with the batch, so a small throughput gain moves the batch a lot (+4.7%
+    at batch 180 settles at 113 and reads +60% per request): queueing's own sensitivity, and the model's error with
+    it. It only prices how long an agreed shed waits (fast toward safe, control-loop.md §3); whether a change is worth
+    a restart at all stays with the throughput gain over the load record and the fit's minimum gain.
+
+    This, not the gain at the same batch (`predicted_gain` at batch_now), is what waiting to install the change
+    forgoes in latency: near capacity the two part far (mixed-temperature, 8B EAGLE-3 K = 3 at batch ~200: +16% at
+    the same batch, the 10-minute payback it gave held the engine past its per-token objective; the batch the refit
+    settles at is smaller, and its per-request speed-up larger).
+    """
+    now = rate(profile, model, batch_now, k_now(batch_now))
+    served = batch_now * now
+    settled = 1
+    for b in range(max_num_seqs, 0, -1):
+        if b * rate(profile, model, b, k_new(b)) < served:
+            settled = min(b + 1, max_num_seqs)
+            break
+    return rate(profile, model, settled, k_new(settled)) / now - 1, settled
+
+
 def payback_seconds(gain: float, restart_cost_s: float) -> float:
     """Seconds of running the new config before its gain repays the capacity one restart removes."""
     return math.inf if gain <= 0 else restart_cost_s / gain
@@ -785,13 +825,26 @@ def plan_threshold(
 
     gain = gain_over(_load_batches(load))
     payback = payback_seconds(gain, settings.restart_cost_s)
-    # the gain at the batch running now: what each minute of waiting forgoes (agreement.stabilization_for, the
-    # backlog gate), while `gain` over the observed load says whether the change is worth a restart at all
+    # the gain at the batch running now: what each minute of waiting forgoes in throughput (the backlog gate), while
+    # `gain` over the observed load says whether the change is worth a restart at all
     gain_now = gain_over({batch: 1.0})
+    # and in per-request speed at the load served now, the batch shrinking with the faster step (gain_at_same_load):
+    # what the stabilization of a shed prices its wait by (agreement.stabilization_for)
+    gain_at_load, batch_at_load = gain_at_same_load(
+        profile,
+        model,
+        min(batch, max_num_seqs),
+        max_num_seqs,
+        lambda b: k_for_batch(current, b, max_k),
+        lambda b: k_for_batch(proposed, b, max_k),
+        schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
+    )
     evidence.update(
         {
             "predictedGain": round(gain, 4),
             "predictedGainNow": round(gain_now, 4),
+            "predictedGainAtLoad": round(gain_at_load, 4),
+            "batchAtLoad": batch_at_load,
             "paybackSeconds": None if math.isinf(payback) else round(payback),
         }
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -32,6 +33,7 @@ from specpilot.schedule import (
     fit_schedule,
     fit_support,
     fit_threshold,
+    gain_at_same_load,
     k0_step_ms,
     k_for_batch,
     model_consistency,
@@ -326,6 +328,61 @@ def test_predicted_gain_weighs_the_observed_load() -> None:
     assert gain({1: 1.0}) < 0.02, "at batch 1 both configs speculate almost alike"
     assert gain({1: 1.0, 181: 1.0}) == pytest.approx((gain({1: 1.0}) + gain({181: 1.0})) / 2)
     assert gain({}) == 0.0
+
+
+def _same_load(
+    now: SpeculationIntent, new: SpeculationIntent, batch: int, max_num_seqs: int = 256
+) -> tuple[float, int, float]:
+    """gain_at_same_load on 8B at alpha 0.55 (K = 3 past its crossover from batch ~110), the same-batch gain beside."""
+    profile = geometric(0.55, 3)
+
+    def k(intent: SpeculationIntent) -> Callable[[int], int]:
+        return lambda b: k_for_batch(intent, b, intent.num_speculative_tokens or 0)
+
+    gain, settled = gain_at_same_load(profile, LLAMA8B_H100, batch, max_num_seqs, k(now), k(new))
+    same_batch = predicted_gain(profile, LLAMA8B_H100, {batch: 1.0}, k(now), k(new))
+    return gain, settled, same_batch
+
+
+@pytest.mark.parametrize(
+    ("batch", "k_now", "k_new"),
+    [
+        (200, 3, 1),  # K = 1 faster per step: fewer run at once, and each step is faster again
+        (180, 3, 1),
+        (150, 3, 2),
+        (4, 3, 1),  # K = 1 slower at batch 4: more run at once, each step slower again
+        (100, 2, 3),  # K = 3 slower at batch 100 (and past the capture cliff above 128): it settles far higher
+    ],
+)
+def test_gain_at_the_same_load_counts_the_batch_moving_with_the_step(batch: int, k_now: int, k_new: int) -> None:
+    gain, settled, same_batch = _same_load(SpeculationIntent(True, k_now), SpeculationIntent(True, k_new), batch)
+    if same_batch > 0:
+        assert settled < batch
+        assert gain > same_batch
+    else:
+        assert settled > batch
+        assert gain < same_batch
+    # the settled batch serves the load the running config serves now, and one fewer would not
+    model, profile = LLAMA8B_H100, geometric(0.55, 3)
+    served = batch * tokens_per_ms(profile, model, batch, k_now)
+    assert settled * tokens_per_ms(profile, model, settled, k_new) >= served
+    assert (settled - 1) * tokens_per_ms(profile, model, settled - 1, k_new) < served
+
+
+def test_gain_at_the_same_load_of_the_running_config_is_none_past_the_capture_cliff() -> None:
+    # K = 3 at batch 150 verifies 600 tokens, past the 512 captured: batch 128 serves more than 150 does (the eager
+    # penalty), and the engine sits at its own batch, not the lower crossing
+    profile = geometric(0.55, 3)
+    assert 128 * tokens_per_ms(profile, LLAMA8B_H100, 128, 3) > 150 * tokens_per_ms(profile, LLAMA8B_H100, 150, 3)
+    gain, settled, _ = _same_load(SpeculationIntent(True, 3), SpeculationIntent(True, 3), 150)
+    assert (gain, settled) == (0.0, 150)
+
+
+def test_gain_at_the_same_load_past_the_new_configs_capacity_is_its_speed_at_max_num_seqs() -> None:
+    # K = 1 at 256 serves a load K = 3 cannot serve at any batch up to 256: the new config saturates there
+    gain, settled, same_batch = _same_load(SpeculationIntent(True, 1), SpeculationIntent(True, 3), 256, 256)
+    assert settled == 256
+    assert gain == pytest.approx(same_batch)
 
 
 @pytest.mark.parametrize(("bucket", "batch"), [(0, 1), (1, 1), (2, 3), (3, 6), (8, 181)])

@@ -592,48 +592,58 @@ def test_a_further_shed_agrees_with_the_streaks_first(anchor: str, newest: str, 
 
 
 @pytest.mark.parametrize(
-    ("case", "alphas", "acted", "shortened_to"),
+    ("case", "batch", "alphas", "acted", "shortened_to", "target"),
     [
-        # +4% predicted (repaid in 37m): the full 10-minute span, as before
-        ("small gain", [0.7] * 12, [10], None),
-        # +43% predicted, a 90 s restart repaid in 3m29s: it waits that long, not 10 minutes; acted at 3 minutes
-        # stable, since holding to the next evaluation (4 minutes) would forgo more than the restart
-        # (agreement.stabilized; before: at 4)
-        ("large gain", [0.3] * 12, [3], "3m29s"),
+        # +4.6% over the heavy record, nothing at batch 60, where the fit keeps K = 3: the full 10-minute span
+        ("small gain", 60, [0.7] * 12, [10], None, None),
+        # +43% at batch 180, and +165% per request at the load served now (the batch settles at 68,
+        # schedule.gain_at_same_load): a 90 s restart repaid in 55 s, installed as soon as 3 evaluations agree
+        # (before, priced at the same batch: 3m29s, installed at evaluation 3)
+        ("large gain", 180, [0.3] * 12, [2], "55s", ((1, 256, 1),)),
         # the drafter-degraded sequence: each window's fit sheds further than the last, beyond the boundary
         # tolerance; one streak from the first, installed once the newest repays the restart
-        ("falling fit", [0.6, 0.5, 0.4] + [0.3] * 9, [3], "3m29s"),
-        # a fit rising back toward more speculation is another decision: the streak starts again
-        ("rising fit", [0.3, 0.3, 0.6] + [0.6] * 9, [], None),
+        ("falling fit", 180, [0.6, 0.5, 0.4] + [0.3] * 9, [2], "1m7s", ((1, 33, 2), (34, 256, 1))),
+        # a fit rising back toward more speculation is another decision: the streak starts again at evaluation 2
+        ("rising fit", 180, [0.3, 0.3, 0.6] + [0.6] * 9, [4], "1m50s", ((1, 30, 3), (31, 170, 2), (171, 256, 1))),
     ],
 )
 def test_a_priced_change_waits_for_its_payback_not_the_whole_stabilization(
-    case: str, alphas: list[float], acted: list[int], shortened_to: str | None
+    case: str,
+    batch: int,
+    alphas: list[float],
+    acted: list[int],
+    shortened_to: str | None,
+    target: tuple[tuple[int, int, int], ...] | None,
 ) -> None:
     """Benchmark, drafter-degraded: the agreed shed waited 8 minutes for the span while K = 3 missed the SLO."""
     tuning = {"tune": True, "min": 8, "max": 256}
     spec = tp.make_spec(version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold=tuning)
     spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
-    result = tp.run(spec, [tp.tuned_observation(batch=180, alpha=a) for a in alphas], state=HEAVY)
+    result = tp.run(spec, [tp.tuned_observation(batch=batch, alpha=a) for a in alphas], state=HEAVY)
     assert [i for i, d in enumerate(result.decisions) if d.actuate] == acted
     for i in acted:
         agreement = result.decisions[i].evidence["agreement"]
         assert agreement.get("stabilizationShortenedTo") == shortened_to
         if shortened_to is None:
             continue
-        assert result.decisions[i].target.batch_schedule == ((1, 256, 1),)
-        assert "repaid by the change's +43.1% (the schedule's predicted gain at the batch now)" in agreement["why"]
+        assert result.decisions[i].target.batch_schedule == target
+        gain = result.decisions[i].evidence["threshold"]["predictedGainAtLoad"]
+        assert (
+            f"repaid by the change's {gain:+.1%} (the schedule's predicted per-request speed-up at the load now)"
+            in (agreement["why"])
+        )
 
 
 @pytest.mark.parametrize(
     ("case", "load", "batch", "acted", "gain_now"),
     [
         # the drafter-degraded shape: the load record is the light batch before the collapse (+12% over it), the
-        # batch now is 180, where K = 1 beats the collapsed K = 3 by +43%: each minute waited forgoes the +43%
-        ("history light, now heavy", {6: 7200.0}, 180, [3], 0.4311),
-        # the other way round: +40% over the heavy record, but only +10% at the batch now, repaid in 15 minutes
-        # (the whole span): waiting now forgoes little
-        ("history heavy, now light", {8: 7200.0}, 40, [10], 0.1302),
+        # batch now is 180, where K = 1 beats the collapsed K = 3 by +43% (+165% per request at the load now):
+        # each minute waited forgoes that; installed as soon as 3 evaluations agree
+        ("history light, now heavy", {6: 7200.0}, 180, [2], 0.4311),
+        # the other way round: +42% over the heavy record, but only +13% at the batch now (+18% per request at the
+        # load now, the batch settling from 40 at 34), repaid in 8m17s: waiting now forgoes little
+        ("history heavy, now light", {8: 7200.0}, 40, [8], 0.1302),
     ],
 )
 def test_the_wait_for_a_shed_is_priced_at_the_batch_running_now(
@@ -688,15 +698,16 @@ def overloaded(waiting: float, alpha: float = 0.3) -> dict[str, Measurement]:
 @pytest.mark.parametrize(
     ("case", "queues", "latency", "acted", "shortened_to"),
     [
-        # no queue: the nominal 90 s restart, repaid by +43% in 3m29s (as test_a_priced_change_waits_for_its_payback)
-        ("no backlog", [0.0] * 12, {"ttftDeadline": "2s"}, [3], "3m29s"),
+        # no queue: the nominal 90 s restart, repaid by +165% per request at the load now in 55 s (as
+        # test_a_priced_change_waits_for_its_payback)
+        ("no backlog", [0.0] * 12, {"ttftDeadline": "2s"}, [2], "55s"),
         # the queue grows past what can start within 2 s: a restart drops the 36 queued in time, 2 s of serving,
-        # repaid in 5 s; installed at the third agreeing evaluation (before: held 3m29s, then by the backlog gate)
-        ("a growing queue past the deadline", [50.0 + 40 * i for i in range(12)], {"ttftDeadline": "2s"}, [2], "5s"),
-        # no deadline: every queued request and every arrival counts, nothing is cheaper: agreed at 3 minutes of a
-        # 3m29s payback, then held by the backlog gate until waiting has cost what the restart drops (2,010 at +43%
-        # of 18/s: 266 s)
-        ("no deadline declared", [50.0 + 40 * i for i in range(12)], {}, [7], "3m29s"),
+        # repaid in 1 s; installed at the third agreeing evaluation (before: held 3m29s, then by the backlog gate)
+        ("a growing queue past the deadline", [50.0 + 40 * i for i in range(12)], {"ttftDeadline": "2s"}, [2], "1s"),
+        # no deadline: every queued request and every arrival counts, nothing is cheaper: agreed at the third
+        # evaluation, then held by the backlog gate (which prices the throughput gain at the batch now, +43%) until
+        # waiting has cost what the restart drops (1,930 at +43% of 18/s: 249 s)
+        ("no deadline declared", [50.0 + 40 * i for i in range(12)], {}, [6], "55s"),
     ],
 )
 def test_a_shed_under_a_hopeless_backlog_repays_only_the_work_the_restart_drops_in_time(
@@ -715,7 +726,7 @@ def test_a_shed_under_a_hopeless_backlog_repays_only_the_work_the_restart_drops_
     assert [i for i, d in enumerate(result.decisions) if d.actuate] == acted
     agreement = result.decisions[2].evidence["agreement"]
     assert agreement.get("stabilizationShortenedTo") == shortened_to
-    if shortened_to == "5s":
+    if shortened_to == "1s":
         assert "priced at 2.0s of serving" in agreement["why"]
         assert result.decisions[2].evidence["backlog"]["arrivalsInTime"] == 0
     first = tp.run(spec, [overloaded(w) for w in queues[:1]], state=HEAVY).state.streak
@@ -742,6 +753,23 @@ def test_only_a_change_with_its_own_gain_figure_gets_the_restart_priced_in_time(
     case: str, action: Action, evidence: dict[str, Any], own: bool
 ) -> None:
     assert prices_its_own_gain(Proposal(action, K3, "", evidence)) is own
+
+
+def test_an_acceptance_only_disable_waits_the_whole_stabilization_beside_a_refits_gain() -> None:
+    """Benchmark, spike (8B EAGLE-3 K=3, a flash crowd at batch 160+): a refit not worth a restart over the light load
+    record sat in the evidence of an acceptance-only disable, and its +87% per request at the load now shortened the
+    disable's wait to 1m43s; speculation went off in the crowd and stayed off after it (goodput 2,936 -> 2,697). The
+    disable's wait is priced by a gain of its own (prices_its_own_gain), and it has none: the whole 10 minutes."""
+    tuning = {"tune": True, "min": 8, "max": 256}
+    spec = tp.make_spec(version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold=tuning)
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    state = PolicyState(load={3: 72000.0}, load_updated=T0 - MINUTE)
+    result = tp.run(spec, [tp.tuned_observation(batch=180, alpha=0.45) for _ in range(12)], state=state)
+    agreed = result.decisions[2]
+    assert agreed.gate == "waiting for agreement: 3/3 evaluations, stable for 2m of 10m", agreed.gate
+    assert agreed.evidence["threshold"]["predictedGainAtLoad"] > 1.0  # the refit's figure is there, and large
+    assert "stabilizationShortenedTo" not in agreed.evidence["agreement"]
+    assert [(i, d.action) for i, d in enumerate(result.decisions) if d.actuate] == [(10, Action.DISABLE)]
 
 
 def test_an_acceptance_only_disable_under_a_hopeless_backlog_keeps_the_nominal_restart() -> None:
