@@ -211,6 +211,9 @@ class PolicyState:
     step_sampled: datetime | None = None
     backlog_since: datetime | None = None  # an agreed restart first deferred because requests queued (backlog.py)
     backlog_dropped: float | None = None  # what that restart would have dropped then: prices the wait (backlog.py)
+    # seconds of serving forgone by not installing a refit: its per-request speed-up at the load of each evaluation
+    # times the interval, while that is past the fit's minimum gain (schedule.repaid_by_waiting: rent or buy)
+    forgone_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -262,6 +265,7 @@ class PolicyState:
             "stepSampled": _t(self.step_sampled),
             "backlogSince": _t(self.backlog_since),
             "backlogDropped": self.backlog_dropped,
+            "forgoneSeconds": round(self.forgone_s, 1),
         }
 
     @classmethod
@@ -319,6 +323,7 @@ class PolicyState:
             step_sampled=_pt(raw.get("stepSampled")),
             backlog_since=_pt(raw.get("backlogSince")),
             backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
+            forgone_s=float(raw.get("forgoneSeconds") or 0.0),
         )
 
     @classmethod
@@ -1015,6 +1020,7 @@ def _plan(
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
         settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
         drafter_memory=drafter_memory(spec, m),
+        forgone_s=state.forgone_s,
     )
 
 
@@ -1293,6 +1299,7 @@ def record_actuation(
         throttled=False,
         backlog_since=None,
         backlog_dropped=None,
+        forgone_s=0.0,
     )
 
 
@@ -1359,6 +1366,18 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         if sample is not None:
             state = replace(state, step_samples=add_sample(state.step_samples, sample), step_sampled=now)
     return state
+
+
+def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float, min_gain: float) -> PolicyState:
+    """Add this evaluation's forgone serving to the rent-or-buy account (schedule.repaid_by_waiting): a refit's
+    per-request speed-up at the load now times the interval. The account empties when there is no refit to install
+    (none fitted, the fit already installed, or its gain at the load now within the model's error): it measures one
+    stretch of load past the crossover, not a sum over every peak of the day."""
+    threshold = proposal.evidence.get("threshold") or {}
+    gain = threshold.get("predictedGainAtLoad")
+    if gain is None or float(gain) < min_gain:
+        return replace(state, forgone_s=0.0) if state.forgone_s else state
+    return replace(state, forgone_s=state.forgone_s + float(gain) * interval_s)
 
 
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
@@ -1453,6 +1472,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         return hold(settle_note, "settling", replace(state, streak=None))
 
     proposal = no_op_as_keep(inputs, propose(inputs, state, now, probe_now=fresh_token))
+    state = _accrue_forgone(state, proposal, interval_s=parse_duration(at.interval), min_gain=inputs.fit.min_gain)
     common: dict[str, Any] = {
         "proposal": proposal.action,
         "metrics_available": state.metrics_available,

@@ -727,11 +727,16 @@ def plan_threshold(
     tpot_off_ms: float | None,
     settings: FitSettings,
     drafter_memory: DrafterMemory | None = None,
+    forgone_s: float = 0.0,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
 
     `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
     `drafter_memory` (k0tax.DrafterMemory): the KV the drafter holds, priced in the K = 0 comparison when KV-bound.
+    `forgone_s`: seconds of serving already forgone by not installing a refit (the per-request speed-up at the load
+    of each evaluation since the refit first paid, times its interval; policy.PolicyState.forgone_s). A refit is worth
+    a restart when its gain over the load record repays it within the horizon, or once waiting has already cost as
+    much as the restart (rent or buy, `repaid_by_waiting`).
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
@@ -848,14 +853,36 @@ def plan_threshold(
             "paybackSeconds": None if math.isinf(payback) else round(payback),
         }
     )
-    worth = gain >= settings.min_gain and payback <= settings.horizon_s
+    by_record = gain >= settings.min_gain and payback <= settings.horizon_s
+    by_waiting = not by_record and repaid_by_waiting(gain, gain_at_load, forgone_s, settings)
+    if forgone_s > 0:
+        evidence["forgoneSeconds"] = round(forgone_s, 1)
+    worth = by_record or by_waiting
     detail = (
         f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "
         f"(restart {settings.restart_cost_s:.0f}s repaid in "
         f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}; install needs >= {settings.min_gain:.0%} "
         f"and payback <= {settings.horizon_s / 60:.0f}m)"
     )
+    if by_waiting:
+        detail += (
+            f"; at the load now it is {gain_at_load:+.1%} per request, and waiting has forgone {forgone_s:.0f}s of "
+            f"serving, more than the restart costs: installing (rent or buy)"
+        )
     return ThresholdPlan(support, proposed if worth else None, gain, payback, worth, detail, evidence)
+
+
+def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settings: FitSettings) -> bool:
+    """Rent or buy: has not installing the refit already cost what a restart costs?
+
+    The load record is a forecast from the past, and a rising load outruns it: diurnal (70B, K = 4 at its ramp) read
+    +3.6% over the record (payback 141 minutes at a 300 s restart) while the batch now was worth +84% per request, and
+    the refit went in only at 3,960 s, 10 minutes into a backlog. The ski-rental rule needs no forecast: keep paying
+    the forgone gain until it adds up to the restart, then restart; whatever the load does next, that costs at most
+    twice the best choice in hindsight. Waiting only counts while the gain at the load now is past the fit's minimum
+    gain (within it, the model's error dominates; policy.PolicyState.forgone_s), and the refit must not lose over the
+    record (a refit is K per batch at its best, so it loses nowhere but within ties and the K = 0 tax)."""
+    return gain >= 0 and gain_at_load >= settings.min_gain and forgone_s >= settings.restart_cost_s
 
 
 def _load_batches(load: Mapping[int, float]) -> dict[int, float]:

@@ -41,6 +41,7 @@ from specpilot.schedule import (
     predicted_gain,
     profile_from_positions,
     profile_geometric,
+    repaid_by_waiting,
     representative_batch,
     speedup,
     tokens_per_ms,
@@ -383,6 +384,58 @@ def test_gain_at_the_same_load_past_the_new_configs_capacity_is_its_speed_at_max
     gain, settled, same_batch = _same_load(SpeculationIntent(True, 1), SpeculationIntent(True, 3), 256, 256)
     assert settled == 256
     assert gain == pytest.approx(same_batch)
+
+
+@pytest.mark.parametrize(
+    ("gain", "gain_at_load", "forgone_s", "repaid"),
+    [
+        (0.026, 1.18, 141.0, True),  # forgone past the 90 s restart, the refit gains at the load now
+        (0.026, 1.18, 89.9, False),  # not yet
+        (0.026, 1.18, 90.0, True),  # exactly the restart: buy (ski rental)
+        (0.0, 0.5, 200.0, True),  # neutral over the record
+        (-0.001, 0.5, 200.0, False),  # a refit that loses over the record is never bought by waiting
+        (0.026, 0.029, 500.0, False),  # the gain at the load now within the model's error (min_gain 3%)
+        (0.026, 0.03, 500.0, True),
+    ],
+)
+def test_rent_or_buy(gain: float, gain_at_load: float, forgone_s: float, repaid: bool) -> None:
+    assert repaid_by_waiting(gain, gain_at_load, forgone_s, FitSettings()) is repaid
+
+
+def test_a_plan_the_record_does_not_repay_is_installed_once_waiting_has_cost_a_restart() -> None:
+    def at_180(forgone_s: float) -> ThresholdPlan:
+        profile = geometric(0.45, 3)
+        current = SpeculationIntent(True, 3)
+        tpot = LLAMA8B_H100.step_ms(180, 3) / profile.expected_tokens(3)
+        return plan_threshold(
+            version=v("0.33.0"),
+            support=ThresholdSupport.SCHEDULE,
+            current=current,
+            method="eagle3",
+            max_num_seqs=256,
+            bounds=(8, 256),
+            profile=profile,
+            load={3: 72000.0, 8: 60.0},
+            batch_now=180,
+            tpot_on_ms=tpot,
+            tpot_off_ms=None,
+            settings=FitSettings(),
+            forgone_s=forgone_s,
+        )
+
+    fresh, waited = at_180(0.0), at_180(120.0)
+    assert fresh.proposed is None
+    assert not fresh.worth_installing
+    assert fresh.gain < FitSettings().min_gain  # +2.6% over a record of light load
+    assert "forgoneSeconds" not in fresh.evidence
+    assert waited.worth_installing
+    assert waited.proposed is not None
+    assert fresh.evidence["proposed"] == "schedule [[1,55,2],[56,256,1]]"
+    assert waited.proposed.batch_schedule == ((1, 55, 2), (56, 256, 1))
+    assert waited.evidence["forgoneSeconds"] == 120.0
+    assert waited.reason.endswith(
+        "waiting has forgone 120s of serving, more than the restart costs: installing (rent or buy)"
+    )
 
 
 @pytest.mark.parametrize(("bucket", "batch"), [(0, 1), (1, 1), (2, 3), (3, 6), (8, 181)])

@@ -684,6 +684,13 @@ def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization()
     assert "stabilizationShortenedTo" not in decision.evidence["agreement"]
 
 
+TUNED_256 = tp.make_spec(
+    version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold={"tune": True, "min": 8, "max": 256}
+)
+TUNED_256 = TUNED_256.model_copy(update={"engine": TUNED_256.engine.model_copy(update={"max_num_seqs": 256})})
+LIGHT_RECORD = PolicyState(load={3: 72000.0}, load_updated=T0 - MINUTE)  # 20 hours at batch 4-7
+
+
 def overloaded(waiting: float, alpha: float = 0.3) -> dict[str, Measurement]:
     """tuned_observation at batch 180 (+43% for K = 1 everywhere) with a queue, 18 completions/s and every first token
     of the window past a 2 s deadline: the benchmark's mixed-temperature, past K = 3's capacity."""
@@ -759,17 +766,37 @@ def test_an_acceptance_only_disable_waits_the_whole_stabilization_beside_a_refit
     """Benchmark, spike (8B EAGLE-3 K=3, a flash crowd at batch 160+): a refit not worth a restart over the light load
     record sat in the evidence of an acceptance-only disable, and its +87% per request at the load now shortened the
     disable's wait to 1m43s; speculation went off in the crowd and stayed off after it (goodput 2,936 -> 2,697). The
-    disable's wait is priced by a gain of its own (prices_its_own_gain), and it has none: the whole 10 minutes."""
-    tuning = {"tune": True, "min": 8, "max": 256}
-    spec = tp.make_spec(version="0.32.0", agreeingEvaluations=3, stabilization="10m", batchThreshold=tuning)
-    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
-    state = PolicyState(load={3: 72000.0}, load_updated=T0 - MINUTE)
-    result = tp.run(spec, [tp.tuned_observation(batch=180, alpha=0.45) for _ in range(12)], state=state)
-    agreed = result.decisions[2]
-    assert agreed.gate == "waiting for agreement: 3/3 evaluations, stable for 2m of 10m", agreed.gate
-    assert agreed.evidence["threshold"]["predictedGainAtLoad"] > 1.0  # the refit's figure is there, and large
-    assert "stabilizationShortenedTo" not in agreed.evidence["agreement"]
-    assert [(i, d.action) for i, d in enumerate(result.decisions) if d.actuate] == [(10, Action.DISABLE)]
+    disable's wait is priced by a gain of its own (prices_its_own_gain), and it has none: the whole 10 minutes (before
+    the rent-or-buy account makes the refit itself worth installing, test_a_refit_the_record_does_not_repay_...)."""
+    result = tp.run(TUNED_256, [tp.tuned_observation(batch=180, alpha=0.45) for _ in range(2)], state=LIGHT_RECORD)
+    second = result.decisions[1]
+    assert second.action is Action.KEEP
+    assert second.gate == "waiting for agreement: 2/3 evaluations, stable for 1m of 10m", second.gate
+    assert second.evidence["threshold"]["predictedGainAtLoad"] > 1.0  # the refit's figure is there, and large
+    assert "stabilizationShortenedTo" not in second.evidence["agreement"]
+    assert result.state.streak is not None
+    assert result.state.streak.action is Action.DISABLE
+
+
+def test_a_refit_the_record_does_not_repay_goes_in_once_waiting_has_cost_a_restart() -> None:
+    """Rent or buy (schedule.repaid_by_waiting). Benchmark, diurnal (70B K = 4 on its ramp): +3.6% over a record of
+    light load read a 141-minute payback while the batch now was worth +84% per request, and the refit went in at
+    3,960 s, 10 minutes into a backlog (goodput 1,679; installed by rent or buy at 3,300 s: 1,909). Here +2.6% over
+    the record (payback 58m: not worth it by the record's forecast) and +118% per request at batch 180: each minute
+    at that load forgoes 71 s of serving; one evaluation at a light batch empties the account; from the second
+    minute back at 180 the forgone 141 s exceed the 90 s restart and the refit is proposed, agreed 3/3, installed."""
+    batches = [180, 180, 10, 180, 180, 180, 180, 180, 180]
+    result = tp.run(TUNED_256, [tp.tuned_observation(batch=b, alpha=0.45) for b in batches], state=LIGHT_RECORD)
+    forgone = [d.evidence["threshold"].get("forgoneSeconds") for d in result.decisions[:8]]
+    assert forgone == [None, 70.6, 141.1, None, 70.6, 141.1, 211.7, 282.2]
+    refits = [i for i, d in enumerate(result.decisions) if d.evidence.get("threshold", {}).get("reason", "").endswith(
+        "more than the restart costs: installing (rent or buy)")]  # fmt: skip
+    assert refits == [5, 6, 7]  # index 2 had 141 s too, but at batch 10 the gain at the load is +2.6%: no refit
+    assert [(i, d.action) for i, d in enumerate(result.decisions) if d.actuate] == [(7, Action.CHANGE_THRESHOLD)]
+    assert result.decisions[7].target.batch_schedule == ((1, 55, 2), (56, 256, 1))
+    assert result.decisions[5].evidence["threshold"]["paybackSeconds"] > 3000  # the record alone never repays it
+    assert result.state.forgone_s == 0.0, "an installed refit empties the account"
+    assert PolicyState.from_dict(json.loads(json.dumps(result.state.to_dict()))) == result.state
 
 
 def test_an_acceptance_only_disable_under_a_hopeless_backlog_keeps_the_nominal_restart() -> None:
