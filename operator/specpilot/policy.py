@@ -1550,6 +1550,13 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     if under_backlog is not None and under_backlog < restart_s:
         restart_s = under_backlog
     window, shortened = stabilization_for(window, gain, restart_s) if shed else (window, False)
+    # a refit bought by waiting (rent or buy, schedule.repaid_by_waiting) has already forgone a restart's worth of
+    # serving at the load now: that was its payback, so it waits only for the agreeing evaluations. Waiting a payback
+    # again from the streak's start would count the same forgone serving twice (diurnal-within-capacity: the refit's
+    # account reached the 300 s restart at 4,380 s and the payback span held it to 4,620 s, K = 4 past off's P99)
+    bought = shed and gain > 0 and bool((proposal.evidence.get("threshold") or {}).get("repaidByWaiting"))
+    if bought:
+        window, shortened = timedelta(0), True
     waiting_now = valid_value(inputs.measurements, Signal.WAITING_REQUESTS)
     interval = timedelta(seconds=parse_duration(at.interval))
     if fresh_token:
@@ -1589,10 +1596,19 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
             )
         )
         evidence["agreement"]["why"] = (
-            f"{priced} repaid by the change's {gain:+.1%} ({gain_source}) in "
+            f"waiting has already forgone {state.forgone_s:.0f}s of serving at the load, more than the {priced} "
+            "(rent or buy, schedule.repaid_by_waiting): no further wait than the agreeing evaluations"
+            if bought
+            else f"{priced} repaid by the change's {gain:+.1%} ({gain_source}) in "
             f"{format_duration(window.total_seconds())}, sooner than the stabilization"
         )
-    span = format_duration(window.total_seconds()) + " (the change's payback)" if shortened else at.stabilization
+    span = (
+        "0s (rent or buy: the serving forgone repaid the restart)"
+        if bought
+        else format_duration(window.total_seconds()) + " (the change's payback)"
+        if shortened
+        else at.stabilization
+    )
     if streak.count < needed or not stabilized(stable, window, priced=shortened, interval=interval):
         gate = (
             f"waiting for agreement: {streak.count}/{needed} evaluations, stable for "

@@ -857,6 +857,8 @@ def plan_threshold(
     by_waiting = not by_record and repaid_by_waiting(gain, gain_at_load, forgone_s, settings)
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
+    if by_waiting:
+        evidence["repaidByWaiting"] = True
     worth = by_record or by_waiting
     detail = (
         f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "

@@ -41,6 +41,7 @@ from specpilot.policy import (
     record_actuation,
 )
 from specpilot.promql import Signal
+from specpilot.schedule import FitSettings
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
 from specpilot.vllm.intent import SpeculationIntent
 
@@ -797,6 +798,29 @@ def test_a_refit_the_record_does_not_repay_goes_in_once_waiting_has_cost_a_resta
     assert result.decisions[5].evidence["threshold"]["paybackSeconds"] > 3000  # the record alone never repays it
     assert result.state.forgone_s == 0.0, "an installed refit empties the account"
     assert PolicyState.from_dict(json.loads(json.dumps(result.state.to_dict()))) == result.state
+
+
+def test_a_refit_bought_by_waiting_waits_only_for_the_agreeing_evaluations() -> None:
+    """The rent paid was the payback: a 300 s restart (70B) at +118% per request is repaid by 255 s of waiting, and
+    the account reached it before the streak began, so the streak does not wait that long again (it did, until
+    policy counted it: diurnal-within-capacity held to 4,620 s an account that reached 300 s at 4,380 s; now 4,440 s).
+    Each minute forgoes 70.6 s; the account passes 300 s with the fifth evaluation, the refit is proposed from the
+    sixth (index 5) and installed at the third agreeing one (index 7), not two minutes later at index 9."""
+    result = tp.run(
+        TUNED_256,
+        [tp.tuned_observation(batch=180, alpha=0.45) for _ in range(10)],
+        state=LIGHT_RECORD,
+        fit=FitSettings(restart_cost_s=300.0),
+    )
+    assert [(i, d.action) for i, d in enumerate(result.decisions) if d.actuate] == [(7, Action.CHANGE_THRESHOLD)]
+    assert result.decisions[4].evidence["threshold"]["forgoneSeconds"] == 282.2  # not yet
+    assert result.decisions[5].evidence["threshold"]["repaidByWaiting"] is True
+    assert result.decisions[6].gate == (
+        "waiting for agreement: 2/3 evaluations, stable for 1m of 0s (rent or buy: the serving forgone repaid the "
+        "restart)"
+    )
+    why = result.decisions[7].evidence["agreement"]["why"]
+    assert why.startswith("waiting has already forgone 564s of serving at the load, more than the restart 300s"), why
 
 
 def test_an_acceptance_only_disable_under_a_hopeless_backlog_keeps_the_nominal_restart() -> None:
