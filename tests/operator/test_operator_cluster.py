@@ -41,8 +41,16 @@ def apply(cluster: KubeCluster, namespace: str, doc: dict[str, Any]) -> None:
 
 
 def get(cluster: KubeCluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-    proc = cluster.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
-    return json.loads(proc.stdout) if proc.returncode == 0 else None
+    """The object, or None when kubectl fails. A failure other than NotFound is tried twice more first: on a busy
+    2-core CI machine one `kubectl get` failed while the object existed, and a test waiting on it read "missing"."""
+    for attempt in range(3):
+        proc = cluster.kubectl("-n", namespace, "get", kind, name, "-o", "json", check=False)
+        if proc.returncode == 0:
+            return dict(json.loads(proc.stdout))
+        if "NotFound" in (proc.stderr or "") or attempt == 2:
+            return None
+        time.sleep(1)
+    return None
 
 
 def resource_version(cluster: KubeCluster, namespace: str, kind: str, name: str = "llama") -> str:
