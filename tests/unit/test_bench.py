@@ -9,7 +9,17 @@ import pytest
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_quantile, snapshot
-from specpilot.bench.runner import _static_job, run_scenario, run_static, same_as_static, spec_config, summarize
+from specpilot.bench.runner import (
+    _static_job,
+    closed_loop_spec,
+    earliest_refit_s,
+    run_scenario,
+    run_static,
+    run_switch,
+    same_as_static,
+    spec_config,
+    summarize,
+)
 from specpilot.bench.scenarios import SCENARIOS, Scenario, arrivals, at, scenario_named
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
 from specpilot.evaluate import measure
@@ -170,6 +180,7 @@ def test_tiny_benchmark_runs_every_policy() -> None:
         "static-threshold",
         "best-static",
         "oracle",
+        "best-static-reachable",
         "specpilot",
         "specpilot-lenient",
     }
@@ -181,7 +192,43 @@ def test_tiny_benchmark_runs_every_policy() -> None:
     assert set(meta["fitted_schedules"]) <= set(meta["static_goodput"])
     assert rows["oracle"]["goodput"] >= max(meta["static_goodput"].values())
     assert rows["best-static"]["goodput"] == max(meta["static_goodput"].values())
+    reachable, best = rows["best-static-reachable"], rows["best-static"]["config"]
+    if best == "K3":  # the declared config: no refit to make
+        assert reachable["actuations"] == 0
+        assert reachable["goodput"] == rows["best-static"]["goodput"]
+    else:
+        assert reachable["actuations"] == 1
+        assert reachable["config"] == f"K3 until 180s, then {best}"
     assert len(SCENARIOS) == 8
+
+
+def test_the_reachable_reference_restarts_once_at_the_earliest_refit_the_spec_allows() -> None:
+    """best-static-reachable: the declared config until agreeingEvaluations x interval, then one restart."""
+    tiny = tiny_scenario()
+    items = arrivals(tiny, 1)
+    spec = closed_loop_spec(tiny)
+    at = earliest_refit_s(spec)
+    assert spec.autotune.agreeing_evaluations == 3
+    assert at == 180.0
+    declared = run_static(tiny, oracles.static(3), 1, items)
+    switched = run_switch(tiny, oracles.static(3), oracles.static(1), at, 1, items)
+    assert switched.actuations == 1
+    assert switched.timeline == [(0.0, "K3"), (at, "K1")]
+    # until the refit it is the declared run, step for step; whatever was in flight at `at` is aborted
+    finished_before = [o for o in declared.outcomes if o.e2e is not None and o.arrival + o.e2e <= at]
+    assert finished_before
+    assert finished_before == switched.outcomes[: len(finished_before)]
+    aborted = [o for o in switched.outcomes if o.failed and o.tokens > 0]
+    assert aborted, "requests in flight at the refit are aborted with the tokens they had"
+    # arrivals while the pod restarts find no ready endpoint
+    restart_s = LLAMA8B_H100.restart_s
+    during = [o for o in switched.outcomes if at <= o.arrival < at + restart_s]
+    assert during
+    assert all(o.failed and o.tokens == 0 for o in during)
+    # the same config on both sides is no refit: the declared run itself
+    same = run_switch(tiny, oracles.static(3), oracles.static(3), at, 1, items)
+    assert same.actuations == 0
+    assert same.outcomes == declared.outcomes
 
 
 def test_true_survival_is_what_the_simulator_draws() -> None:

@@ -38,6 +38,13 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
             gain = sp["goodput"] / best["goodput"] - 1
             target = f"target >= +10%: {'met' if gain >= 0.10 else 'MISSED'}" if meta.get("dynamic") else "no target"
             out.append(f"{name}: goodput vs best static ({best['config']}) {gain:+.1%} ({target})")
+        reachable = by.get("best-static-reachable")
+        if reachable and reachable["goodput"] > 0 and oracle and oracle["goodput"] > 0:
+            out.append(
+                f"{name}: goodput vs the best static config from the earliest refit the agreement rule allows "
+                f"({reachable['config']}) {sp['goodput'] / reachable['goodput']:.1%}; that refit reaches "
+                f"{reachable['goodput'] / oracle['goodput']:.1%} of the oracle (no target: a reference)"
+            )
         plain_best = meta.get("best_static_without_fitted_schedules")
         plain_goodput = meta.get("static_goodput", {}).get(plain_best, 0.0)
         if best and plain_best and plain_best != best["config"] and plain_goodput > 0:
