@@ -32,7 +32,13 @@ MINUTE = timedelta(minutes=1)
         ([4, 2], 3.0, (1.0, 1.0, 0.5, 0.5)),  # positions 1-2 in every draft, 3-4 in half of them
         ([2, 1], 2.2, (1.0, 1.0)),  # noise above the top level is clamped
         ([2, 1], 0.9, (1.0, 0.0)),  # and below the bottom one
-        ([5, 3, 1], 2.0, (1.0, 0.25, 0.25, 0.25, 0.25)),  # several levels: the rest taken at the top (approximate)
+        # several levels: the drafts ran at the two levels around the mean K (the window crossed the boundary there)
+        ([5, 3, 1], 2.0, (1.0, 0.5, 0.5, 0.0, 0.0)),
+        ([5, 3, 1], 4.0, (1.0, 1.0, 1.0, 0.5, 0.5)),
+        # diurnal-within-capacity, seed 2: the whole window in the K = 2 range of a four-level table
+        ([4, 3, 2, 1], 2.01, (1.0, 1.0, 0.01, 0.0)),
+        ([4, 3, 2, 1], 2.0, (1.0, 1.0, 0.0, 0.0)),
+        ([4, 3, 2, 1], 5.0, (1.0, 1.0, 1.0, 1.0)),
         ([0], 0.0, ()),
     ],
 )
@@ -166,3 +172,18 @@ def test_lookup_drafters_are_left_as_measured() -> None:
     decision, _ = decide(inputs(spec, window(spec, 90, installed, 0.3), installed), state, T0)
     fit = decision.evidence["threshold"]
     assert fit["acceptance"]["survival"] == pytest.approx([TRUE[0], TRUE[1] * 0.3])
+
+
+def test_a_window_inside_one_range_of_a_four_level_table_measures_only_what_that_range_drafts() -> None:
+    """Benchmark, diurnal-within-capacity seed 2: [[1,11,4],[12,36,3],[37,92,2],[93,256,1]] at batch ~56, every draft
+    at K = 2 (one in a hundred at K = 3). Read against a K = 4 top level, positions 2-4 looked reached by 34% of the
+    drafts: position 2 became 0.71 and positions 3-4 measured near 0, and the fit proposed K = 2 everywhere."""
+    survival = (0.70, 0.50, 0.37, 0.27)
+    by_position = {0: survival[0], 1: survival[1], 2: survival[2] * 0.01, 3: 0.0}
+    acceptance = sum(by_position.values()) / 2.01
+    corrected = correct_positions(by_position, levels=[4, 3, 2, 1], acceptance_rate=acceptance)
+    assert corrected.reach == pytest.approx((1.0, 1.0, 0.01, 0.0))
+    assert corrected.unmeasured == (2, 3)
+    assert corrected.by_position[0] == pytest.approx(0.70)
+    assert corrected.by_position[1] == pytest.approx(0.50)
+    assert "positions 3, 4 drafted by < 10% of the drafts" in corrected.note
