@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -66,6 +66,7 @@ from specpilot.baseline import (
     side_by_side,
     summary,
 )
+from specpilot.forecast import RateSample, add_rate, projected_ratios, projection_ahead_s, rising_trend
 from specpilot.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
 from specpilot.plan import plan_memory
@@ -76,6 +77,7 @@ from specpilot.schedule import (
     AcceptanceProfile,
     Drafter,
     FitSettings,
+    Forecast,
     StepCostModel,
     ThresholdPlan,
     ThresholdSupport,
@@ -214,6 +216,8 @@ class PolicyState:
     # seconds of serving forgone by not installing a refit: its per-request speed-up at the load of each evaluation
     # times the interval, while that is past the fit's minimum gain (schedule.repaid_by_waiting: rent or buy)
     forgone_s: float = 0.0
+    # the finished-request rate of each evaluation over the last hour: where the offered load is heading (forecast.py)
+    request_rates: tuple[RateSample, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,6 +270,7 @@ class PolicyState:
             "backlogSince": _t(self.backlog_since),
             "backlogDropped": self.backlog_dropped,
             "forgoneSeconds": round(self.forgone_s, 1),
+            "requestRates": [r.to_list() for r in self.request_rates],
         }
 
     @classmethod
@@ -324,6 +329,7 @@ class PolicyState:
             backlog_since=_pt(raw.get("backlogSince")),
             backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
             forgone_s=float(raw.get("forgoneSeconds") or 0.0),
+            request_rates=tuple(RateSample.from_list(r) for r in raw.get("requestRates") or ()),
         )
 
     @classmethod
@@ -1021,7 +1027,17 @@ def _plan(
         settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
         drafter_memory=drafter_memory(spec, m),
         forgone_s=state.forgone_s,
+        forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
     )
+
+
+def _forecast(samples: Sequence[RateSample], horizon_s: float) -> Forecast | None:
+    """The projected rise of the offered load over the next stretch (forecast.py), or None without a sustained one."""
+    trend, why = rising_trend(samples)
+    if trend is None:
+        return None
+    ahead = projection_ahead_s(trend, horizon_s)
+    return Forecast(tuple(projected_ratios(trend, ahead)), ahead, why, trend.to_dict())
 
 
 def drafter_memory(spec: SpeculativeDeploymentSpec, m: Mapping[str, Measurement]) -> DrafterMemory | None:
@@ -1347,6 +1363,9 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         state = replace(
             state, load=decay_load(state.load, bucket=load_bucket(batch), elapsed_s=elapsed), load_updated=now
         )
+    rate = valid_value(inputs.measurements, Signal.REQUEST_RATE)
+    if rate is not None:
+        state = replace(state, request_rates=add_rate(state.request_rates, RateSample(now, rate)))
     entry = entry_from_window(
         inputs.measurements,
         mode=Mode.ON if inputs.current.enabled else Mode.OFF,

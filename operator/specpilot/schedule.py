@@ -25,7 +25,7 @@ observed load repays the restart (every change restarts vLLM, performance.md §0
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -629,13 +629,44 @@ def gain_at_same_load(
     settles at is smaller, and its per-request speed-up larger).
     """
     now = rate(profile, model, batch_now, k_now(batch_now))
-    served = batch_now * now
-    settled = 1
-    for b in range(max_num_seqs, 0, -1):
-        if b * rate(profile, model, b, k_new(b)) < served:
-            settled = min(b + 1, max_num_seqs)
-            break
+    settled = settled_batch(profile, model, batch_now * now, max_num_seqs, k_new, rate)
     return rate(profile, model, settled, k_new(settled)) / now - 1, settled
+
+
+def settled_batch(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    served: float,
+    max_num_seqs: int,
+    k_at: Callable[[int], int],
+    rate: Rate = tokens_per_ms,
+) -> int:
+    """The batch a config settles at serving `served` tokens per ms: one above the largest batch that cannot serve
+    it, searched down from max_num_seqs (gain_at_same_load says why); max_num_seqs when nothing can."""
+    for b in range(max_num_seqs, 0, -1):
+        if b * rate(profile, model, b, k_at(b)) < served:
+            return min(b + 1, max_num_seqs)
+    return 1
+
+
+def forecast_load(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    batch_now: int,
+    max_num_seqs: int,
+    ratios: Sequence[float],
+    k_at: Callable[[int], int],
+    rate: Rate = tokens_per_ms,
+) -> dict[int, float]:
+    """The batches the running config would run at while the offered load moves by `ratios` (projected request rate
+    over the rate now, equal slices of time; forecast.py), as a load record: throughput scales with the arrivals
+    below capacity (Little's law again), and past it the batch is max_num_seqs."""
+    served = batch_now * rate(profile, model, batch_now, k_at(batch_now))
+    batches: dict[int, float] = {}
+    for ratio in ratios:
+        b = settled_batch(profile, model, served * ratio, max_num_seqs, k_at, rate)
+        batches[b] = batches.get(b, 0.0) + 1.0
+    return batches
 
 
 def payback_seconds(gain: float, restart_cost_s: float) -> float:
@@ -728,6 +759,7 @@ def plan_threshold(
     settings: FitSettings,
     drafter_memory: DrafterMemory | None = None,
     forgone_s: float = 0.0,
+    forecast: Forecast | None = None,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
 
@@ -737,6 +769,8 @@ def plan_threshold(
     of each evaluation since the refit first paid, times its interval; policy.PolicyState.forgone_s). A refit is worth
     a restart when its gain over the load record repays it within the horizon, or once waiting has already cost as
     much as the restart (rent or buy, `repaid_by_waiting`).
+    `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
+    the running config would see while the rise goes on, it repays the restart within that projection.
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
@@ -855,11 +889,44 @@ def plan_threshold(
     )
     by_record = gain >= settings.min_gain and payback <= settings.horizon_s
     by_waiting = not by_record and repaid_by_waiting(gain, gain_at_load, forgone_s, settings)
+    by_forecast = False
+    ahead = ""
+    if forecast is not None and not (by_record or by_waiting):
+        projected = forecast_load(
+            profile,
+            model,
+            min(batch, max_num_seqs),
+            max_num_seqs,
+            forecast.ratios,
+            lambda b: k_for_batch(current, b, max_k),
+            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
+        )
+        gain_ahead = gain_over(projected)
+        payback_ahead = payback_seconds(gain_ahead, settings.restart_cost_s)
+        # the refit must not lose over the record either: a wrong forecast then costs one restart and nothing after
+        by_forecast = gain >= 0 and gain_ahead >= settings.min_gain and payback_ahead <= forecast.ahead_s
+        evidence["forecast"] = {
+            **forecast.evidence,
+            "aheadSeconds": round(forecast.ahead_s),
+            "batches": {str(b): w for b, w in sorted(projected.items())},
+            "predictedGain": round(gain_ahead, 4),
+            "paybackSeconds": None if math.isinf(payback_ahead) else round(payback_ahead),
+            "installs": by_forecast,
+        }
+        ahead = (
+            f"; {forecast.why}: over the next {forecast.ahead_s / 60:.0f}m, at the batches it leads to "
+            f"({min(projected)}-{max(projected)}), it is {gain_ahead:+.1%}"
+            + (
+                f" and repays the restart in {payback_ahead / 60:.0f}m: installing ahead of the load"
+                if by_forecast
+                else ""
+            )
+        )
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
         evidence["repaidByWaiting"] = True
-    worth = by_record or by_waiting
+    worth = by_record or by_waiting or by_forecast
     detail = (
         f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "
         f"(restart {settings.restart_cost_s:.0f}s repaid in "
@@ -871,7 +938,19 @@ def plan_threshold(
             f"; at the load now it is {gain_at_load:+.1%} per request, and waiting has forgone {forgone_s:.0f}s of "
             f"serving, more than the restart costs: installing (rent or buy)"
         )
+    detail += ahead
     return ThresholdPlan(support, proposed if worth else None, gain, payback, worth, detail, evidence)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A projected rise of the offered load (forecast.py): the request rate over the rate now, at equal slices of
+    the next `ahead_s` seconds."""
+
+    ratios: tuple[float, ...]
+    ahead_s: float
+    why: str
+    evidence: Mapping[str, Any]
 
 
 def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settings: FitSettings) -> bool:

@@ -24,6 +24,7 @@ from specpilot.schedule import (
     AcceptanceProfile,
     Drafter,
     FitSettings,
+    Forecast,
     StepCostModel,
     ThresholdPlan,
     ThresholdSupport,
@@ -33,6 +34,7 @@ from specpilot.schedule import (
     fit_schedule,
     fit_support,
     fit_threshold,
+    forecast_load,
     gain_at_same_load,
     k0_step_ms,
     k_for_batch,
@@ -43,6 +45,8 @@ from specpilot.schedule import (
     profile_geometric,
     repaid_by_waiting,
     representative_batch,
+    schedule_tokens_per_ms,
+    settled_batch,
     speedup,
     tokens_per_ms,
     with_context_length,
@@ -654,3 +658,86 @@ def test_a_steps_prefill_follows_the_tokens_it_emits(measured_at: int, k: int, s
     model = with_prefill(LLAMA8B_H100, 200.0, 64, k=measured_at)
     assert model.prefill_share(k) == 1.0  # until the profile is known
     assert with_emission(model, profile).prefill_share(k) == pytest.approx(share)
+
+
+RISING = Forecast(
+    tuple(1 + (i + 0.5) / 12 * 3 for i in range(12)),  # the rate x1.1 -> x3.9 over the next 30 minutes
+    1800.0,
+    "the request rate rose +100% over 30m (t = 40.0)",
+    {"rise": 1.0},
+)
+FLAT = replace(RISING, ratios=(1.0,) * 12)
+
+
+def plan_ahead(batch: int, forecast: Forecast | None) -> ThresholdPlan:
+    """8B EAGLE-3 K = 3 at acceptance 0.6 over a record of batch ~23, where K = 3 is already best per batch size."""
+    profile = geometric(0.6, 3)
+    return plan_threshold(
+        version=v("0.33.0"),
+        support=ThresholdSupport.SCHEDULE,
+        current=SpeculationIntent(True, 3),
+        method="eagle3",
+        max_num_seqs=256,
+        bounds=(8, 256),
+        profile=profile,
+        load={5: 3600.0},
+        batch_now=batch,
+        tpot_on_ms=LLAMA8B_H100.step_ms(batch, 3) / profile.expected_tokens(3),
+        tpot_off_ms=None,
+        settings=FitSettings(),
+        forecast=forecast,
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "batch", "forecast", "installs", "batches"),
+    [
+        ("no trend", 24, None, False, None),
+        ("a flat projection", 24, FLAT, False, {"24": 12.0}),
+        # x3.9 the rate from batch 24 passes K = 3's capacity: half the projection at 256, where K = 1 is worth a lot
+        ("a rise from batch 24", 24, RISING, True,
+         {"29": 1.0, "38": 1.0, "50": 1.0, "67": 1.0, "140": 1.0, "231": 1.0, "256": 6.0}),
+        # from batch 12 the same rise stays below 150, where the schedule gains +2.1%: within the fit's error
+        ("a rise from batch 12", 12, RISING, False,
+         {"14": 1.0, "18": 1.0, "22": 1.0, "26": 1.0, "30": 1.0, "35": 1.0, "41": 1.0, "48": 1.0, "56": 1.0,
+          "66": 1.0, "79": 1.0, "146": 1.0}),
+    ],
+)  # fmt: skip
+def test_a_refit_the_record_does_not_price_is_installed_ahead_of_a_sustained_rise(
+    case: str, batch: int, forecast: Forecast | None, installs: bool, batches: dict[str, float] | None
+) -> None:
+    result = plan_ahead(batch, forecast)
+    assert result.evidence["proposed"] == "schedule [[1,30,3],[31,170,2],[171,256,1]]"
+    assert result.gain == 0.0  # the record (batch ~23) runs K = 3 either way
+    assert result.worth_installing is installs
+    assert (result.proposed is not None) is installs
+    if batches is None:
+        assert "forecast" not in result.evidence
+        return
+    ahead = result.evidence["forecast"]
+    assert ahead["batches"] == batches
+    assert ahead["installs"] is installs
+    assert ahead["aheadSeconds"] == 1800
+    if installs:
+        assert ahead["predictedGain"] == pytest.approx(0.0998, abs=1e-4)
+        assert ahead["paybackSeconds"] == 902
+        assert result.reason.endswith(
+            "the request rate rose +100% over 30m (t = 40.0): over the next 30m, at the batches it leads to (29-256), "
+            "it is +10.0% and repays the restart in 15m: installing ahead of the load"
+        ), result.reason
+    else:
+        assert "installing ahead of the load" not in result.reason
+
+
+# the step slows as the batch grows: half the load needs a little less than half the batch, twice the load more than
+# twice (78), and ten times is past K = 3's capacity
+@pytest.mark.parametrize(("ratio", "settles_at"), [(1.0, 24), (0.5, 11), (2.0, 78), (10.0, 256)])
+def test_a_config_settles_where_its_throughput_meets_the_load(ratio: float, settles_at: int) -> None:
+    """Little's law: the batch that serves the tokens/s a given request rate asks for (max_num_seqs past capacity)."""
+    profile = geometric(0.6, 3)
+    served = 24 * schedule_tokens_per_ms(profile, LLAMA8B_H100, 24, 3)
+    batch = settled_batch(profile, LLAMA8B_H100, served * ratio, 256, lambda b: 3, schedule_tokens_per_ms)
+    assert batch == settles_at
+    assert forecast_load(profile, LLAMA8B_H100, 24, 256, [ratio, ratio], lambda b: 3, schedule_tokens_per_ms) == {
+        settles_at: 2.0
+    }

@@ -1,0 +1,129 @@
+"""Where the offered load is heading (pure): a sustained rise in the request rate, projected over the payback horizon.
+
+Why: a refit is judged by whether its gain over the load record repays one restart within the horizon
+(schedule.plan_threshold). The record is the past, and on a rising load it under-prices the refit exactly while a
+restart is cheapest. Found by the benchmark (diurnal-within-capacity, 70B/4xH100 draft model K = 4, the load 10% ->
+90% of no-SD capacity over 90 minutes): the fitted schedule [[1,14,4],[15,44,3],[45,116,2],[117,256,1]] is the
+running K = 4 at every batch the first 40 minutes reached, so the record priced it near 0% until the batch was
+past 100; the refit went in at 4,440 s at 68% load, and its 300 s restart cost 1.35M of the 1.80M tokens of goodput
+the run lost against that schedule from the start. Rent or buy (schedule.repaid_by_waiting) bounds the cost of
+waiting but cannot see that the price of the restart rises with the load.
+
+The forecast is deliberately narrow:
+
+- The signal is the finished-request rate (requests/s over the query window), not the batch: below capacity it is
+  the arrival rate whatever the config (a slower config raises the batch, not the rate), and the prompt growth of
+  long-context traffic or an acceptance drop moves the batch at a steady rate. Past capacity it is the capacity, flat.
+- Only a sustained rise counts: at least MIN_SPAN of samples, a least-squares slope at least MIN_T standard errors
+  above zero (the samples are overlapping windows, so the errors are understated: the bar is high), and a rise of
+  at least MIN_RISE of the rate over the span. A step (a flash crowd) fits a line badly; a flat or falling load,
+  none.
+- It projects no further ahead than it has looked back, and never past the horizon.
+- It only adds a reason to install a refit that does not lose over the record (plan_threshold): a fitted schedule is
+  the best K per batch size by the model, so a wrong forecast costs one restart, inside the actuation budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from specpilot.baseline import format_time, parse_time
+
+MIN_SPAN = timedelta(minutes=20)  # the shortest run of samples a trend is read from
+MAX_SPAN = timedelta(hours=1)  # older samples are dropped: a day's shape is not a line
+MIN_SAMPLES = 10
+MIN_T = 6.0  # slope / its standard error
+MIN_RISE = 0.25  # the fitted line's rise over the span, relative to its start
+T_SHOWN_MAX = 1000.0
+RATE_DIGITS = 4  # requests/s as status keeps them
+
+
+def _t_text(t_stat: float) -> str:
+    return f"t = {t_stat:.1f}" if t_stat < T_SHOWN_MAX else f"t > {T_SHOWN_MAX:.0f}"
+
+
+@dataclass(frozen=True)
+class RateSample:
+    at: datetime
+    rate: float  # finished requests per second over the query window
+
+    def to_list(self) -> list[Any]:
+        return [format_time(self.at), self.rate]
+
+    @classmethod
+    def from_list(cls, raw: Sequence[Any]) -> RateSample:
+        return cls(parse_time(str(raw[0])), float(raw[1]))
+
+
+def add_rate(samples: Sequence[RateSample], sample: RateSample) -> tuple[RateSample, ...]:
+    """Append one evaluation's rate, at the precision status keeps (a restored state decides the same); samples older
+    than MAX_SPAN before it, or not before it, are dropped."""
+    kept = [s for s in samples if sample.at - MAX_SPAN <= s.at < sample.at]
+    return (*kept, RateSample(sample.at, round(sample.rate, RATE_DIGITS)))
+
+
+@dataclass(frozen=True)
+class Trend:
+    rate_now: float  # the fitted line at the newest sample
+    slope: float  # requests/s per second
+    span_s: float
+    t_stat: float
+    rise: float  # relative rise of the line over the span
+
+    def rate_ratio(self, ahead_s: float) -> float:
+        """The projected rate `ahead_s` after the newest sample, relative to the line now."""
+        return (self.rate_now + self.slope * ahead_s) / self.rate_now
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requestRateNow": round(self.rate_now, 4),
+            "slopePerHour": round(self.slope * 3600, 4),
+            "spanSeconds": round(self.span_s),
+            "tStat": round(min(self.t_stat, T_SHOWN_MAX), 1),  # a clean line's t is huge (or infinite): not JSON
+            "rise": round(self.rise, 3),
+        }
+
+
+def rising_trend(samples: Sequence[RateSample]) -> tuple[Trend | None, str]:
+    """A sustained rise of the request rate over the samples, or None and why not."""
+    if len(samples) < MIN_SAMPLES:
+        return None, f"{len(samples)} request-rate samples (a trend needs {MIN_SAMPLES})"
+    t0 = samples[0].at
+    xs = [(s.at - t0).total_seconds() for s in samples]
+    ys = [s.rate for s in samples]
+    span = xs[-1] - xs[0]
+    if span < MIN_SPAN.total_seconds():
+        return None, f"request-rate samples over {span / 60:.0f}m (a trend needs {MIN_SPAN.total_seconds() / 60:.0f}m)"
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = my - slope * mx
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    stderr = math.sqrt(residual / (n - 2) / sxx) if residual > 0 else 0.0
+    t_stat = math.inf if stderr == 0 else slope / stderr
+    start, now = intercept + slope * xs[0], intercept + slope * xs[-1]
+    if start <= 0 or now <= 0:
+        return None, "the request rate's line does not stay above zero"
+    rise = now / start - 1
+    trend = Trend(rate_now=now, slope=slope, span_s=span, t_stat=t_stat, rise=rise)
+    if slope <= 0 or t_stat < MIN_T or rise < MIN_RISE:
+        return None, (
+            f"no sustained rise: the request rate moved {rise:+.0%} over {span / 60:.0f}m "
+            f"({_t_text(t_stat)}; a trend needs {MIN_RISE:+.0%} and t >= {MIN_T:.0f})"
+        )
+    return trend, f"the request rate rose {rise:+.0%} over {span / 60:.0f}m ({_t_text(t_stat)})"
+
+
+def projection_ahead_s(trend: Trend, horizon_s: float) -> float:
+    """How far ahead the line is trusted: no further than it was fitted over, never past the payback horizon."""
+    return min(trend.span_s, horizon_s)
+
+
+def projected_ratios(trend: Trend, ahead_s: float, steps: int = 12) -> list[float]:
+    """The projected rate relative to now at the midpoints of `steps` equal slices of the next `ahead_s`."""
+    return [trend.rate_ratio((i + 0.5) * ahead_s / steps) for i in range(steps)]

@@ -1,0 +1,96 @@
+"""Where the offered load is heading (forecast.py): which request-rate histories make a trend, table-driven."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specpilot.forecast import (
+    MAX_SPAN,
+    RateSample,
+    Trend,
+    add_rate,
+    projected_ratios,
+    projection_ahead_s,
+    rising_trend,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def series(rates: list[float], every_s: float = 60.0) -> tuple[RateSample, ...]:
+    return tuple(RateSample(T0 + timedelta(seconds=i * every_s), r) for i, r in enumerate(rates))
+
+
+def ramp(start: float, end: float, n: int) -> list[float]:
+    return [start + (end - start) * i / (n - 1) for i in range(n)]
+
+
+# deterministic noise of +-5%: what Poisson arrivals over a 5-minute window look like at a few requests per second
+WOBBLE = [1.0 + 0.05 * math.sin(1.7 * i) for i in range(61)]
+
+
+@pytest.mark.parametrize(
+    ("case", "rates", "trend", "why"),
+    [
+        ("nine samples", ramp(2.0, 4.0, 9), False, "9 request-rate samples (a trend needs 10)"),
+        ("ten samples over 9 minutes", ramp(2.0, 4.0, 10), False, "request-rate samples over 9m (a trend needs 20m)"),
+        ("a steady rate", [2.0 * w for w in WOBBLE[:31]], False, "no sustained rise"),
+        ("a falling rate", ramp(4.0, 2.0, 31), False, "no sustained rise: the request rate moved -50%"),
+        # a slow drift up: significant, but +10% over half an hour is within what a fit's error absorbs
+        ("+10% over 30m", [r * w for r, w in zip(ramp(2.0, 2.2, 31), WOBBLE, strict=False)], False,
+         "no sustained rise: the request rate moved +"),
+        ("a diurnal ramp, x2 over 30m", [r * w for r, w in zip(ramp(2.0, 4.0, 31), WOBBLE, strict=False)], True,
+         "the request rate rose +"),
+        # a flash crowd: flat, then x5 for the last 5 minutes; a line fits a step badly
+        ("a step", [2.0] * 26 + [10.0] * 5, False, "no sustained rise"),
+        ("a clean line", ramp(1.0, 3.0, 21), True, "the request rate rose +200% over 20m (t > 1000)"),
+    ],
+)  # fmt: skip
+def test_which_request_rate_histories_make_a_rising_trend(case: str, rates: list[float], trend: bool, why: str) -> None:
+    found, reason = rising_trend(series(rates))
+    assert (found is not None) is trend, reason
+    assert reason.startswith(why), reason
+
+
+def test_a_trend_projects_the_line_no_further_ahead_than_it_was_fitted_over() -> None:
+    found, _ = rising_trend(series(ramp(2.0, 4.0, 31)))
+    assert found is not None
+    assert found.rate_now == pytest.approx(4.0)
+    assert found.slope == pytest.approx(2.0 / 1800)
+    assert found.span_s == 1800
+    assert found.rise == pytest.approx(1.0)
+    assert projection_ahead_s(found, horizon_s=3600) == 1800
+    assert projection_ahead_s(found, horizon_s=600) == 600
+    # midpoints of 4 slices of the next 30 minutes: 4.25, 4.75, 5.25, 5.75 requests/s over 4.0
+    assert projected_ratios(found, 1800, steps=4) == pytest.approx([1.0625, 1.1875, 1.3125, 1.4375])
+    assert found.to_dict() == {
+        "requestRateNow": 4.0, "slopePerHour": 4.0, "spanSeconds": 1800, "tStat": 1000.0, "rise": 1.0,
+    }  # fmt: skip
+
+
+def test_the_record_keeps_an_hour_of_samples_in_time_order() -> None:
+    samples: tuple[RateSample, ...] = ()
+    for s in series([1.0] * 70):
+        samples = add_rate(samples, s)
+    assert len(samples) == 61  # the newest and the hour before it
+    assert samples[-1].at - samples[0].at == MAX_SPAN
+    # a sample not after the newest (a replayed or out-of-order evaluation) replaces what is not before it
+    again = add_rate(samples, RateSample(samples[-1].at, 9.0))
+    assert again[-1].rate == 9.0
+    assert len(again) == len(samples)
+
+
+def test_a_sample_is_kept_at_the_precision_status_keeps_and_survives_the_round_trip() -> None:
+    (sample,) = add_rate((), RateSample(T0 + timedelta(seconds=90), 3.14159))
+    assert sample == RateSample(T0 + timedelta(seconds=90), 3.1416)
+    assert sample.to_list() == ["2026-01-01T00:01:30Z", 3.1416]
+    assert RateSample.from_list(sample.to_list()) == sample
+
+
+def test_a_trend_dataclass_projects_linearly() -> None:
+    trend = Trend(rate_now=2.0, slope=0.001, span_s=1200, t_stat=10.0, rise=0.8)
+    assert trend.rate_ratio(0) == 1.0
+    assert trend.rate_ratio(1000) == pytest.approx(1.5)
