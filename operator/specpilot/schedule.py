@@ -852,15 +852,16 @@ def plan_threshold(
     if proposed == current:
         return no_change(f"{shown} already installed")
 
+    def k_now(b: int) -> int:
+        return k_for_batch(current, b, max_k)
+
+    def k_new(b: int) -> int:
+        return k_for_batch(proposed, b, max_k)
+
+    step_rate = schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms
+
     def gain_over(batches: Mapping[int, float]) -> float:
-        return predicted_gain(
-            profile,
-            model,
-            batches,
-            lambda b: k_for_batch(current, b, max_k),
-            lambda b: k_for_batch(proposed, b, max_k),
-            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
-        )
+        return predicted_gain(profile, model, batches, k_now, k_new, step_rate)
 
     gain = gain_over(_load_batches(load))
     payback = payback_seconds(gain, settings.restart_cost_s)
@@ -870,13 +871,7 @@ def plan_threshold(
     # and in per-request speed at the load served now, the batch shrinking with the faster step (gain_at_same_load):
     # what the stabilization of a shed prices its wait by (agreement.stabilization_for)
     gain_at_load, batch_at_load = gain_at_same_load(
-        profile,
-        model,
-        min(batch, max_num_seqs),
-        max_num_seqs,
-        lambda b: k_for_batch(current, b, max_k),
-        lambda b: k_for_batch(proposed, b, max_k),
-        schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
+        profile, model, min(batch, max_num_seqs), max_num_seqs, k_now, k_new, step_rate
     )
     evidence.update(
         {
@@ -893,13 +888,7 @@ def plan_threshold(
     ahead = ""
     if forecast is not None and not (by_record or by_waiting):
         projected = forecast_load(
-            profile,
-            model,
-            min(batch, max_num_seqs),
-            max_num_seqs,
-            forecast.ratios,
-            lambda b: k_for_batch(current, b, max_k),
-            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
+            profile, model, min(batch, max_num_seqs), max_num_seqs, forecast.ratios, k_now, step_rate
         )
         gain_ahead = gain_over(projected)
         payback_ahead = payback_seconds(gain_ahead, settings.restart_cost_s)

@@ -359,11 +359,12 @@ def _best_static_reachable(
     change; the gap between specpilot and it is the policy's own.
     """
     started = time.monotonic()
-    declared = intent_from_spec(closed_loop_spec(scenario))
+    spec = closed_loop_spec(scenario)
+    declared = intent_from_spec(spec)
     if oracles.label(declared) == best_run.policy:
         return PolicyRun(scenario.name, "best-static-reachable", best_run.config, best_run.outcomes,
                          best_run.actuations, best_run.timeline, best_run.series, scenario.duration_s, 0.0)  # fmt: skip
-    at = earliest_refit_s(closed_loop_spec(scenario))
+    at = earliest_refit_s(spec)
     replica = run_switch(scenario, declared, best, at, seed, items)
     config = f"{oracles.label(declared)} until {at:.0f}s, then {best_run.policy}"
     return PolicyRun(scenario.name, "best-static-reachable", config, replica.outcomes, replica.actuations,
