@@ -46,4 +46,4 @@ bench: deps toolchain ## operator scale benchmark; simulator calibration; decisi
 	$(RUN) python -m e2e.bench.operator_scale --counts 200,500,1000
 	$(RUN) python -m e2e.bench.operator_scale --counts 200,500,1000 --rate 10
 	$(RUN) specpilot bench --calibration
-	$(RUN) specpilot bench --report bench-report
+	$(RUN) specpilot bench --seed 1-5 --report bench-report

@@ -17,11 +17,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", action="append", default=[], help="run only this scenario (repeatable)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--report", type=Path, default=Path("bench-report"), help="folder for the JSON and PNG plots")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--seed",
+        type=seed_list,
+        default=[1],
+        help="seed, or seeds to run and compare paired: 3, 1-5 or 1,3,5 (performance.md §8 asks for >= 5)",
+    )
     p.add_argument("--calibration", action="store_true", help="print the simulator against published measurements")
     p.add_argument("--quick", action="store_true", help="time-compressed scenarios (x0.1): a smoke run in seconds")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
+
+
+def seed_list(text: str) -> list[int]:
+    """`3`, `1-5` or `1,3,5` (ranges inside a list too): distinct non-negative seeds, in the order given."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first, last = (int(low), int(high)) if dash else (int(low), int(low))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected a seed, a range or a comma list of them (3, 1-5, 1,3,5)"
+            ) from None
+        if first < 0 or last < first:
+            raise argparse.ArgumentTypeError(f"{text!r}: {part.strip()!r} is not an ascending range of seeds >= 0")
+        seeds += [s for s in range(first, last + 1) if s not in seeds]
+    return seeds
 
 
 def main(args: argparse.Namespace) -> int:
@@ -34,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(format_rows(points))
         return 0
-    from specpilot.bench.runner import run_scenario, summarize
+    from specpilot.bench.runner import rows_of, run_scenario
 
     try:
         chosen = [scenario_named(n) for n in args.scenario] if args.scenario else list(SCENARIOS)
@@ -45,28 +67,35 @@ def main(args: argparse.Namespace) -> int:
         chosen = [s.scaled(0.1) for s in chosen]
     rows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
-    for scenario in chosen:
-        runs, meta = run_scenario(
-            scenario, args.seed, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.jobs
-        )
-        scenario_rows = [summarize(r, scenario) for r in runs]
-        meta["verdicts"] = report.verdicts(scenario_rows, meta)
-        rows += scenario_rows
-        metas.append(meta)
-        if not args.no_plots:
-            meta["plot"] = str(report.plot(runs, meta, args.report))
-        if args.output == "table":
-            print(f"\n== {scenario.name}: {scenario.description}")
-            print(report.table(scenario_rows))
-            for line in meta["verdicts"]:
-                print(f"   {line}")
-            for line in meta["actuation_reasons"]:
-                print(f"   specpilot actuation: {line[:200]}")
-            for line in meta["lenient_actuation_reasons"]:
-                print(f"   specpilot-lenient actuation: {line[:200]}")
-            sys.stdout.flush()
+    several = len(args.seed) > 1
+    for seed in args.seed:
+        for scenario in chosen:
+            runs, meta = run_scenario(
+                scenario, seed, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.jobs
+            )
+            scenario_rows = rows_of(runs, scenario, seed)
+            meta["verdicts"] = report.verdicts(scenario_rows, meta)
+            rows += scenario_rows
+            metas.append(meta)
+            if not args.no_plots:
+                meta["plot"] = str(report.plot(runs, meta, args.report / f"seed-{seed}" if several else args.report))
+            if args.output == "table":
+                print(f"\n== {scenario.name}{f' (seed {seed})' if several else ''}: {scenario.description}")
+                print(report.table(scenario_rows))
+                for line in meta["verdicts"]:
+                    print(f"   {line}")
+                for line in meta["actuation_reasons"]:
+                    print(f"   specpilot actuation: {line[:200]}")
+                for line in meta["lenient_actuation_reasons"]:
+                    print(f"   specpilot-lenient actuation: {line[:200]}")
+                sys.stdout.flush()
+    summary = report.across_seeds(rows, metas) if several else []
+    if summary and args.output == "table":
+        print(f"\n== across seeds {','.join(str(s) for s in args.seed)}: each ratio paired within one seed "
+              "(same arrivals and acceptance draws for every policy)")  # fmt: skip
+        print(report.seeds_table(summary))
     args.report.mkdir(parents=True, exist_ok=True)
-    report.write_json(rows, metas, args.report / "bench.json")
+    report.write_json(rows, metas, args.report / "bench.json", summary)
     if args.output == "json":
         print(json.dumps(rows, indent=2))
     return 0

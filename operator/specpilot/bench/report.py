@@ -26,7 +26,6 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     by = {r["policy"]: r for r in rows}
     oracle, best, off = by.get("oracle"), by.get("best-static"), by.get("off")
     out: list[str] = []
-    windows = meta.get("windows_p99_tpot_ms", {})
     for name in ("specpilot", "specpilot-lenient"):
         sp = by.get(name)
         if sp is None:
@@ -50,22 +49,123 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
         if best and plain_best and plain_best != best["config"] and plain_goodput > 0:
             gain = sp["goodput"] / plain_goodput - 1
             out.append(f"{name}: goodput vs best static without fitted schedules ({plain_best}) {gain:+.1%}")
-        mine, plain = windows.get(name, []), windows.get("off", [])
-        if mine and plain and off:
-            skip = max(1, math.ceil(1800 / meta["window_s"]))  # after stabilization: 30 min in
-            worse = [i for i, (a, b) in enumerate(zip(mine, plain, strict=False)) if i >= skip and not math.isnan(a)
-                     and not math.isnan(b) and a > 1.05 * b]  # fmt: skip
-            out.append(f"{name}: windows with P99 TPOT > 1.05x speculation-off after 30 min: {len(worse)} of "
-                       f"{max(0, len(mine) - skip)}")  # fmt: skip
+        counted = p99_windows_worse(meta, name) if off else None
+        if counted is not None:
+            worse, total = counted
+            out.append(f"{name}: windows with P99 TPOT > 1.05x speculation-off after 30 min: {worse} of {total}")
     return out
 
 
-def write_json(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]], path: Path) -> None:
-    path.write_text(json.dumps({"rows": list(rows), "scenarios": list(metas)}, indent=2, default=_nan))
+def p99_windows_worse(meta: dict[str, Any], policy: str) -> tuple[int, int] | None:
+    """(windows whose P99 TPOT is > 1.05x speculation-off's, windows counted), from 30 min in (after stabilization).
+
+    None when either series is missing. A window without a finite P99 on either side is not counted as worse.
+    """
+    windows = meta.get("windows_p99_tpot_ms", {})
+    mine, plain = windows.get(policy, []), windows.get("off", [])
+    if not mine or not plain:
+        return None
+    skip = max(1, math.ceil(1800 / meta["window_s"]))
+    worse = [i for i, (a, b) in enumerate(zip(mine, plain, strict=False))
+             if i >= skip and _finite(a) and _finite(b) and a > 1.05 * b]  # fmt: skip
+    return len(worse), max(0, len(mine) - skip)
 
 
-def _nan(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else str(value)
+def _finite(value: Any) -> bool:
+    """A window's P99 as bench.json stores it: a number, or None where the window had no finished request."""
+    return isinstance(value, int | float) and not math.isnan(value)
+
+
+def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The targets per scenario over several seeds, each ratio paired within one seed.
+
+    Every policy of a seed replays the same arrivals and acceptance draws, so the ratio specpilot / oracle of one seed
+    is a paired comparison; the spread of those ratios over seeds (performance.md §8: >= 5 seeds, paired) says how
+    much of a figure is the draw. One entry per (scenario, closed-loop policy), its per-seed lists in seed order.
+    """
+    by_seed = {(r["scenario"], r["seed"], r["policy"]): r for r in rows}
+    out: list[dict[str, Any]] = []
+    scenarios = list(dict.fromkeys(m["scenario"] for m in metas))
+    for scenario in scenarios:
+        runs = sorted((m for m in metas if m["scenario"] == scenario), key=lambda m: m["seed"])
+        for policy in ("specpilot", "specpilot-lenient"):
+            entry: dict[str, Any] = {"scenario": scenario, "policy": policy, "dynamic": bool(runs[0].get("dynamic")),
+                                     "seeds": [], "vs_oracle": [], "vs_best_static": [], "vs_reachable": [],
+                                     "p99_windows_worse": [], "actuations": []}  # fmt: skip
+            for meta in runs:
+                seed = meta["seed"]
+                mine = by_seed.get((scenario, seed, policy))
+                oracle = by_seed.get((scenario, seed, "oracle"))
+                best = by_seed.get((scenario, seed, "best-static"))
+                reachable = by_seed.get((scenario, seed, "best-static-reachable"))
+                if mine is None or oracle is None or best is None:
+                    continue
+                entry["seeds"].append(seed)
+                entry["vs_oracle"].append(_ratio(mine, oracle))
+                entry["vs_best_static"].append(_ratio(mine, best) - 1)
+                entry["vs_reachable"].append(_ratio(mine, reachable) if reachable else math.nan)
+                counted = p99_windows_worse(meta, policy)
+                entry["p99_windows_worse"].append(list(counted) if counted else None)
+                entry["actuations"].append(mine["actuations"])
+            if entry["seeds"]:
+                out.append(entry)
+    return out
+
+
+def _ratio(mine: dict[str, Any], reference: dict[str, Any]) -> float:
+    return float(mine["goodput"]) / float(reference["goodput"]) if reference["goodput"] > 0 else math.nan
+
+
+def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
+    """One line per (scenario, policy): min / mean / max of each paired ratio and on how many seeds a target is met."""
+    header = ("scenario", "policy", "seeds", "vs oracle min/mean/max", ">=95%", "vs best static min/mean/max",
+              ">=+10%", "vs earliest refit min/mean/max", "P99 windows > 1.05x off", "actuations")  # fmt: skip
+    lines: list[tuple[str, ...]] = [header]
+    for e in summary:
+        n = len(e["seeds"])
+        met_oracle = sum(1 for r in e["vs_oracle"] if r >= 0.95)
+        met_static = f"{sum(1 for g in e['vs_best_static'] if g >= 0.10)}/{n}" if e["dynamic"] else "no target"
+        windows = ", ".join("-" if w is None else f"{w[0]}/{w[1]}" for w in e["p99_windows_worse"])
+        lines.append((e["scenario"], e["policy"], _seed_list(e["seeds"]), _spread(e["vs_oracle"], "{:.1%}"),
+                      f"{met_oracle}/{n}", _spread(e["vs_best_static"], "{:+.1%}"), met_static,
+                      _spread(e["vs_reachable"], "{:.1%}"), windows,
+                      ", ".join(str(a) for a in e["actuations"])))  # fmt: skip
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
+
+
+def _spread(values: Sequence[float], fmt: str) -> str:
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return "-"
+    return " / ".join(fmt.format(v) for v in (min(finite), sum(finite) / len(finite), max(finite)))
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    return ",".join(str(s) for s in seeds)
+
+
+def write_json(
+    rows: Sequence[dict[str, Any]],
+    metas: Sequence[dict[str, Any]],
+    path: Path,
+    across: Sequence[dict[str, Any]] = (),
+) -> None:
+    document: dict[str, Any] = {"rows": list(rows), "scenarios": list(metas)}
+    if across:
+        document["seeds"] = list(across)
+    path.write_text(json.dumps(_strict(document), indent=2, allow_nan=False, default=str))
+
+
+def _strict(value: Any) -> Any:
+    """NaN and infinities (a window without a finished request) as null: strict JSON, which `jq` and browsers read."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
 
 
 def plot(runs: Sequence[PolicyRun], meta: dict[str, Any], folder: Path) -> Path:

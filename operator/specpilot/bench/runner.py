@@ -273,6 +273,11 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
     }
 
 
+def rows_of(runs: Sequence[PolicyRun], scenario: Scenario, seed: int) -> list[dict[str, Any]]:
+    """The JSON rows of one scenario run under one seed, as `specpilot bench` prints and stores them."""
+    return [{**summarize(run, scenario), "seed": seed} for run in runs]
+
+
 def window_p99(outcomes: Sequence[Outcome], window_s: float, duration_s: float) -> list[float]:
     """P99 TPOT (ms) per window, by arrival time (NaN where a window has no finished request)."""
     out: list[float] = []
@@ -460,6 +465,7 @@ def run_scenario(
     runs.append(lenient)
     meta = {
         "scenario": scenario.name,
+        "seed": seed,
         "description": scenario.description,
         "static_goodput": {n: round(g, 2) for n, g in totals.items()},
         "best_static": best,

@@ -1,0 +1,149 @@
+"""The benchmark over several seeds: the seed list, the paired ratios per seed, and bench.json as strict JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specpilot.bench import report
+from specpilot.bench.main import seed_list
+from specpilot.bench.runner import rows_of, run_scenario
+from specpilot.bench.scenarios import Scenario, scenario_named
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [
+        ("3", [3]),
+        ("0", [0]),
+        ("1-5", [1, 2, 3, 4, 5]),
+        ("1,3,5", [1, 3, 5]),
+        ("1-3,2,7", [1, 2, 3, 7]),
+        (" 4 , 2", [4, 2]),
+        ("6-6", [6]),
+    ],
+)
+def test_a_seed_list_is_a_seed_a_range_or_a_comma_list(text: str, seeds: list[int]) -> None:
+    assert seed_list(text) == seeds
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "expected a seed"),
+        ("a", "expected a seed"),
+        ("1.5", "expected a seed"),
+        ("1-", "expected a seed"),
+        ("-1", "expected a seed"),
+        ("5-1", "'5-1' is not an ascending range"),
+        ("1,,2", "expected a seed"),
+    ],
+)
+def test_a_bad_seed_list_says_what_is_allowed(text: str, says: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=says):
+        seed_list(text)
+
+
+def test_the_command_line_rejects_a_bad_seed_without_a_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "specpilot", "bench", "--seed", "5-1", "--quick"], capture_output=True,
+                          text=True, check=False, timeout=60)  # fmt: skip
+    assert proc.returncode == 2
+    assert "argument --seed: '5-1': '5-1' is not an ascending range of seeds >= 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _row(scenario: str, seed: int, policy: str, goodput: float, actuations: int = 0) -> dict[str, Any]:
+    return {"scenario": scenario, "seed": seed, "policy": policy, "config": "K3", "goodput": goodput,
+            "actuations": actuations}  # fmt: skip
+
+
+def _meta(scenario: str, seed: int, mine: Sequence[float | None], off: Sequence[float | None]) -> dict[str, Any]:
+    windows = {"specpilot": mine, "specpilot-lenient": mine, "off": off}
+    return {"scenario": scenario, "seed": seed, "dynamic": scenario == "spike", "window_s": 300.0,
+            "windows_p99_tpot_ms": windows}  # fmt: skip
+
+
+def test_each_ratio_is_paired_within_its_seed() -> None:
+    """Seed 2's oracle is twice seed 1's: a pooled ratio would read 150 / 300 = 50%; paired it is 60% and 40%."""
+    rows = [
+        _row("spike", 1, "oracle", 100.0), _row("spike", 1, "best-static", 80.0),
+        _row("spike", 1, "best-static-reachable", 75.0), _row("spike", 1, "specpilot", 60.0, 1),
+        _row("spike", 1, "specpilot-lenient", 60.0, 1),
+        _row("spike", 2, "oracle", 200.0), _row("spike", 2, "best-static", 100.0),
+        _row("spike", 2, "specpilot", 80.0, 2), _row("spike", 2, "specpilot-lenient", 90.0, 2),
+        # seed 3 has no oracle row (a run cut short): it is left out, not counted as 0
+        _row("spike", 3, "specpilot", 10.0),
+    ]  # fmt: skip
+    seven = [9.0] * 7
+    metas = [_meta("spike", 2, [*seven[:6], 20.0], [*seven[:6], 10.0]), _meta("spike", 1, seven, seven),
+             _meta("spike", 3, seven, seven)]  # fmt: skip
+    summary = report.across_seeds(rows, metas)
+    assert [(e["scenario"], e["policy"]) for e in summary] == [("spike", "specpilot"), ("spike", "specpilot-lenient")]
+    mine = summary[0]
+    assert mine["seeds"] == [1, 2]
+    assert mine["vs_oracle"] == pytest.approx([0.6, 0.4])
+    assert mine["vs_best_static"] == pytest.approx([-0.25, -0.2])
+    assert mine["vs_reachable"][0] == pytest.approx(0.8)
+    assert math.isnan(mine["vs_reachable"][1])  # seed 2 has no reachable row
+    assert mine["p99_windows_worse"] == [[0, 1], [1, 1]]  # 30 min in at 5-min windows: only the 7th counts
+    assert mine["actuations"] == [1, 2]
+    assert summary[1]["vs_oracle"] == pytest.approx([0.6, 0.45])
+    table = report.seeds_table(summary).splitlines()
+    assert table[1].split() == ["spike", "specpilot", "1,2", "40.0%", "/", "50.0%", "/", "60.0%", "0/2", "-25.0%",
+                                "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%", "0/1,",
+                                "1/1", "1,", "2"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mine", "off", "counted"),
+    [
+        ([1.0] * 6, [1.0] * 6, (0, 0)),  # 30 min of 5-min windows: none after stabilization
+        ([1.0] * 6 + [1.06, 1.05, 2.0], [1.0] * 9, (2, 3)),  # 1.05x exactly is not worse
+        ([1.0] * 6 + [None, math.nan, 2.0], [1.0] * 9, (1, 3)),  # a window without a finished request is not worse
+        ([1.0] * 6 + [2.0, 2.0], [1.0] * 6 + [None, 1.0], (1, 2)),  # nor one where off finished nothing
+        ([], [1.0] * 9, None),
+    ],
+)
+def test_p99_windows_worse_than_off_after_stabilization(
+    mine: list[float | None], off: list[float | None], counted: tuple[int, int] | None
+) -> None:
+    meta = {"window_s": 300.0, "windows_p99_tpot_ms": {"specpilot": mine, "off": off}}
+    assert report.p99_windows_worse(meta, "specpilot") == counted
+
+
+def test_the_seed_summary_reads_back_from_bench_json_as_each_seed_printed_it(tmp_path: Path) -> None:
+    """Two real tiny runs, stored as `specpilot bench` stores them: strict JSON, and the summary's ratio per seed is
+    the one that seed's verdict printed."""
+    base = scenario_named("drafter-degraded")
+    tiny = Scenario(**{**base.__dict__, "name": "tiny", "duration_s": 480.0, "qps": ((0.0, 1.0),),
+                       "alpha_multiplier": ((0.0, 1.0), (239.0, 1.0), (240.0, 0.45)), "window_s": 240.0})  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    metas: list[dict[str, Any]] = []
+    for seed in (1, 2):
+        runs, meta = run_scenario(tiny, seed)
+        seed_rows = rows_of(runs, tiny, seed)
+        meta["verdicts"] = report.verdicts(seed_rows, meta)
+        rows += seed_rows
+        metas.append(meta)
+    path = tmp_path / "bench.json"
+    report.write_json(rows, metas, path, report.across_seeds(rows, metas))
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"bench.json holds {constant}, which strict JSON readers refuse")
+
+    stored = json.loads(path.read_text(), parse_constant=refuse)
+    summary = report.across_seeds(stored["rows"], stored["scenarios"])
+    assert stored["seeds"] == json.loads(json.dumps(summary, allow_nan=False))
+    mine = summary[0]
+    assert mine["policy"] == "specpilot"
+    assert mine["seeds"] == [1, 2]
+    for ratio, meta in zip(mine["vs_oracle"], stored["scenarios"], strict=True):
+        assert f"specpilot: goodput vs oracle {ratio:.1%}" in " ".join(meta["verdicts"])
