@@ -151,6 +151,7 @@ class StepCostModel:
         return base * (1 + self.spec_fixed_fraction) if configured else base
 
     def to_dict(self) -> dict[str, Any]:
+        """Every parameter of T_step, for the evidence: with it a fit can be recomputed by hand."""
         return {
             "name": self.name,
             "verifyBaseMs": self.verify_base_ms,
@@ -161,6 +162,9 @@ class StepCostModel:
             "meanContextSource": self.context_source,
             "prefillTokensPerStep": round(self.prefill_tokens_per_step, 1),
             "prefillAtBatch": round(self.prefill_batch, 2),
+            "prefillK": self.prefill_k,
+            "prefillPromptTokens": round(self.prefill_prompt_tokens, 1),
+            "emittedPerStep": [round(e, 4) for e in self.emitted_per_step],
             "schedMs": self.sched_ms,
             "schedMsPerRequest": self.sched_ms_per_request,
             "drafter": self.drafter.value,
@@ -168,6 +172,7 @@ class StepCostModel:
             "draftMsPerRequest": self.draft_ms_per_request,
             "draftKvNsPerToken": self.draft_kv_ns_per_token,
             "draftModelCostRatio": self.draft_model_cost_ratio,
+            "lookupFraction": self.lookup_fraction,
             "specFixedFraction": self.spec_fixed_fraction,
             "captureLimitTokens": self.capture_limit_tokens,
             "eagerPenaltyMs": self.eager_penalty_ms,

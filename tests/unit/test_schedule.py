@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, fields, replace
 
 import pytest
 from hypothesis import given, settings
@@ -741,3 +741,33 @@ def test_a_config_settles_where_its_throughput_meets_the_load(ratio: float, sett
     assert forecast_load(profile, LLAMA8B_H100, 24, 256, [ratio, ratio], lambda b: 3, schedule_tokens_per_ms) == {
         settles_at: 2.0
     }
+
+
+def test_the_model_in_the_evidence_names_every_parameter_of_the_step_time() -> None:
+    """`threshold.model` is how a reader recomputes a fit: every field of StepCostModel has its key, at its value
+    (the prefill's K, its prompt length and E_k were missing, so a fit with prefill could not be reproduced)."""
+    renamed = {"mean_context_tokens": "meanContextTokens", "context_source": "meanContextSource",
+               "prefill_batch": "prefillAtBatch"}  # fmt: skip
+    profile = AcceptanceProfile((0.62, 0.43, 0.26), "synthetic")
+    model = with_prefill(with_context_length(LLAMA8B_H100, 400.0), 1100.0, 256, k=3, mean_prompt_tokens=300.0)
+    model = with_emission(model, profile)
+    evidence = model.to_dict()
+
+    def camel(field: str) -> str:
+        head, *rest = field.split("_")
+        return renamed.get(field, head + "".join(part.capitalize() for part in rest))
+
+    values = asdict(model)
+    assert {camel(f.name) for f in fields(StepCostModel)} == set(evidence)
+    for f in fields(StepCostModel):
+        stored, actual = evidence[camel(f.name)], values[f.name]
+        if isinstance(actual, tuple):
+            assert stored == pytest.approx(list(actual), abs=1e-4)
+        elif isinstance(actual, float):
+            assert stored == pytest.approx(actual, abs=0.05)
+        else:
+            assert stored == (actual.value if isinstance(actual, Drafter) else actual)
+    assert evidence["prefillK"] == 3
+    assert evidence["prefillPromptTokens"] == 300.0
+    assert evidence["emittedPerStep"] == [round(profile.expected_tokens(k), 4) for k in range(4)]
+    assert evidence["emittedPerStep"][0] == 1.0
