@@ -82,6 +82,7 @@ from specpilot.schedule import (
     ThresholdPlan,
     ThresholdSupport,
     fit_support,
+    forgone_rate,
     k_for_batch,
     model_consistency,
     model_for_method,
@@ -1394,9 +1395,10 @@ def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float
     stretch of load past the crossover, not a sum over every peak of the day."""
     threshold = proposal.evidence.get("threshold") or {}
     gain = threshold.get("predictedGainAtLoad")
-    if gain is None or float(gain) < min_gain:
+    rate = forgone_rate(None if gain is None else float(gain), min_gain)
+    if rate == 0:
         return replace(state, forgone_s=0.0) if state.forgone_s else state
-    return replace(state, forgone_s=state.forgone_s + float(gain) * interval_s)
+    return replace(state, forgone_s=state.forgone_s + rate * interval_s)
 
 
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:

@@ -957,7 +957,16 @@ def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settin
     twice the best choice in hindsight. Waiting only counts while the gain at the load now is past the fit's minimum
     gain (within it, the model's error dominates; policy.PolicyState.forgone_s), and the refit must not lose over the
     record (a refit is K per batch at its best, so it loses nowhere but within ties and the K = 0 tax)."""
-    return gain >= 0 and gain_at_load >= settings.min_gain and forgone_s >= settings.restart_cost_s
+    return gain >= 0 and forgone_rate(gain_at_load, settings.min_gain) > 0 and forgone_s >= settings.restart_cost_s
+
+
+def forgone_rate(gain_at_load: float | None, min_gain: float) -> float:
+    """Seconds of serving a refit forgoes per second of waiting: its gain at the load now, or 0 within the fit's
+    minimum gain, where the model's error dominates. The one rule for both sides of rent or buy: what the account
+    accrues (policy._accrue_forgone, which also empties it at 0) and whether the account may buy now."""
+    if gain_at_load is None or gain_at_load < min_gain:
+        return 0.0
+    return gain_at_load
 
 
 def _load_batches(load: Mapping[int, float]) -> dict[int, float]:

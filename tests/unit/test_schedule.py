@@ -35,6 +35,7 @@ from specpilot.schedule import (
     fit_support,
     fit_threshold,
     forecast_load,
+    forgone_rate,
     gain_at_same_load,
     k0_step_ms,
     k_for_batch,
@@ -404,6 +405,18 @@ def test_gain_at_the_same_load_past_the_new_configs_capacity_is_its_speed_at_max
 )
 def test_rent_or_buy(gain: float, gain_at_load: float, forgone_s: float, repaid: bool) -> None:
     assert repaid_by_waiting(gain, gain_at_load, forgone_s, FitSettings()) is repaid
+
+
+@pytest.mark.parametrize(
+    ("gain_at_load", "rate"),
+    [(None, 0.0), (-0.2, 0.0), (0.0, 0.0), (0.029, 0.0), (0.03, 0.03), (1.18, 1.18)],
+)
+def test_waiting_forgoes_the_gain_at_the_load_now_past_the_models_error(
+    gain_at_load: float | None, rate: float
+) -> None:
+    """What the rent-or-buy account accrues per second, and whether it may buy: the same rule (min_gain 3%)."""
+    assert forgone_rate(gain_at_load, FitSettings().min_gain) == rate
+    assert repaid_by_waiting(0.0, gain_at_load or 0.0, 1e9, FitSettings()) is (rate > 0)
 
 
 def test_a_plan_the_record_does_not_repay_is_installed_once_waiting_has_cost_a_restart() -> None:
