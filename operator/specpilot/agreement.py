@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from datetime import timedelta
 
 from specpilot.schedule import k_for_batch
@@ -70,18 +71,28 @@ def boundary_close(a: int | None, b: int | None) -> bool:
     return abs(a - b) <= max(BOUNDARY_TOLERANCE_ABS, BOUNDARY_TOLERANCE_REL * max(a, b))
 
 
-def intents_agree(a: SpeculationIntent, b: SpeculationIntent) -> bool:
-    """The same decision: equal on/off and K, schedules with the same K sequence and close boundaries."""
+def same_shape(a: SpeculationIntent, b: SpeculationIntent) -> bool:
+    """Equal on/off and K, both with or both without a schedule, the same K per range in the same order, both with
+    or both without a threshold: two fits that can differ only in where their boundaries sit."""
     if a.enabled != b.enabled or a.num_speculative_tokens != b.num_speculative_tokens:
         return False
-    if not boundary_close(a.disable_above_batch_size, b.disable_above_batch_size):
+    if (a.disable_above_batch_size is None) != (b.disable_above_batch_size is None):
         return False
     if (a.batch_schedule is None) != (b.batch_schedule is None):
         return False
     if a.batch_schedule is None or b.batch_schedule is None:
         return True
-    if [k for _, _, k in a.batch_schedule] != [k for _, _, k in b.batch_schedule]:
+    return [k for _, _, k in a.batch_schedule] == [k for _, _, k in b.batch_schedule]
+
+
+def intents_agree(a: SpeculationIntent, b: SpeculationIntent) -> bool:
+    """The same decision: the same shape, and every boundary (and threshold) within the tolerance."""
+    if not same_shape(a, b):
         return False
+    if not boundary_close(a.disable_above_batch_size, b.disable_above_batch_size):
+        return False
+    if a.batch_schedule is None or b.batch_schedule is None:
+        return True
     return all(
         boundary_close(lo_a, lo_b) and boundary_close(hi_a, hi_b)
         for (lo_a, hi_a, _), (lo_b, hi_b, _) in zip(a.batch_schedule, b.batch_schedule, strict=True)
@@ -96,6 +107,31 @@ def keys_agree(anchor: str, key: str) -> bool:
     if first is None or second is None or first[0] != second[0]:
         return False
     return intents_agree(first[1], second[1])
+
+
+def anchor_intent(anchor: str, action: str) -> SpeculationIntent | None:
+    """The config a streak's first proposal `anchor` proposes, when that proposal is `action` (and not advisory)."""
+    split = _split(anchor)
+    return split[1] if split is not None and split[0] == action else None
+
+
+def agree_by_effect(anchor: str, key: str, gains_vs_anchor: Sequence[float], min_gain: float) -> bool:
+    """Boundaries past the tolerance, yet the same decision: the same action and shape, and the cost model cannot
+    tell the two apart: `gains_vs_anchor` (the proposal over the anchor where they differ most, at any batch size up
+    to maxNumSeqs: schedule.plan_threshold's `vsAnchor`) all within the fit's minimum gain, the model's error.
+
+    A boundary sits where two K tie, so it is the least determined number of a fit: as a ramp's measured acceptance
+    and load moved, diurnal-within-capacity's fit went [[1,7,4],[8,34,3],...] -> [[1,12,4],[13,38,3],...] over nine
+    minutes, past the tolerance, and the streak started over (refit at 3,660 s instead of about 3,120 s, seed 1),
+    while the two schedules differed by less than the model's error at every batch size. The comparison is against the
+    streak's first proposal, never the previous one, so a drift that adds up to a real difference still breaks it.
+    """
+    if not gains_vs_anchor:
+        return False
+    first, second = _split(anchor), _split(key)
+    if first is None or second is None or first[0] != second[0] or not same_shape(first[1], second[1]):
+        return False
+    return all(abs(g) < min_gain for g in gains_vs_anchor)
 
 
 def _k_by_batch(intent: SpeculationIntent, max_k: int, max_num_seqs: int) -> list[int]:

@@ -32,7 +32,15 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specpilot.agreement import further_shed, keys_agree, sheds, stabilization_for, stabilized
+from specpilot.agreement import (
+    agree_by_effect,
+    anchor_intent,
+    further_shed,
+    keys_agree,
+    sheds,
+    stabilization_for,
+    stabilized,
+)
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
@@ -1029,6 +1037,7 @@ def _plan(
         drafter_memory=drafter_memory(spec, m),
         forgone_s=state.forgone_s,
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
+        anchor=None if state.streak is None else anchor_intent(state.streak.key, Action.CHANGE_THRESHOLD.value),
     )
 
 
@@ -1401,6 +1410,13 @@ def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float
     return replace(state, forgone_s=state.forgone_s + rate * interval_s)
 
 
+def _gains_vs_anchor(proposal: Proposal) -> list[float]:
+    """The proposal's largest predicted difference from its streak's first proposal at any batch size where their K
+    differ (schedule.plan_threshold's `vsAnchor`); empty when not priced."""
+    versus = (proposal.evidence.get("threshold") or {}).get("vsAnchor") or {}
+    return [] if versus.get("atBatch") is None else [float(versus["largestGain"])]
+
+
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
     whole, intent = spec_fingerprints(spec)
     if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
@@ -1555,7 +1571,14 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         and shed
         and further_shed(state.streak.key, key, inputs.current, max_num_seqs)
     )
-    continues = agrees or sheds_further
+    # or the same shape with boundaries past the tolerance that the cost model cannot tell from the anchor's
+    same_by_effect = (
+        state.streak is not None
+        and not agrees
+        and not sheds_further
+        and agree_by_effect(state.streak.key, key, _gains_vs_anchor(proposal), inputs.fit.min_gain)
+    )
+    continues = agrees or sheds_further or same_by_effect
     restart_s = inputs.fit.restart_cost_s
     under_backlog = (
         restart_seconds_under_backlog(
@@ -1582,7 +1605,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     interval = timedelta(seconds=parse_duration(at.interval))
     if fresh_token:
         streak = Streak(key, proposal.action, needed, now - window)
-    elif state.streak is not None and agrees:
+    elif state.streak is not None and (agrees or same_by_effect):
         # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
         # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
         # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window. Found by
@@ -1606,6 +1629,11 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         "since": format_time(streak.since),
         "stabilization": at.stabilization,
     }
+    if same_by_effect:
+        evidence["agreement"]["byEffect"] = (
+            f"boundaries past the tolerance of the streak's first proposal, but within {inputs.fit.min_gain:.0%} of it "
+            "at every batch size (threshold.vsAnchor): the same decision"
+        )
     if shortened:
         evidence["agreement"]["stabilizationShortenedTo"] = format_duration(window.total_seconds())
         priced = (

@@ -765,6 +765,7 @@ def plan_threshold(
     drafter_memory: DrafterMemory | None = None,
     forgone_s: float = 0.0,
     forecast: Forecast | None = None,
+    anchor: SpeculationIntent | None = None,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
 
@@ -776,6 +777,8 @@ def plan_threshold(
     much as the restart (rent or buy, `repaid_by_waiting`).
     `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
     the running config would see while the rise goes on, it repays the restart within that projection.
+    `anchor`: the refit an agreement streak began with (agreement.agree_by_effect); the proposal is priced against it
+    too, over the same loads, so the streak can tell a boundary that moved from a decision that changed.
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
@@ -916,6 +919,9 @@ def plan_threshold(
                 else ""
             )
         )
+    if anchor is not None and anchor != proposed:
+        evidence["vsAnchor"] = _versus_anchor(anchor, max_num_seqs, max_k, k_new, gain_between=lambda b, k_a: (
+            predicted_gain(profile, model, {b: 1.0}, lambda _b: k_a, k_new, step_rate)))  # fmt: skip
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
@@ -934,6 +940,29 @@ def plan_threshold(
         )
     detail += ahead
     return ThresholdPlan(support, proposed if worth else None, gain, payback, worth, detail, evidence)
+
+
+def _versus_anchor(
+    anchor: SpeculationIntent,
+    max_num_seqs: int,
+    max_k: int,
+    k_new: Callable[[int], int],
+    gain_between: Callable[[int, int], float],
+) -> dict[str, Any]:
+    """The proposal against the refit its agreement streak began with, at every batch size where their K differ:
+    the largest predicted difference either way and where (agreement.agree_by_effect). Every batch size, not the
+    load record: a schedule outlives the load it was fitted at, so two fits are the same decision only if the model
+    cannot tell them apart at any batch the engine may run."""
+    worst, at_batch = 0.0, None
+    for b in range(1, max_num_seqs + 1):
+        k_anchor = k_for_batch(anchor, b, max_k)
+        if k_anchor == k_new(b):
+            continue
+        gain = gain_between(b, k_anchor)
+        if at_batch is None or abs(gain) > abs(worst):
+            worst, at_batch = gain, b
+    shown = schedule_text(anchor.batch_schedule) if anchor.batch_schedule else anchor.disable_above_batch_size
+    return {"anchor": shown, "largestGain": round(worst, 4), "atBatch": at_batch}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import pytest
 
 import tests.unit.test_policy as tp
 from specpilot.agreement import (
+    agree_by_effect,
+    anchor_intent,
     boundary_close,
     further_shed,
     intents_agree,
@@ -41,7 +43,7 @@ from specpilot.policy import (
     record_actuation,
 )
 from specpilot.promql import Signal
-from specpilot.schedule import FitSettings
+from specpilot.schedule import FitSettings, schedule_text
 from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
 from specpilot.vllm.intent import SpeculationIntent
 
@@ -491,6 +493,85 @@ def test_an_agreed_streak_follows_a_drifting_fit(
     assert after.streak.count == count_after
     newest_key = Proposal(Action.CHANGE_THRESHOLD, newest, "", {}).key()
     assert after.streak.key == (newest_key if anchor_after == "newest" else first)
+
+
+RANGES = SpeculationIntent(True, 4, None, ((1, 7, 4), (8, 34, 3), (35, 89, 2), (90, 256, 1)))
+MOVED = replace(RANGES, batch_schedule=((1, 12, 4), (13, 38, 3), (39, 95, 2), (96, 256, 1)))  # diurnal's drift
+
+
+@pytest.mark.parametrize(
+    ("anchor", "key", "gains", "agree"),
+    [
+        (RANGES, MOVED, [0.017], True),  # past the tolerance, within the model's 3% at every batch
+        (RANGES, MOVED, [-0.029], True),
+        (RANGES, MOVED, [0.031], False),  # the model tells them apart: another decision
+        (RANGES, MOVED, [-0.03], False),
+        (RANGES, MOVED, [], False),  # not priced (no fit this evaluation): only the tolerance counts
+        (RANGES, replace(MOVED, batch_schedule=((1, 12, 4), (13, 95, 2), (96, 256, 1))), [0.0], False),  # shape
+        (RANGES, replace(MOVED, num_speculative_tokens=5), [0.0], False),
+        (RANGES, replace(MOVED, disable_above_batch_size=200), [0.0], False),
+    ],
+)
+def test_fits_past_the_tolerance_agree_when_the_model_cannot_tell_them_apart(
+    anchor: SpeculationIntent, key: SpeculationIntent, gains: list[float], agree: bool
+) -> None:
+    first = Proposal(Action.CHANGE_THRESHOLD, anchor, "", {}).key()
+    newest = Proposal(Action.CHANGE_THRESHOLD, key, "", {}).key()
+    assert not keys_agree(first, newest), "past the boundary tolerance"
+    assert agree_by_effect(first, newest, gains, 0.03) is agree
+    assert not agree_by_effect(first, newest.replace("ChangeBatchThreshold", "DisableSpeculation", 1), gains, 0.03)
+    advisory = Proposal(Action.CHANGE_THRESHOLD, key, "", {}, advisory=True).key()
+    assert not agree_by_effect(first, advisory, gains, 0.03), "an advisory proposal never joins an acting streak"
+
+
+def test_a_streaks_anchor_is_read_back_only_for_its_own_action() -> None:
+    key = Proposal(Action.CHANGE_THRESHOLD, RANGES, "", {}).key()
+    assert anchor_intent(key, Action.CHANGE_THRESHOLD.value) == RANGES
+    assert anchor_intent(key, Action.DISABLE.value) is None
+    assert (
+        anchor_intent(Proposal(Action.CHANGE_THRESHOLD, RANGES, "", {}, advisory=True).key(), "ChangeBatchThreshold")
+        is None
+    )
+    assert anchor_intent("garbage", Action.CHANGE_THRESHOLD.value) is None
+
+
+@pytest.mark.parametrize(
+    ("case", "first_boundary_by", "all_boundaries_by", "count_after", "by_effect"),
+    [
+        # K = 3 -> 2 moved 74 -> 62 (past the 10% tolerance): K = 2 within 1.9% of K = 3 there, the same decision
+        ("flat crossover", -12, 0, 3, True),
+        # every boundary 10 lower: K = 1 from 161, where K = 2 is 6.8% faster until the CUDA-graph cliff at 171
+        ("cliff", 0, -10, 1, False),
+    ],
+)
+def test_a_boundary_that_moved_where_the_model_sees_a_tie_keeps_the_streak(
+    case: str, first_boundary_by: int, all_boundaries_by: int, count_after: int, by_effect: bool
+) -> None:
+    """Through the stored status, like the operator: the streak's first proposal is read back from its key, the
+    newest fit is priced against it at every batch size, and only a difference the model can see starts over."""
+    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
+    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
+    measurements = tp.tuned_observation(batch=180)
+    newest = evaluate_alone(tp.inputs(spec, measurements), state, T0).target
+    assert newest.batch_schedule == ((1, 74, 3), (75, 170, 2), (171, 256, 1))
+    (lo1, hi1, k1), (lo2, hi2, k2), last = newest.batch_schedule
+    anchor = shifted(replace(newest, batch_schedule=((lo1, hi1 + first_boundary_by, k1), (lo2 + first_boundary_by,
+                     hi2, k2), last)), all_boundaries_by)  # fmt: skip
+    first = Proposal(Action.CHANGE_THRESHOLD, anchor, "", {}).key()
+    streak = Streak(first, Action.CHANGE_THRESHOLD, 2, T0 - 2 * MINUTE)
+    stored, malformed = PolicyState.from_status(json.loads(json.dumps(replace(state, streak=streak).to_dict())))
+    assert malformed is None
+    decision, after = decide(tp.inputs(spec, measurements), stored, T0)
+    versus = decision.evidence["threshold"]["vsAnchor"]
+    assert versus["anchor"] == schedule_text(anchor.batch_schedule)
+    assert (abs(versus["largestGain"]) < 0.03) is by_effect
+    assert after.streak is not None
+    assert after.streak.count == count_after
+    assert ("byEffect" in decision.evidence["agreement"]) is by_effect
+    assert decision.actuate is by_effect, "3 of 3 over the 2m window: the agreed fit goes in"
+    if by_effect:
+        assert decision.target == newest, "the newest fit is the one installed"
 
 
 # ------------------------------------------------------------------------------------------------ priced agreement
