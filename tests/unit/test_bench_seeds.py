@@ -60,9 +60,9 @@ def test_the_command_line_rejects_a_bad_seed_without_a_traceback() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def _row(scenario: str, seed: int, policy: str, goodput: float, actuations: int = 0) -> dict[str, Any]:
+def _row(scenario: str, seed: int, policy: str, goodput: float, actuations: int = 0, failed: int = 0) -> dict[str, Any]:
     return {"scenario": scenario, "seed": seed, "policy": policy, "config": "K3", "goodput": goodput,
-            "actuations": actuations}  # fmt: skip
+            "actuations": actuations, "failed": failed}  # fmt: skip
 
 
 def _meta(scenario: str, seed: int, mine: Sequence[float | None], off: Sequence[float | None]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
         _row("spike", 1, "best-static-reachable", 75.0), _row("spike", 1, "specpilot", 60.0, 1),
         _row("spike", 1, "specpilot-lenient", 60.0, 1),
         _row("spike", 2, "oracle", 200.0), _row("spike", 2, "best-static", 100.0),
-        _row("spike", 2, "specpilot", 80.0, 2), _row("spike", 2, "specpilot-lenient", 90.0, 2),
+        _row("spike", 2, "specpilot", 80.0, 2, failed=7), _row("spike", 2, "specpilot-lenient", 90.0, 2),
         # seed 3 has no oracle row (a run cut short): it is left out, not counted as 0
         _row("spike", 3, "specpilot", 10.0),
     ]  # fmt: skip
@@ -95,11 +95,13 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     assert math.isnan(mine["vs_reachable"][1])  # seed 2 has no reachable row
     assert mine["p99_windows_worse"] == [[0, 1], [1, 1]]  # 30 min in at 5-min windows: only the 7th counts
     assert mine["actuations"] == [1, 2]
+    assert mine["failed"] == [0, 7], "the requests its restarts aborted or lost, per seed"
+    assert mine["oracle_failed"] == [0, 0]
     assert summary[1]["vs_oracle"] == pytest.approx([0.6, 0.45])
     table = report.seeds_table(summary).splitlines()
     assert table[1].split() == ["spike", "specpilot", "1,2", "40.0%", "/", "50.0%", "/", "60.0%", "0/2", "-25.0%",
                                 "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%", "0/1,",
-                                "1/1", "1,", "2"]  # fmt: skip
+                                "1/1", "1,", "2", "0", "(0),", "7", "(0)"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,9 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
     Every policy of a seed replays the same arrivals and acceptance draws, so the ratio specpilot / oracle of one seed
     is a paired comparison; the spread of those ratios over seeds (performance.md §8: >= 5 seeds, paired) says how
     much of a figure is the draw. One entry per (scenario, closed-loop policy), its per-seed lists in seed order.
+    `failed` (and `oracle_failed`) counts the requests a restart aborted or lost: goodput counts a request past its
+    SLO as nothing either way, so a restart into a queue that would miss its deadlines anyway costs no goodput, and
+    a reader should see how many requests a figure dropped.
     """
     by_seed = {(r["scenario"], r["seed"], r["policy"]): r for r in rows}
     out: list[dict[str, Any]] = []
@@ -91,7 +94,8 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
         for policy in ("specpilot", "specpilot-lenient"):
             entry: dict[str, Any] = {"scenario": scenario, "policy": policy, "dynamic": bool(runs[0].get("dynamic")),
                                      "seeds": [], "vs_oracle": [], "vs_best_static": [], "vs_reachable": [],
-                                     "p99_windows_worse": [], "actuations": []}  # fmt: skip
+                                     "p99_windows_worse": [], "actuations": [], "failed": [],
+                                     "oracle_failed": []}  # fmt: skip
             for meta in runs:
                 seed = meta["seed"]
                 mine = by_seed.get((scenario, seed, policy))
@@ -107,6 +111,8 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                 counted = p99_windows_worse(meta, policy)
                 entry["p99_windows_worse"].append(list(counted) if counted else None)
                 entry["actuations"].append(mine["actuations"])
+                entry["failed"].append(mine.get("failed", 0))
+                entry["oracle_failed"].append(oracle.get("failed", 0))
             if entry["seeds"]:
                 out.append(entry)
     return out
@@ -119,9 +125,11 @@ def _ratio(mine: dict[str, Any], reference: dict[str, Any]) -> float:
 def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
     """One line per (scenario, policy): min / mean / max of each paired ratio and on how many seeds a target is met."""
     header = ("scenario", "policy", "seeds", "vs oracle min/mean/max", ">=95%", "vs best static min/mean/max",
-              ">=+10%", "vs earliest refit min/mean/max", "P99 windows > 1.05x off", "actuations")  # fmt: skip
+              ">=+10%", "vs earliest refit min/mean/max", "P99 windows > 1.05x off", "actuations",
+              "aborted or lost (oracle)")  # fmt: skip
     lines: list[tuple[str, ...]] = [header]
     for e in summary:
+        dropped = ", ".join(f"{f} ({o})" for f, o in zip(e["failed"], e["oracle_failed"], strict=True))
         n = len(e["seeds"])
         met_oracle = sum(1 for r in e["vs_oracle"] if r >= 0.95)
         met_static = f"{sum(1 for g in e['vs_best_static'] if g >= 0.10)}/{n}" if e["dynamic"] else "no target"
@@ -129,7 +137,8 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
         lines.append((e["scenario"], e["policy"], _seed_list(e["seeds"]), _spread(e["vs_oracle"], "{:.1%}"),
                       f"{met_oracle}/{n}", _spread(e["vs_best_static"], "{:+.1%}"), met_static,
                       _spread(e["vs_reachable"], "{:.1%}"), windows,
-                      ", ".join(str(a) for a in e["actuations"])))  # fmt: skip
+                      ", ".join(str(a) for a in e["actuations"]),
+                      dropped))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
 
