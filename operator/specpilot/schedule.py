@@ -778,7 +778,8 @@ def plan_threshold(
     `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
     the running config would see while the rise goes on, it repays the restart within that projection.
     `anchor`: the refit an agreement streak began with (agreement.agree_by_effect); the proposal is priced against it
-    too, over the same loads, so the streak can tell a boundary that moved from a decision that changed.
+    at every batch size where their K differ (`vsAnchor`), so the streak can tell a boundary that moved where two K
+    tie from a decision that changed.
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
@@ -920,8 +921,11 @@ def plan_threshold(
             )
         )
     if anchor is not None and anchor != proposed:
-        evidence["vsAnchor"] = _versus_anchor(anchor, max_num_seqs, max_k, k_new, gain_between=lambda b, k_a: (
-            predicted_gain(profile, model, {b: 1.0}, lambda _b: k_a, k_new, step_rate)))  # fmt: skip
+
+        def over_anchor(b: int, k_anchor: int) -> float:
+            return predicted_gain(profile, model, {b: 1.0}, lambda _: k_anchor, k_new, step_rate)
+
+        evidence["vsAnchor"] = _versus_anchor(anchor, max_num_seqs, max_k, k_new, over_anchor)
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
