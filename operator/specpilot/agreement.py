@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from datetime import timedelta
 
 from specpilot.schedule import k_for_batch
@@ -115,10 +114,11 @@ def anchor_intent(anchor: str, action: str) -> SpeculationIntent | None:
     return split[1] if split is not None and split[0] == action else None
 
 
-def agree_by_effect(anchor: str, key: str, gains_vs_anchor: Sequence[float], min_gain: float) -> bool:
+def agree_by_effect(anchor: str, key: str, largest_gain: float | None, min_gain: float) -> bool:
     """Boundaries past the tolerance, yet the same decision: the same action and shape, and the cost model cannot
-    tell the two apart: `gains_vs_anchor` (the proposal over the anchor where they differ most, at any batch size up
-    to maxNumSeqs: schedule.plan_threshold's `vsAnchor`) all within the fit's minimum gain, the model's error.
+    tell the two apart: `largest_gain` (the proposal over the anchor where they differ most, at any batch size up to
+    maxNumSeqs: schedule.plan_threshold's `vsAnchor`; None when not priced) within the fit's minimum gain, the
+    model's error.
 
     A boundary sits where two K tie, so it is the least determined number of a fit: as a ramp's measured acceptance
     and load moved, diurnal-within-capacity's fit went [[1,7,4],[8,34,3],...] -> [[1,12,4],[13,38,3],...] over nine
@@ -126,12 +126,12 @@ def agree_by_effect(anchor: str, key: str, gains_vs_anchor: Sequence[float], min
     while the two schedules differed by less than the model's error at every batch size. The comparison is against the
     streak's first proposal, never the previous one, so a drift that adds up to a real difference still breaks it.
     """
-    if not gains_vs_anchor:
+    if largest_gain is None:
         return False
     first, second = _split(anchor), _split(key)
     if first is None or second is None or first[0] != second[0] or not same_shape(first[1], second[1]):
         return False
-    return all(abs(g) < min_gain for g in gains_vs_anchor)
+    return abs(largest_gain) < min_gain
 
 
 def _k_by_batch(intent: SpeculationIntent, max_k: int, max_num_seqs: int) -> list[int]:

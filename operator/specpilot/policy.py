@@ -1410,11 +1410,11 @@ def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float
     return replace(state, forgone_s=state.forgone_s + rate * interval_s)
 
 
-def _gains_vs_anchor(proposal: Proposal) -> list[float]:
+def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:
     """The proposal's largest predicted difference from its streak's first proposal at any batch size where their K
-    differ (schedule.plan_threshold's `vsAnchor`); empty when not priced."""
+    differ (schedule.plan_threshold's `vsAnchor`); None when not priced."""
     versus = (proposal.evidence.get("threshold") or {}).get("vsAnchor") or {}
-    return [] if versus.get("atBatch") is None else [float(versus["largestGain"])]
+    return None if versus.get("atBatch") is None else float(versus["largestGain"])
 
 
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
@@ -1576,7 +1576,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         state.streak is not None
         and not agrees
         and not sheds_further
-        and agree_by_effect(state.streak.key, key, _gains_vs_anchor(proposal), inputs.fit.min_gain)
+        and agree_by_effect(state.streak.key, key, _largest_gain_vs_anchor(proposal), inputs.fit.min_gain)
     )
     continues = agrees or sheds_further or same_by_effect
     restart_s = inputs.fit.restart_cost_s

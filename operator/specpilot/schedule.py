@@ -922,10 +922,10 @@ def plan_threshold(
         )
     if anchor is not None and anchor != proposed:
 
-        def over_anchor(b: int, k_anchor: int) -> float:
-            return predicted_gain(profile, model, {b: 1.0}, lambda _: k_anchor, k_new, step_rate)
+        def rate_at(b: int, k: int) -> float:
+            return step_rate(profile, model, b, k)
 
-        evidence["vsAnchor"] = _versus_anchor(anchor, max_num_seqs, max_k, k_new, over_anchor)
+        evidence["vsAnchor"] = _versus_anchor(anchor, max_num_seqs, max_k, k_new, rate_at)
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
@@ -951,7 +951,7 @@ def _versus_anchor(
     max_num_seqs: int,
     max_k: int,
     k_new: Callable[[int], int],
-    gain_between: Callable[[int, int], float],
+    rate_at: Callable[[int, int], float],
 ) -> dict[str, Any]:
     """The proposal against the refit its agreement streak began with, at every batch size where their K differ:
     the largest predicted difference either way and where (agreement.agree_by_effect). Every batch size, not the
@@ -962,7 +962,7 @@ def _versus_anchor(
         k_anchor = k_for_batch(anchor, b, max_k)
         if k_anchor == k_new(b):
             continue
-        gain = gain_between(b, k_anchor)
+        gain = rate_at(b, k_new(b)) / rate_at(b, k_anchor) - 1
         if at_batch is None or abs(gain) > abs(worst):
             worst, at_batch = gain, b
     shown = schedule_text(anchor.batch_schedule) if anchor.batch_schedule else anchor.disable_above_batch_size
