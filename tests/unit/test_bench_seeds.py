@@ -16,7 +16,7 @@ import pytest
 from specpilot.bench import report
 from specpilot.bench.main import seed_list
 from specpilot.bench.runner import rows_of, run_scenario
-from specpilot.bench.scenarios import Scenario, scenario_named
+from tests.unit.test_bench import tiny_scenario
 
 
 @pytest.mark.parametrize(
@@ -124,9 +124,7 @@ def test_p99_windows_worse_than_off_after_stabilization(
 def test_the_seed_summary_reads_back_from_bench_json_as_each_seed_printed_it(tmp_path: Path) -> None:
     """Two real tiny runs, stored as `specpilot bench` stores them: strict JSON, and the summary's ratio per seed is
     the one that seed's verdict printed."""
-    base = scenario_named("drafter-degraded")
-    tiny = Scenario(**{**base.__dict__, "name": "tiny", "duration_s": 480.0, "qps": ((0.0, 1.0),),
-                       "alpha_multiplier": ((0.0, 1.0), (239.0, 1.0), (240.0, 0.45)), "window_s": 240.0})  # fmt: skip
+    tiny = tiny_scenario()
     rows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     for seed in (1, 2):
