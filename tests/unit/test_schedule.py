@@ -36,6 +36,7 @@ from specpilot.schedule import (
     fit_threshold,
     forecast_load,
     forgone_rate,
+    gain_ahead_in_serving_now,
     gain_at_same_load,
     k0_step_ms,
     k_for_batch,
@@ -398,7 +399,10 @@ def test_gain_at_the_same_load_past_the_new_configs_capacity_is_its_speed_at_max
         (0.026, 1.18, 89.9, False),  # not yet
         (0.026, 1.18, 90.0, True),  # exactly the restart: buy (ski rental)
         (0.0, 0.5, 200.0, True),  # neutral over the record
-        (-0.001, 0.5, 200.0, False),  # a refit that loses over the record is never bought by waiting
+        # the fit's own tie preference (the smallest K within prefer_within, 1%) is not a loss (loses_only_ties)
+        (-0.001, 0.5, 200.0, True),
+        (-0.01, 0.5, 200.0, True),
+        (-0.0101, 0.5, 200.0, False),  # a refit that loses over the record is never bought by waiting
         (0.026, 0.029, 500.0, False),  # the gain at the load now within the model's error (min_gain 3%)
         (0.026, 0.03, 500.0, True),
     ],
@@ -733,10 +737,13 @@ def test_a_refit_the_record_does_not_price_is_installed_ahead_of_a_sustained_ris
     assert ahead["aheadSeconds"] == 1800
     if installs:
         assert ahead["predictedGain"] == pytest.approx(0.0998, abs=1e-4)
-        assert ahead["paybackSeconds"] == 902
+        # the restart is priced at the serving now (batch 24); the gain at the load ahead, up to 3.9x it
+        assert ahead["gainInServingNow"] == pytest.approx(0.2348, abs=1e-4)
+        assert ahead["paybackSeconds"] == 383
         assert result.reason.endswith(
             "the request rate rose +100% over 30m (t = 40.0): over the next 30m, at the batches it leads to (29-256), "
-            "it is +10.0% and repays the restart in 15m: installing ahead of the load"
+            "it is +10.0% (+23.5% of the serving now, which the restart drops) and repays the restart in 6m: "
+            "installing ahead of the load"
         ), result.reason
     else:
         assert "installing ahead of the load" not in result.reason
@@ -754,6 +761,42 @@ def test_a_config_settles_where_its_throughput_meets_the_load(ratio: float, sett
     assert forecast_load(profile, LLAMA8B_H100, 24, 256, [ratio, ratio], lambda b: 3, schedule_tokens_per_ms) == {
         settles_at: 2.0
     }
+
+
+@pytest.mark.parametrize(
+    ("case", "ratios", "settles_at", "throughput_share"),
+    [
+        ("no projection", [], None, 0.0),
+        ("a flat load", [1.0, 1.0], 24, 1.0),
+        # below capacity the engine serves the arrivals: twice the rate is twice the serving a second of gain is worth
+        ("twice the load", [2.0], 78, 2.0),
+        # past capacity it serves what batch 256 serves at K = 3, not the arrivals
+        ("past capacity", [10.0], 256, None),
+    ],
+)  # fmt: skip
+def test_a_projected_gain_is_priced_in_the_serving_now(
+    case: str, ratios: list[float], settles_at: int | None, throughput_share: float | None
+) -> None:
+    """A restart drops the serving now; a forecast's gain comes at the load ahead, where a second serves more.
+    K = 3 running, K = 2 proposed (schedule.gain_ahead_in_serving_now)."""
+    profile = geometric(0.6, 3)
+
+    def rate(b: int, k: int) -> float:
+        return schedule_tokens_per_ms(profile, LLAMA8B_H100, b, k)
+
+    served = 24 * rate(24, 3)
+    got = gain_ahead_in_serving_now(
+        profile, LLAMA8B_H100, 24, 256, ratios, lambda b: 3, lambda b: 2, schedule_tokens_per_ms
+    )
+    if settles_at is None:
+        assert got == 0.0
+        return
+    share = throughput_share if throughput_share is not None else settles_at * rate(settles_at, 3) / served
+    assert share < 10.0  # past capacity the share is the capacity's, not the arrivals'
+    assert got == pytest.approx(share * (rate(settles_at, 2) / rate(settles_at, 3) - 1))
+    # the same projection's time-weighted gain (a share of the serving then) is the one divided by nothing
+    assert predicted_gain(profile, LLAMA8B_H100, {settles_at: 1.0}, lambda b: 3, lambda b: 2,
+                          schedule_tokens_per_ms) == pytest.approx(got / share)  # fmt: skip
 
 
 def test_the_model_in_the_evidence_names_every_parameter_of_the_step_time() -> None:
