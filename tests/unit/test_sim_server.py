@@ -13,8 +13,40 @@ import yaml
 from e2e.vllm.simulated import SimulatedVllmServer, SimulatorOptions, served_name, simulator_argv
 from e2e.waiting import free_port
 from specpilot.api import v1alpha1
-from specpilot.sim.args import parse_serve_args
+from specpilot.sim.args import SimArgsError, parse_serve_args
+from specpilot.sim.main import imitated_version
 from specpilot.vllm.dialects import render_command
+
+
+@pytest.mark.parametrize(
+    ("raw", "version", "note"),
+    [
+        ("0.32.0", "0.32.0", None),
+        ("v0.8.5.post1", "0.8.5.post1", None),
+        ("0.6.0", "0.6.0", None),
+        ("9.9.9", "9.9.9", "vLLM 9.9.9 is newer than the newest version specpilot knows; its /metrics are imitated as "
+                           "0.33.0's"),
+    ],
+)  # fmt: skip
+def test_the_imitated_version_says_when_it_is_a_guess(raw: str, version: str, note: str | None) -> None:
+    parsed, said = imitated_version(raw)
+    assert str(parsed) == version
+    assert said == note
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("0.5.4",
+         "--vllm-version 0.5.4: older than 0.6.0, the oldest version specpilot knows (known: 0.6.0 to 0.33.0)"),
+        ("latest", "--vllm-version: 'latest' is not a vLLM version; expected MAJOR.MINOR.PATCH such as 0.33.0"),
+    ],
+)  # fmt: skip
+def test_a_version_without_known_series_is_refused_by_name(raw: str, message: str) -> None:
+    with pytest.raises(SimArgsError) as err:
+        imitated_version(raw)
+    assert str(err.value) == message
+
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 

@@ -7,7 +7,7 @@ import sys
 
 from specpilot.sim.args import SimArgsError, parse_serve_args
 from specpilot.sim.presets import PRESETS, preset_named
-from specpilot.vllm.versions import VllmVersion
+from specpilot.vllm.versions import CURRENT, OLDEST_SUPPORTED, VllmVersion
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,9 +19,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("vllm_argv", nargs=argparse.REMAINDER, metavar="serve MODEL [vLLM flags]")
 
 
+def imitated_version(raw: str) -> tuple[VllmVersion, str | None]:
+    """The version whose /metrics the simulator imitates, and a note when it is not one specpilot knows exactly.
+
+    The operator renders a version newer than the newest it knows as that one, with a note (dialects._notes); the
+    simulator does the same rather than claim the series of a release nobody has checked. A version older than the
+    oldest whose flags are documented (reference/vllm.md) has no known series at all: refused, with the range."""
+    try:
+        version = VllmVersion.parse(raw)
+    except ValueError as err:
+        raise SimArgsError(f"--vllm-version: {err}") from None
+    if version < OLDEST_SUPPORTED:
+        raise SimArgsError(
+            f"--vllm-version {version}: older than {OLDEST_SUPPORTED}, the oldest version specpilot knows "
+            f"(known: {OLDEST_SUPPORTED} to {CURRENT})"
+        )
+    if version > CURRENT:
+        return version, (
+            f"vLLM {version} is newer than the newest version specpilot knows; its /metrics are imitated as {CURRENT}'s"
+        )
+    return version, None
+
+
 def main(args: argparse.Namespace) -> int:
     try:
-        version = VllmVersion.parse(args.vllm_version)
+        version, note = imitated_version(args.vllm_version)
         preset = preset_named(args.preset)
         serve = parse_serve_args(list(args.vllm_argv))
         if serve.speculation is not None:
@@ -31,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if note is not None:
+        print(f"specpilot simulator: {note}", file=sys.stderr)
     from specpilot.sim.server import run
 
     run(
