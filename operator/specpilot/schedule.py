@@ -811,7 +811,8 @@ def plan_threshold(
     a restart when its gain over the load record repays it within the horizon, or once waiting has already cost as
     much as the restart (rent or buy, `repaid_by_waiting`).
     `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
-    the running config would see while the rise goes on, it repays the restart within that projection.
+    the running config would see while the rise goes on, it repays the restart within that projection, the restart
+    priced at the serving now (gain_ahead_in_serving_now).
     `anchor`: the refit an agreement streak began with (agreement.agree_by_effect); the proposal is priced against it
     at every batch size where their K differ (`vsAnchor`), so the streak can tell a boundary that moved where two K
     tie from a decision that changed.
