@@ -25,7 +25,7 @@ observed load repays the restart (every change restarts vLLM, performance.md §0
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -654,7 +654,32 @@ def settled_batch(
     return 1
 
 
-def forecast_load(
+@dataclass(frozen=True)
+class Projection:
+    """Where the running config would run while the offered load moves by a forecast's ratios, per equal slice of
+    time: the batch it settles at and what it serves there relative to now (the arrivals below capacity, the
+    capacity past it)."""
+
+    batches: tuple[int, ...]
+    serving: tuple[float, ...]  # tokens/s of each slice over tokens/s now
+
+    def load(self) -> dict[int, float]:
+        """As a load record: slices of time per batch."""
+        return _summed((b, 1.0) for b in self.batches)
+
+    def serving_load(self) -> dict[int, float]:
+        """Per batch, the serving of its slices relative to now."""
+        return _summed(zip(self.batches, self.serving, strict=True))
+
+
+def _summed(pairs: Iterable[tuple[int, float]]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for batch, weight in pairs:
+        out[batch] = out.get(batch, 0.0) + weight
+    return out
+
+
+def project_load(
     profile: AcceptanceProfile,
     model: StepCostModel,
     batch_now: int,
@@ -662,24 +687,24 @@ def forecast_load(
     ratios: Sequence[float],
     k_at: Callable[[int], int],
     rate: Rate = tokens_per_ms,
-) -> dict[int, float]:
+) -> Projection:
     """The batches the running config would run at while the offered load moves by `ratios` (projected request rate
-    over the rate now, equal slices of time; forecast.py), as a load record: throughput scales with the arrivals
-    below capacity (Little's law again), and past it the batch is max_num_seqs."""
+    over the rate now, equal slices of time; forecast.py): throughput scales with the arrivals below capacity
+    (Little's law again), and past it the batch is max_num_seqs, serving what max_num_seqs serves."""
     served = batch_now * rate(profile, model, batch_now, k_at(batch_now))
-    batches: dict[int, float] = {}
+    batches: list[int] = []
+    serving: list[float] = []
     for ratio in ratios:
         b = settled_batch(profile, model, served * ratio, max_num_seqs, k_at, rate)
-        batches[b] = batches.get(b, 0.0) + 1.0
-    return batches
+        batches.append(b)
+        serving.append(min(served * ratio, b * rate(profile, model, b, k_at(b))) / served if served > 0 else 0.0)
+    return Projection(tuple(batches), tuple(serving))
 
 
 def gain_ahead_in_serving_now(
     profile: AcceptanceProfile,
     model: StepCostModel,
-    batch_now: int,
-    max_num_seqs: int,
-    ratios: Sequence[float],
+    projection: Projection,
     k_now: Callable[[int], int],
     k_new: Callable[[int], int],
     rate: Rate = tokens_per_ms,
@@ -693,20 +718,17 @@ def gain_ahead_in_serving_now(
     restart's price with it, had grown. Found by the benchmark (diurnal, 70B K = 4, 10% -> 133% of capacity): from
     1,440 s the projection was worth +12% at batches 32-159 against a restart at batch 30, and it went in at
     2,460 s, at batch 70, with a 300 s restart costing 1.27M tokens of goodput. Each slice here counts its gain
-    times its throughput relative to now (the arrivals below capacity, the capacity past it), over the slices:
+    times its serving relative to now, over the slices:
 
         serving gain = (1/n) Σ_i thr_i / thr_now x (rate_new(B_i) / rate_now(B_i) - 1)
+
+    which is `predicted_gain` weighted by serving, times the mean serving.
     """
-    served = batch_now * rate(profile, model, batch_now, k_now(batch_now))
-    if served <= 0 or not ratios:
+    weights = projection.serving_load()
+    total = sum(weights.values())
+    if total <= 0:
         return 0.0
-    total = 0.0
-    for ratio in ratios:
-        b = settled_batch(profile, model, served * ratio, max_num_seqs, k_now, rate)
-        now = rate(profile, model, b, k_now(b))
-        throughput = min(served * ratio, b * now)  # past capacity the engine serves b x rate, not the arrivals
-        total += throughput / served * (rate(profile, model, b, k_new(b)) / now - 1)
-    return total / len(ratios)
+    return predicted_gain(profile, model, weights, k_now, k_new, rate) * total / len(projection.batches)
 
 
 def payback_seconds(gain: float, restart_cost_s: float) -> float:
@@ -932,14 +954,13 @@ def plan_threshold(
     by_forecast = False
     ahead = ""
     if forecast is not None and not (by_record or by_waiting):
-        projected = forecast_load(
+        projection = project_load(
             profile, model, min(batch, max_num_seqs), max_num_seqs, forecast.ratios, k_now, step_rate
         )
+        projected = projection.load()
         gain_ahead = gain_over(projected)
         # the restart drops the serving now; the gain comes at the load ahead (gain_ahead_in_serving_now)
-        serving_gain = gain_ahead_in_serving_now(
-            profile, model, min(batch, max_num_seqs), max_num_seqs, forecast.ratios, k_now, k_new, step_rate
-        )
+        serving_gain = gain_ahead_in_serving_now(profile, model, projection, k_now, k_new, step_rate)
         payback_ahead = payback_seconds(serving_gain, settings.restart_cost_s)
         # the refit must not lose over the record either: a wrong forecast then costs one restart and nothing after
         by_forecast = (

@@ -34,7 +34,6 @@ from specpilot.schedule import (
     fit_schedule,
     fit_support,
     fit_threshold,
-    forecast_load,
     forgone_rate,
     gain_ahead_in_serving_now,
     gain_at_same_load,
@@ -45,6 +44,7 @@ from specpilot.schedule import (
     predicted_gain,
     profile_from_positions,
     profile_geometric,
+    project_load,
     repaid_by_waiting,
     representative_batch,
     schedule_tokens_per_ms,
@@ -758,7 +758,7 @@ def test_a_config_settles_where_its_throughput_meets_the_load(ratio: float, sett
     served = 24 * schedule_tokens_per_ms(profile, LLAMA8B_H100, 24, 3)
     batch = settled_batch(profile, LLAMA8B_H100, served * ratio, 256, lambda b: 3, schedule_tokens_per_ms)
     assert batch == settles_at
-    assert forecast_load(profile, LLAMA8B_H100, 24, 256, [ratio, ratio], lambda b: 3, schedule_tokens_per_ms) == {
+    assert project_load(profile, LLAMA8B_H100, 24, 256, [ratio, ratio], lambda b: 3, schedule_tokens_per_ms).load() == {
         settles_at: 2.0
     }
 
@@ -785,9 +785,8 @@ def test_a_projected_gain_is_priced_in_the_serving_now(
         return schedule_tokens_per_ms(profile, LLAMA8B_H100, b, k)
 
     served = 24 * rate(24, 3)
-    got = gain_ahead_in_serving_now(
-        profile, LLAMA8B_H100, 24, 256, ratios, lambda b: 3, lambda b: 2, schedule_tokens_per_ms
-    )
+    projection = project_load(profile, LLAMA8B_H100, 24, 256, ratios, lambda b: 3, schedule_tokens_per_ms)
+    got = gain_ahead_in_serving_now(profile, LLAMA8B_H100, projection, lambda b: 3, lambda b: 2, schedule_tokens_per_ms)
     if settles_at is None:
         assert got == 0.0
         return
