@@ -221,3 +221,58 @@ def test_speculation_spellings(argv: list[str], speculation: SpecConfig | None) 
 def test_bad_command_lines_name_the_flag(argv: list[str], message: str) -> None:
     with pytest.raises(SimArgsError, match=message):
         parse_serve_args(argv)
+
+
+def _queue_past_capacity() -> Engine:
+    """Two batch slots, eight requests a second apart: after one step two run (with their first token), six wait."""
+    engine = Engine(EngineConfig(LLAMA8B_H100, V32, "m", 2))
+    for i in range(8):
+        engine.submit(SimRequest(f"r{i}", float(i), 200, 500))
+    engine.now = 8.0
+    engine.step()
+    return engine
+
+
+@pytest.mark.parametrize(
+    ("arrived_before", "abandoned"),
+    [
+        (0.0, []),  # nobody waited that long
+        (2.5, ["r2"]),  # r0 and r1 run: only the queue is abandoned
+        (5.0, ["r2", "r3", "r4"]),
+        (100.0, ["r2", "r3", "r4", "r5", "r6", "r7"]),
+    ],
+)
+def test_clients_that_gave_up_leave_the_queue(arrived_before: float, abandoned: list[str]) -> None:
+    engine = _queue_past_capacity()
+    assert [r.rid for r in engine.running] == ["r0", "r1"]
+    gone = engine.abandon_waiting(arrived_before)
+    assert [r.rid for r in gone] == abandoned
+    assert all(r.finish_reason == "abort" for r in gone)
+    assert [r.rid for r in engine.waiting] == [f"r{i}" for i in range(2, 8) if f"r{i}" not in abandoned]
+    assert engine.metrics.gauges[engine.names.waiting_requests][()] == len(engine.waiting)
+
+
+def test_a_preempted_request_whose_client_has_tokens_stays_queued() -> None:
+    engine = _queue_past_capacity()
+    first = engine.running[0]
+    assert first.first_token_at is not None
+    engine._preempt(first)  # KV ran out: back to the front of the queue, to be recomputed
+    gone = engine.abandon_waiting(100.0)
+    assert [r.rid for r in engine.waiting] == ["r0"]
+    assert [r.rid for r in gone] == ["r2", "r3", "r4", "r5", "r6", "r7"]
+
+
+def test_an_abort_frees_the_slot_and_the_kv_without_finished_request_statistics() -> None:
+    engine = _queue_past_capacity()
+    held = engine.used_blocks
+    aborted = engine.abort("r0")
+    assert aborted is not None
+    assert aborted.finish_reason == "abort"
+    assert [r.rid for r in engine.running] == ["r1"]
+    assert 0 < engine.used_blocks < held
+    assert engine.abort("r0") is None  # already gone
+    assert engine.abort("r5") is not None  # a waiting one
+    success = engine.metrics.counters[engine.names.request_success.removesuffix("_total")]
+    assert sum(success.values()) == 0
+    engine.step()  # the freed slot admits the next in line
+    assert [r.rid for r in engine.running] == ["r1", "r2"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -105,3 +108,55 @@ def test_pod_command_runs_as_a_simulated_server(tmp_path: Path) -> None:
     assert 'vllm:generation_tokens_total{engine="0",model_name="llama"} 70.0' in metrics
     assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="llama"} 2.0' in metrics
     assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" in metrics
+
+
+def _gauge(metrics: str, name: str) -> float:
+    """One engine-0 sample of a gauge or counter from /metrics text."""
+    for line in metrics.splitlines():
+        if line.startswith(f"{name}{{") and 'engine="0"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def _wait_for(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "full"])
+def test_a_client_that_hangs_up_has_its_request_aborted(tmp_path: Path, stream: bool) -> None:
+    """vLLM aborts a request whose connection closed (with_cancellation); the simulator must too, or a queue past
+    capacity would keep serving clients that left. 4,000 tokens at time scale 1 take ~30 s to generate: the request
+    is seen running and generating, the client hangs up, and the batch empties within seconds while the token
+    counter stops."""
+    pod_command = ["vllm", "serve", "m", "--max-model-len", "8192", "--max-num-seqs", "8"]
+    port = free_port()
+    argv = simulator_argv(pod_command, port=port, options=SimulatorOptions(time_scale=1.0, startup_seconds=0.0))
+    body = {"model": "m", "prompt": "x" * 40, "max_tokens": 4000, "stream": stream}
+    with SimulatedVllmServer(argv, port=port, served_model_name="m", log_path=tmp_path / "l") as srv:
+        srv.wait_ready(timeout=60)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        if stream:
+            response = connection.getresponse()
+            assert response.status == 200
+            assert response.read(6) == b"data: "  # the first chunk came
+        assert _wait_for(lambda: _gauge(srv.metrics(), "vllm:num_requests_running") == 1, 10)
+        assert _wait_for(lambda: _gauge(srv.metrics(), "vllm:generation_tokens_total") > 0, 10)
+        if connection.sock is not None:
+            connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.close()
+        assert _wait_for(lambda: _gauge(srv.metrics(), "vllm:num_requests_running") == 0, 5)
+        generated = _gauge(srv.metrics(), "vllm:generation_tokens_total")
+        time.sleep(0.5)
+        metrics = srv.metrics()
+    assert 0 < generated < 4000
+    assert _gauge(metrics, "vllm:generation_tokens_total") == generated  # nothing runs for the client that left
+    assert _gauge(metrics, "vllm:num_requests_waiting") == 0
+    assert _gauge(metrics, "vllm:kv_cache_usage_perc") == 0  # its KV blocks are free again
+    # vLLM 0.32 records no finished-request statistics for a client abort
+    assert 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 0.0' in metrics

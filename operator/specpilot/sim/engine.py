@@ -272,6 +272,51 @@ class Engine:
         self._gauges()
         return aborted
 
+    def abort(self, rid: str) -> SimRequest | None:
+        """The client of `rid` went away: vLLM's API server aborts a request whose connection closed.
+
+        The request leaves the queue or the batch and frees its KV blocks at once. vLLM (0.32's output processor and
+        scheduler.finish_requests) records no finished-request statistics for it: no request_success, no latency
+        histogram. None when the request is unknown or already finished.
+        """
+        found = next((r for r in self.running if r.rid == rid), None)
+        if found is not None:
+            self.running.remove(found)
+            self._free(found)
+        else:
+            found = next((r for r in self.waiting if r.rid == rid), None)
+            if found is None:
+                return None
+            self.waiting.remove(found)
+            self._free(found)
+        found.finished_at = self.now
+        found.finish_reason = "abort"
+        self._gauges()
+        return found
+
+    def abandon_waiting(self, arrived_before: float) -> list[SimRequest]:
+        """Requests still queued without a first token whose clients gave up (they arrived before `arrived_before`).
+
+        A client or gateway that times out closes the connection and vLLM aborts the request (`abort`), so a queue
+        past capacity holds at most one timeout of arrivals instead of growing without bound.
+        """
+        gone: list[SimRequest] = []
+        kept: list[SimRequest] = []
+        while self.waiting:  # preempted requests (first token sent) sit in front, then arrivals in order
+            r = self.waiting[0]
+            if r.first_token_at is None and r.arrival >= arrived_before:
+                break
+            self.waiting.popleft()
+            (kept if r.first_token_at is not None else gone).append(r)
+        self.waiting.extendleft(reversed(kept))
+        for r in gone:
+            self._free(r)
+            r.finished_at = self.now
+            r.finish_reason = "abort"
+        if gone:
+            self._gauges()
+        return gone
+
     # ------------------------------------------------------------------------------------------ cost model
 
     def stair(self, tokens: int) -> int:

@@ -1,9 +1,10 @@
 """`specpilot simulate ... serve MODEL [vLLM flags]`: the engine model behind vLLM's HTTP API (imperative shell).
 
 Serves /health, /v1/models, /v1/completions, /v1/chat/completions (streaming as server-sent events, like vLLM's
-OpenAI server) and /metrics. One asyncio task runs engine steps and sleeps each step's simulated duration divided
-by `time_scale`; requests wait on per-request queues for their tokens. /health answers 503 until the simulated
-start-up (model load + graph capture) has passed. Listens where --host/--port say (the pod runner passes 127.0.0.1).
+OpenAI server) and /metrics; a client that disconnects has its request aborted, as vLLM does. One asyncio task runs
+engine steps and sleeps each step's simulated duration divided by `time_scale`; requests wait on per-request queues
+for their tokens. /health answers 503 until the simulated start-up (model load + graph capture) has passed. Listens
+where --host/--port say (the pod runner passes 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -166,13 +167,18 @@ class SimServer:
         self.wake.set()
         try:
             if body.get("stream"):
-                return await self._stream(request, rid, chat, waiter, sim_request)
+                try:
+                    return await self._stream(request, rid, chat, waiter, sim_request)
+                except ConnectionResetError:  # the client hung up between two chunks; `finally` aborts
+                    return web.Response(status=499)
             generated = 0
             while (n := await waiter.queue.get()) >= 0:
                 generated += n
             return web.json_response(self._full(rid, chat, sim_request, generated))
         finally:
             self.waiters.pop(rid, None)
+            if sim_request.finished_at is None:  # the client hung up (cancelled handler or a failed write)
+                self.engine.abort(rid)
 
     def _full(self, rid: str, chat: bool, req: SimRequest, generated: int) -> dict[str, Any]:
         text = " ".join([WORD] * generated)
@@ -257,7 +263,9 @@ def _prompt_tokens(body: dict[str, Any], *, chat: bool) -> int | None:
 
 
 async def _serve(server: SimServer) -> None:
-    runner = web.AppRunner(server.app(), access_log=None)
+    # handler_cancellation: a client that hangs up cancels its handler, so the request is aborted like vLLM's
+    # with_cancellation does, instead of holding a batch slot and KV until it would have finished.
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, server.serve.host, server.serve.port)
     await site.start()
