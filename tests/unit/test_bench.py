@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -267,3 +268,26 @@ def test_theta_holds_the_schedules_the_policys_fit_installs() -> None:
         assert intent.batch_schedule is not None
     theta = [oracles.label(i) for i in oracles.candidates(3, 256, (*fitted, fitted[0]))]
     assert theta == ["off", "K1", "K2", "K3", "K3@1/0@32", "K3@1/0@128", "K3@1/2@29/1@143", "K1@1"]
+
+
+def test_clients_past_their_timeout_leave_a_queue_past_capacity() -> None:
+    """--client-timeout: a request queued longer than the timeout without a first token is aborted (its client hung
+    up). Two minutes at twice K = 3's capacity: without a timeout every request is served, late; with 20 s the queue
+    holds at most 20 s of arrivals, no request starts later than that, and the abandoned ones count as failed."""
+    crowd = replace(tiny_scenario(), name="crowd", duration_s=120.0, qps=((0.0, 30.0),), max_num_seqs=16)
+    items = arrivals(crowd, 1)
+    patient = run_static(crowd, oracles.static(3), 1, items)
+    assert max(o.ttft or 0.0 for o in patient.outcomes) > 40.0  # the queue grew past the timeout
+    impatient = run_static(replace(crowd, client_timeout_s=20.0), oracles.static(3), 1, items)
+    for run in (patient, impatient):  # every request accounted for, once: an outcome, in the engine, or not yet due
+        in_engine = len(run.engine.waiting) + len(run.engine.running)
+        assert len(run.outcomes) + in_engine + len(items) - run.next_arrival == len(items)
+    assert len(impatient.engine.waiting) < len(patient.engine.waiting) / 2
+    started = [o for o in impatient.outcomes if o.ttft is not None]
+    assert started
+    gave_up = [o for o in impatient.outcomes if o.failed]
+    assert gave_up
+    assert all(o.tokens == 0 and o.ttft is None for o in gave_up)
+    # scheduled within the timeout, plus one prefill
+    assert max(o.ttft for o in started if o.ttft is not None) < 20.0 + 1.0
+    assert not any(o.failed for o in patient.outcomes)

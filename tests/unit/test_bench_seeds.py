@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from specpilot.bench import report
-from specpilot.bench.main import seed_list
+from specpilot.bench.main import client_timeout, seed_list
 from specpilot.bench.runner import rows_of, run_scenario
 from tests.unit.test_bench import tiny_scenario
 
@@ -147,3 +147,19 @@ def test_the_seed_summary_reads_back_from_bench_json_as_each_seed_printed_it(tmp
     assert mine["seeds"] == [1, 2]
     for ratio, meta in zip(mine["vs_oracle"], stored["scenarios"], strict=True):
         assert f"specpilot: goodput vs oracle {ratio:.1%}" in " ".join(meta["verdicts"])
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("60s", 60.0), ("2m", 120.0), ("1m30s", 90.0), ("500ms", 0.5)]
+)  # fmt: skip
+def test_a_client_timeout_is_a_duration(text: str, seconds: float) -> None:
+    assert client_timeout(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("60", "'60' is not a duration; use a number with a unit ms, s, m or h"), ("0s", "must be greater than 0s")],
+)
+def test_a_bad_client_timeout_says_what_is_allowed(text: str, says: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=says):
+        client_timeout(text)

@@ -6,9 +6,11 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from specpilot.api.durations import parse_duration
 from specpilot.bench import report
 from specpilot.bench.scenarios import SCENARIOS, scenario_named
 
@@ -25,6 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--calibration", action="store_true", help="print the simulator against published measurements")
     p.add_argument("--quick", action="store_true", help="time-compressed scenarios (x0.1): a smoke run in seconds")
+    p.add_argument(
+        "--client-timeout",
+        type=client_timeout,
+        default=None,
+        metavar="DURATION",
+        help="clients hang up after this long without a first token and vLLM aborts their requests (e.g. 60s, the "
+        "default read timeout of ingress-nginx and AWS ALB); unset, clients wait forever. A sensitivity run: it "
+        "applies to every policy of every scenario",
+    )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
 
@@ -46,6 +57,17 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
+def client_timeout(text: str) -> float:
+    """A duration such as 60s or 2m, greater than 0 (seconds)."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a client timeout must be greater than 0s")
+    return seconds
+
+
 def main(args: argparse.Namespace) -> int:
     if args.calibration:
         from specpilot.bench.calibration import calibration_rows, format_rows
@@ -65,6 +87,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.quick:
         chosen = [s.scaled(0.1) for s in chosen]
+    if args.client_timeout is not None:
+        chosen = [replace(s, client_timeout_s=args.client_timeout) for s in chosen]
     rows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     several = len(args.seed) > 1
@@ -81,6 +105,8 @@ def main(args: argparse.Namespace) -> int:
                 meta["plot"] = str(report.plot(runs, meta, args.report / f"seed-{seed}" if several else args.report))
             if args.output == "table":
                 print(f"\n== {scenario.name}{f' (seed {seed})' if several else ''}: {scenario.description}")
+                if scenario.client_timeout_s is not None:
+                    print(f"   clients hang up after {scenario.client_timeout_s:g} s without a first token")
                 print(report.table(scenario_rows))
                 for line in meta["verdicts"]:
                     print(f"   {line}")

@@ -153,6 +153,10 @@ class Replica:
                 self._scrapes_until(stop, items)
                 e.advance_idle(stop)
                 continue
+            timeout = self.scenario.client_timeout_s
+            if timeout is not None:
+                for r in e.abandon_waiting(e.now - timeout):
+                    self.outcomes.append(Outcome(r.arrival, None, None, None, r.generated, True))
             report = e.step()
             if report.duration == 0:  # nothing fits (a prompt larger than the cache): let time pass
                 e.advance_idle(e.now + 0.01)
@@ -477,5 +481,6 @@ def run_scenario(
         "lenient_actuation_reasons": lenient.notes,
         "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
         "window_s": scenario.window_s,
+        "client_timeout_s": scenario.client_timeout_s,
     }
     return runs, meta

@@ -88,6 +88,9 @@ class Scenario:
     ttft_slo_s: float = 2.0
     window_s: float = 300.0
     dynamic: bool = True  # the "10% over best static" target applies
+    # Seconds a client waits for its first token before it hangs up and vLLM aborts the request; None: clients wait
+    # forever (the headline runs). `specpilot bench --client-timeout` sets it for every scenario, as a sensitivity run.
+    client_timeout_s: float | None = None
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""
