@@ -279,16 +279,14 @@ class Engine:
         scheduler.finish_requests) records no finished-request statistics for it: no request_success, no latency
         histogram. None when the request is unknown or already finished.
         """
-        found = next((r for r in self.running if r.rid == rid), None)
-        if found is not None:
+        found = next((r for r in (*self.running, *self.waiting) if r.rid == rid), None)
+        if found is None:
+            return None
+        if found in self.running:
             self.running.remove(found)
-            self._free(found)
         else:
-            found = next((r for r in self.waiting if r.rid == rid), None)
-            if found is None:
-                return None
             self.waiting.remove(found)
-            self._free(found)
+        self._free(found)
         found.finished_at = self.now
         found.finish_reason = "abort"
         self._gauges()
@@ -297,8 +295,8 @@ class Engine:
     def abandon_waiting(self, arrived_before: float) -> list[SimRequest]:
         """Requests still queued without a first token whose clients gave up (they arrived before `arrived_before`).
 
-        A client or gateway that times out closes the connection and vLLM aborts the request (`abort`), so a queue
-        past capacity holds at most one timeout of arrivals instead of growing without bound.
+        A client or gateway that times out closes the connection and vLLM aborts the request, as `abort` does, so a
+        queue past capacity holds at most one timeout of arrivals instead of growing without bound.
         """
         gone: list[SimRequest] = []
         kept: list[SimRequest] = []
