@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e.vllm.load import metric_sum
 from e2e.vllm.simulated import SimulatedVllmServer, SimulatorOptions, served_name, simulator_argv
-from e2e.waiting import free_port
+from e2e.waiting import free_port, wait_for
 from specpilot.api import v1alpha1
 from specpilot.sim.args import SimArgsError, parse_serve_args
 from specpilot.sim.main import imitated_version
@@ -111,20 +112,10 @@ def test_pod_command_runs_as_a_simulated_server(tmp_path: Path) -> None:
 
 
 def _gauge(metrics: str, name: str) -> float:
-    """One engine-0 sample of a gauge or counter from /metrics text."""
-    for line in metrics.splitlines():
-        if line.startswith(f"{name}{{") and 'engine="0"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
-def _wait_for(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+    """The engine-0 value of a gauge or counter in /metrics text."""
+    value = metric_sum(metrics, name, engine="0")
+    assert value is not None, f"{name} not in /metrics"
+    return value
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "full"])
@@ -145,12 +136,12 @@ def test_a_client_that_hangs_up_has_its_request_aborted(tmp_path: Path, stream: 
             response = connection.getresponse()
             assert response.status == 200
             assert response.read(6) == b"data: "  # the first chunk came
-        assert _wait_for(lambda: _gauge(srv.metrics(), "vllm:num_requests_running") == 1, 10)
-        assert _wait_for(lambda: _gauge(srv.metrics(), "vllm:generation_tokens_total") > 0, 10)
+        wait_for("the request running", lambda: _gauge(srv.metrics(), "vllm:num_requests_running") == 1, 10, 0.05)
+        wait_for("tokens generated", lambda: _gauge(srv.metrics(), "vllm:generation_tokens_total") > 0, 10, 0.05)
         if connection.sock is not None:
             connection.sock.shutdown(socket.SHUT_RDWR)
         connection.close()
-        assert _wait_for(lambda: _gauge(srv.metrics(), "vllm:num_requests_running") == 0, 5)
+        wait_for("the batch empty", lambda: _gauge(srv.metrics(), "vllm:num_requests_running") == 0, 5, 0.05)
         generated = _gauge(srv.metrics(), "vllm:generation_tokens_total")
         time.sleep(0.5)
         metrics = srv.metrics()

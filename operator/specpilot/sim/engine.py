@@ -286,9 +286,7 @@ class Engine:
             self.running.remove(found)
         else:
             self.waiting.remove(found)
-        self._free(found)
-        found.finished_at = self.now
-        found.finish_reason = "abort"
+        self._client_gone(found)
         self._gauges()
         return found
 
@@ -308,12 +306,16 @@ class Engine:
             (kept if r.first_token_at is not None else gone).append(r)
         self.waiting.extendleft(reversed(kept))
         for r in gone:
-            self._free(r)
-            r.finished_at = self.now
-            r.finish_reason = "abort"
+            self._client_gone(r)
         if gone:
             self._gauges()
         return gone
+
+    def _client_gone(self, r: SimRequest) -> None:
+        """A request already taken out of the batch or the queue ends as aborted; its KV blocks are free again."""
+        self._free(r)
+        r.finished_at = self.now
+        r.finish_reason = "abort"
 
     # ------------------------------------------------------------------------------------------ cost model
 
