@@ -1210,7 +1210,8 @@ def _same_intent(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return intent_from_dict(a) == intent_from_dict(b)
 
 
-def _quick_window(budget: BudgetSpec) -> timedelta:
+def quick_reversal_window(budget: BudgetSpec) -> timedelta:
+    """How soon an actuation that undoes the previous one counts as a reversal (and lengthens the next dwell)."""
     return max(timedelta(hours=1), 4 * timedelta(seconds=parse_duration(budget.min_interval)))
 
 
@@ -1228,7 +1229,7 @@ def is_reversal(
     return (
         _same_intent(last.to_intent, intent_to_dict(current))
         and _same_intent(last.from_intent, intent_to_dict(target))
-        and now - last.at <= _quick_window(budget)
+        and now - last.at <= quick_reversal_window(budget)
     )
 
 

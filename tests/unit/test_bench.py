@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
+from specpilot.api.v1alpha1 import BudgetSpec
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_quantile, snapshot
@@ -24,6 +28,7 @@ from specpilot.bench.runner import (
 from specpilot.bench.scenarios import SCENARIOS, Scenario, arrivals, at, scenario_named
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
 from specpilot.evaluate import measure
+from specpilot.policy import Action, Decision, PolicyState, budget_check, record_actuation
 from specpilot.promql import Scope, Signal
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
@@ -150,6 +155,122 @@ def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float
     assert oracles.switching_plan(scores, restart_s, 300.0) == plan
 
 
+T0 = to_datetime(0.0)
+PLAN_INTENTS = {"A": oracles.static(1), "B": oracles.static(3), "C": oracles.off()}
+
+
+def plan_value(plan: list[str], scores: dict[str, list[float]], restart_s: float, window_s: float) -> float:
+    """The DP's objective for a whole plan: J_w of each window's configuration, less each switch's cost."""
+    total = sum(scores[name][w] for w, name in enumerate(plan))
+    switches = [w for w in range(1, len(plan)) if plan[w] != plan[w - 1]]
+    return total - sum(max(0.0, scores[plan[w]][w]) * min(1.0, restart_s / window_s) for w in switches)
+
+
+def passes_policy_budget(plan: list[str], budget: BudgetSpec, window_s: float) -> bool:
+    """Does every switch of `plan` pass the closed loop's own budget check (policy.budget_check), each recorded as
+    the closed loop records it (policy.record_actuation)?"""
+    state = PolicyState()
+    for w in range(1, len(plan)):
+        if plan[w] == plan[w - 1]:
+            continue
+        now = T0 + timedelta(seconds=w * window_s)
+        current, target = PLAN_INTENTS[plan[w - 1]], PLAN_INTENTS[plan[w]]
+        if not budget_check(state, budget, current, target, now)[0]:
+            return False
+        applied = Decision(Action.CHANGE_THRESHOLD, target, "plan", {}, Action.CHANGE_THRESHOLD, True, "", True,
+                           False, False)  # fmt: skip
+        state = record_actuation(state, applied, current, now, budget)
+    return True
+
+
+def test_a_budgeted_plan_gives_up_the_switch_back_the_budget_forbids() -> None:
+    """The dip of the first table, with 30 s restarts: switching back after 10 minutes breaks minInterval 15m."""
+    scores = {"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}
+    budget = oracles.WindowBudget.from_spec(BudgetSpec())
+    assert oracles.switching_plan(scores, 30.0, 300.0) == ["K3", "off", "off", "K3"]
+    assert oracles.switching_plan(scores, 30.0, 300.0, budget) == ["K3", "off", "off", "off"]
+
+
+def budget_spec(**fields: object) -> BudgetSpec:
+    """spec.autotune.budget as a user writes it (camelCase)."""
+    return BudgetSpec.model_validate(fields)
+
+
+BUDGETS = {
+    "defaults: 15m, 2 per hour, 8 per day, x2 after a reversal": BudgetSpec(),
+    "per hour binds": budget_spec(minInterval="5m", maxPerHour=2, maxPerDay=100, reversalBackoff=1),
+    "per day binds": budget_spec(minInterval="5m", maxPerHour=60, maxPerDay=2, reversalBackoff=1),
+    "reversals back off x3": budget_spec(minInterval="5m", maxPerHour=60, maxPerDay=100, reversalBackoff=3),
+    "no actuation at all": budget_spec(maxPerHour=0),
+}
+
+
+@pytest.mark.parametrize("budget_name", list(BUDGETS))
+@pytest.mark.parametrize(
+    ("seed", "restart_s", "window_s"),
+    [(0, 0.0, 600.0), (1, 30.0, 300.0), (2, 30.0, 300.0), (3, 150.0, 600.0), (4, 0.0, 600.0)],
+)
+def test_the_budgeted_plan_is_the_best_plan_the_closed_loops_budget_allows(
+    budget_name: str, seed: int, restart_s: float, window_s: float
+) -> None:
+    """Exhaustively, over every plan of 8 windows and 3 configurations, judged by policy.budget_check itself (with
+    10-minute windows the plan spans 80 minutes: a switch leaves the rolling hour exactly at a window boundary).
+    Seed 0: A and B take turns at 100 with free restarts, so the best plan switches as often as the budget allows."""
+    budget = BUDGETS[budget_name]
+    draw = random.Random(seed)
+    scores = {name: [draw.uniform(0.0, 100.0) for _ in range(8)] for name in PLAN_INTENTS}
+    if seed == 0:
+        scores = {"A": [100.0, 0.0] * 4, "B": [0.0, 100.0] * 4, "C": [50.0] * 8}
+    allowed = [list(p) for p in itertools.product(PLAN_INTENTS, repeat=8)
+               if passes_policy_budget(list(p), budget, window_s)]  # fmt: skip
+    best = max(plan_value(p, scores, restart_s, window_s) for p in allowed)
+    plan = oracles.switching_plan(scores, restart_s, window_s, oracles.WindowBudget.from_spec(budget))
+    assert passes_policy_budget(plan, budget, window_s)
+    assert plan_value(plan, scores, restart_s, window_s) == pytest.approx(best)
+    unconstrained = oracles.switching_plan(scores, restart_s, window_s)
+    everything = max(plan_value(list(p), scores, restart_s, window_s)
+                     for p in itertools.product(PLAN_INTENTS, repeat=8))  # fmt: skip
+    assert plan_value(unconstrained, scores, restart_s, window_s) == pytest.approx(everything)
+
+
+@pytest.mark.parametrize(
+    ("plan", "budget", "held"),
+    [
+        # switching back after 10 minutes breaks minInterval 15m: keep running until the plan's next change
+        (["K3", "off", "off", "K3"], BudgetSpec(), ["K3", "off", "off", "off"]),
+        # and switching back within the hour is a reversal: the dwell doubles to 30 minutes
+        (["K3", "off", "off", "K3", "K3", "K3", "K3", "K3"], BudgetSpec(), ["K3"] + ["off"] * 6 + ["K3"]),
+        # a plan that keeps the budget is itself
+        (["K3"] + ["off"] * 6 + ["K3"], BudgetSpec(), ["K3"] + ["off"] * 6 + ["K3"]),
+        # two per hour: the third change waits until the first leaves the rolling hour (12 windows)
+        (["A", "B", "A", "B", "B", "B", "B", "B", "B", "B", "B", "B", "B", "B"],
+         budget_spec(minInterval="5m", reversalBackoff=1), ["A", "B", "A"] + ["A"] * 10 + ["B"]),
+        (["A", "B", "C"], budget_spec(maxPerHour=0), ["A", "A", "A"]),
+    ],
+)  # fmt: skip
+def test_a_plan_held_to_the_budget_follows_it_as_far_as_the_budget_allows(
+    plan: list[str], budget: BudgetSpec, held: list[str]
+) -> None:
+    assert oracles.held_to_budget(plan, 300.0, oracles.WindowBudget.from_spec(budget)) == held
+
+
+@pytest.mark.parametrize("budget_name", list(BUDGETS))
+def test_every_plan_held_to_the_budget_passes_the_closed_loops_check(budget_name: str) -> None:
+    budget = BUDGETS[budget_name]
+    window = oracles.WindowBudget.from_spec(budget)
+    for plan in itertools.product(PLAN_INTENTS, repeat=7):
+        held = oracles.held_to_budget(plan, 600.0, window)
+        assert passes_policy_budget(held, budget, 600.0)
+        if passes_policy_budget(list(plan), budget, 600.0):
+            assert held == list(plan)
+
+
+def test_a_budgeted_plan_refuses_a_trace_longer_than_the_day_it_counts() -> None:
+    scores = {"A": [0.0] * 300, "B": [1.0] * 300}
+    with pytest.raises(ValueError, match="up to one day"):
+        oracles.switching_plan(scores, 30.0, 300.0, oracles.WindowBudget.from_spec(BudgetSpec()))
+
+
 def tiny_scenario() -> Scenario:
     base = scenario_named("drafter-degraded")
     return Scenario(**{**base.__dict__, "name": "tiny", "duration_s": 480.0, "qps": ((0.0, 1.0),),
@@ -181,6 +302,7 @@ def test_tiny_benchmark_runs_every_policy() -> None:
         "static-threshold",
         "best-static",
         "oracle",
+        "oracle-within-budget",
         "best-static-reachable",
         "specpilot",
         "specpilot-lenient",
@@ -192,6 +314,15 @@ def test_tiny_benchmark_runs_every_policy() -> None:
     assert meta["fitted_schedules"], "the policy's kind of configuration is in Theta"
     assert set(meta["fitted_schedules"]) <= set(meta["static_goodput"])
     assert rows["oracle"]["goodput"] >= max(meta["static_goodput"].values())
+    # every replayed candidate plan is in the oracle's search space; the budgeted ones in the budgeted oracle's
+    candidates = meta["oracle_candidates"]
+    assert set(candidates) == {"switching DP", "DP within the budget", "switching DP held to the budget",
+                               "best constant"}  # fmt: skip
+    assert rows["oracle"]["goodput"] == pytest.approx(max(candidates.values()), abs=0.01)
+    within = rows["oracle-within-budget"]["goodput"]
+    assert within == pytest.approx(max(g for k, g in candidates.items() if k != "switching DP"), abs=0.01)
+    assert max(meta["static_goodput"].values()) <= within <= rows["oracle"]["goodput"]
+    assert len(meta["oracle_within_budget_plan"]) == len(meta["oracle_plan"])
     assert rows["best-static"]["goodput"] == max(meta["static_goodput"].values())
     reachable, best = rows["best-static-reachable"], rows["best-static"]["config"]
     if best == "K3":  # the declared config: no refit to make

@@ -76,6 +76,7 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     rows = [
         _row("spike", 1, "oracle", 100.0), _row("spike", 1, "best-static", 80.0),
         _row("spike", 1, "best-static-reachable", 75.0), _row("spike", 1, "specpilot", 60.0, 1),
+        _row("spike", 2, "oracle-within-budget", 160.0),
         _row("spike", 1, "specpilot-lenient", 60.0, 1),
         _row("spike", 2, "oracle", 200.0), _row("spike", 2, "best-static", 100.0),
         _row("spike", 2, "specpilot", 80.0, 2, failed=7), _row("spike", 2, "specpilot-lenient", 90.0, 2),
@@ -93,6 +94,8 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     assert mine["vs_best_static"] == pytest.approx([-0.25, -0.2])
     assert mine["vs_reachable"][0] == pytest.approx(0.8)
     assert math.isnan(mine["vs_reachable"][1])  # seed 2 has no reachable row
+    assert math.isnan(mine["vs_oracle_within_budget"][0])  # seed 1 has no budgeted oracle row
+    assert mine["vs_oracle_within_budget"][1] == pytest.approx(0.5)
     assert mine["p99_windows_worse"] == [[0, 1], [1, 1]]  # 30 min in at 5-min windows: only the 7th counts
     assert mine["actuations"] == [1, 2]
     assert mine["failed"] == [0, 7], "the requests its restarts aborted or lost, per seed"
@@ -100,7 +103,8 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     assert summary[1]["vs_oracle"] == pytest.approx([0.6, 0.45])
     table = report.seeds_table(summary).splitlines()
     assert table[1].split() == ["spike", "specpilot", "1,2", "40.0%", "/", "50.0%", "/", "60.0%", "0/2", "-25.0%",
-                                "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%", "0/1,",
+                                "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%",
+                                "50.0%", "/", "50.0%", "/", "50.0%", "0/1,",
                                 "1/1", "1,", "2", "0", "(0),", "7", "(0)"]  # fmt: skip
 
 

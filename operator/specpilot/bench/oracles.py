@@ -15,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specpilot import schedule
+from specpilot.api.durations import parse_duration
+from specpilot.api.v1alpha1 import BudgetSpec
 from specpilot.bench.scenarios import Arrival, Scenario
+from specpilot.policy import MAX_DWELL, quick_reversal_window
 from specpilot.sim.acceptance import mean_alpha
 from specpilot.sim.presets import AcceptanceKind, DrafterPreset, Preset
 from specpilot.vllm.intent import SpeculationIntent
@@ -230,33 +233,133 @@ def window_scores(
     return scores
 
 
-def switching_plan(scores: Mapping[str, Sequence[float]], restart_s: float, window_s: float) -> list[str]:
+@dataclass(frozen=True)
+class WindowBudget:
+    """A deployment's actuation budget (spec.autotune.budget) in seconds, as policy.budget_check applies it.
+
+    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (minInterval x
+    reversalBackoff^n, n the trailing reversals, +1 when this one undoes the previous one within the quick-reversal
+    window; capped at policy.MAX_DWELL), when fewer than maxPerHour actuations fall in the hour before `now`, and
+    fewer than maxPerDay in the day before.
+    """
+
+    min_interval_s: float
+    max_per_hour: int
+    max_per_day: int
+    reversal_backoff: float
+    quick_reversal_s: float
+    max_dwell_s: float
+
+    @classmethod
+    def from_spec(cls, budget: BudgetSpec) -> WindowBudget:
+        return cls(
+            min_interval_s=parse_duration(budget.min_interval),
+            max_per_hour=budget.max_per_hour,
+            max_per_day=budget.max_per_day,
+            reversal_backoff=budget.reversal_backoff,
+            quick_reversal_s=quick_reversal_window(budget).total_seconds(),
+            max_dwell_s=MAX_DWELL.total_seconds(),
+        )
+
+    def dwell_s(self, trailing_reversals: int) -> float:
+        return min(self.min_interval_s * self.reversal_backoff**trailing_reversals, self.max_dwell_s)
+
+
+@dataclass(frozen=True)
+class _Switched:
+    """What the budget needs to remember of the plan so far, besides the configuration running now."""
+
+    last_at: float | None = None  # the latest switch
+    last_from: str | None = None  # what that switch left
+    within_hour: tuple[float, ...] = ()  # switch instants less than an hour before the current window
+    trailing_reversals: int = 0
+    count: int = 0  # switches so far (the trace is at most a day long: all of them are in the rolling day)
+
+
+def switching_plan(
+    scores: Mapping[str, Sequence[float]], restart_s: float, window_s: float, budget: WindowBudget | None = None
+) -> list[str]:
     """O_DP of performance.md §8: the configuration per window maximising the sum of J_w minus switching costs.
 
     V_w(θ) = J_w(θ) + max(V_{w-1}(θ), max_{θ'≠θ} V_{w-1}(θ') - C_w(θ)), C_w(θ) = J_w(θ)·restart_s/window_s: the
     goodput the restart's downtime removes from the window it happens in. J_w comes from each configuration's own
     run over the whole trace (its own queue state at w, not a common one): an estimate of the switching optimum that
     the runner then replays through the simulator, restarts included.
+
+    With `budget`, a switch at a window boundary must also pass the deployment's actuation budget (WindowBudget),
+    as the closed loop's every actuation must: the DP's state is then the configuration and the switches the budget
+    remembers, so the plan is the best one the budget allows, not the unconstrained plan cut short. The first window's
+    configuration is free, as without a budget.
     """
     names = list(scores)
     count = len(next(iter(scores.values())))
-    value = {n: scores[n][0] for n in names}
-    back: list[dict[str, str]] = []
+    if budget is not None and count * window_s > 86400:
+        raise ValueError("a budgeted switching plan counts every switch in the rolling day: traces up to one day")
+    State = tuple[str, _Switched]
+    value: dict[State, float] = {(n, _Switched()): scores[n][0] for n in names}
+    back: list[dict[State, State]] = []
     for w in range(1, count):
-        new: dict[str, float] = {}
-        choice: dict[str, str] = {}
-        for n in names:
-            cost = max(0.0, scores[n][w]) * min(1.0, restart_s / window_s)
-            best_prev, best_val = n, value[n]
-            for m in names:
-                if m != n and value[m] - cost > best_val:
-                    best_prev, best_val = m, value[m] - cost
-            new[n] = scores[n][w] + best_val
-            choice[n] = best_prev
+        now = w * window_s
+        cost = {n: max(0.0, scores[n][w]) * min(1.0, restart_s / window_s) for n in names}
+        offers: list[tuple[State, float, State]] = []
+        for (n, past), v in value.items():  # staying first: a tie keeps the running configuration
+            kept = past if budget is None else replace(past, within_hour=_within_hour(past.within_hour, now))
+            offers.append(((n, kept), v + scores[n][w], (n, past)))
+        for (m, past), v in value.items():
+            for n in names:
+                nxt = None if n == m else _switch(past, m, n, now, budget)
+                if nxt is not None:
+                    offers.append(((n, nxt), v - cost[n] + scores[n][w], (m, past)))
+        new: dict[State, float] = {}
+        choice: dict[State, State] = {}
+        for state, v, previous in offers:
+            if state not in new or v > new[state]:
+                new[state], choice[state] = v, previous
         back.append(choice)
         value = new
-    last = max(names, key=lambda n: value[n])
-    plan = [last]
+    state = max(value, key=lambda s: value[s])
+    plan = [state[0]]
     for choice in reversed(back):
-        plan.append(choice[plan[-1]])
+        state = choice[state]
+        plan.append(state[0])
     return list(reversed(plan))
+
+
+def held_to_budget(plan: Sequence[str], window_s: float, budget: WindowBudget) -> list[str]:
+    """`plan` followed as closely as `budget` allows: at each window boundary, switch to the plan's configuration
+    when it differs from the running one and the budget allows the switch; otherwise keep running.
+
+    The DP prices a switch by the per-window scores of each configuration's own run, blind to what a restart does to
+    the queue (past capacity it empties one whose requests would miss their deadline anyway, which goodput
+    rewards); the replay is not. So the unconstrained plan, held to the budget, is a second budgeted candidate beside
+    the budgeted DP's own, and the runner keeps whichever replays better.
+    """
+    out = [plan[0]]
+    past = _Switched()
+    for w in range(1, len(plan)):
+        running, wanted = out[-1], plan[w]
+        nxt = None if wanted == running else _switch(past, running, wanted, w * window_s, budget)
+        if nxt is not None:
+            past = nxt
+            out.append(wanted)
+        else:
+            out.append(running)
+    return out
+
+
+def _within_hour(instants: tuple[float, ...], now: float) -> tuple[float, ...]:
+    return tuple(t for t in instants if now - t < 3600)
+
+
+def _switch(past: _Switched, current: str, target: str, now: float, budget: WindowBudget | None) -> _Switched | None:
+    """The budget's memory after switching `current` -> `target` at `now`, or None when the budget forbids it."""
+    if budget is None:
+        return past  # unconstrained: nothing to remember
+    reversing = past.last_at is not None and past.last_from == target and now - past.last_at <= budget.quick_reversal_s
+    chain = past.trailing_reversals + 1 if reversing else 0
+    if past.last_at is not None and now < past.last_at + budget.dwell_s(past.trailing_reversals + reversing):
+        return None
+    recent = _within_hour(past.within_hour, now)
+    if len(recent) >= budget.max_per_hour or past.count >= budget.max_per_day:
+        return None
+    return _Switched(now, current, (*recent, now), chain, past.count + 1)
