@@ -167,3 +167,22 @@ def test_a_client_timeout_is_a_duration(text: str, seconds: float) -> None:
 def test_a_bad_client_timeout_says_what_is_allowed(text: str, says: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=says):
         client_timeout(text)
+
+
+def test_verdicts_print_specpilot_against_the_oracle_and_each_reference() -> None:
+    rows = [
+        {**_row("diurnal", 1, "oracle", 200.0), "config": "A/B"},
+        {**_row("diurnal", 1, "best-static", 150.0), "config": "A"},
+        {**_row("diurnal", 1, "oracle-within-budget", 180.0), "config": "A/C"},
+        {**_row("diurnal", 1, "best-static-reachable", 120.0), "config": "K4 until 180s, then A"},
+        _row("diurnal", 1, "specpilot", 90.0, 1),
+    ]
+    lines = report.verdicts(rows, {"dynamic": True})
+    assert lines == [
+        "specpilot: goodput vs oracle 45.0% (target >= 95%: MISSED)",
+        "specpilot: goodput vs best static (A) -40.0% (target >= +10%: MISSED)",
+        "specpilot: goodput vs the oracle held to the deployment's actuation budget (A/C) 50.0%; that oracle reaches"
+        " 90.0% of the oracle (no target: a reference)",
+        "specpilot: goodput vs the best static config from the earliest refit the agreement rule allows"
+        " (K4 until 180s, then A) 75.0%; that refit reaches 60.0% of the oracle (no target: a reference)",
+    ]

@@ -21,6 +21,12 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+REFERENCES = (  # (row, what it is, how the verdict calls it): printed against specpilot and the oracle
+    ("oracle-within-budget", "the oracle held to the deployment's actuation budget", "that oracle"),
+    ("best-static-reachable", "the best static config from the earliest refit the agreement rule allows", "that refit"),
+)
+
+
 def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     """The issue's targets for one scenario, measured: printed, never asserted."""
     by = {r["policy"]: r for r in rows}
@@ -37,20 +43,14 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
             gain = sp["goodput"] / best["goodput"] - 1
             target = f"target >= +10%: {'met' if gain >= 0.10 else 'MISSED'}" if meta.get("dynamic") else "no target"
             out.append(f"{name}: goodput vs best static ({best['config']}) {gain:+.1%} ({target})")
-        within = by.get("oracle-within-budget")
-        if within and within["goodput"] > 0 and oracle and oracle["goodput"] > 0:
-            out.append(
-                f"{name}: goodput vs the oracle held to the deployment's actuation budget ({within['config']}) "
-                f"{sp['goodput'] / within['goodput']:.1%}; that oracle reaches "
-                f"{within['goodput'] / oracle['goodput']:.1%} of the oracle (no target: a reference)"
-            )
-        reachable = by.get("best-static-reachable")
-        if reachable and reachable["goodput"] > 0 and oracle and oracle["goodput"] > 0:
-            out.append(
-                f"{name}: goodput vs the best static config from the earliest refit the agreement rule allows "
-                f"({reachable['config']}) {sp['goodput'] / reachable['goodput']:.1%}; that refit reaches "
-                f"{reachable['goodput'] / oracle['goodput']:.1%} of the oracle (no target: a reference)"
-            )
+        for policy, what, it in REFERENCES:
+            reference = by.get(policy)
+            if reference and reference["goodput"] > 0 and oracle and oracle["goodput"] > 0:
+                out.append(
+                    f"{name}: goodput vs {what} ({reference['config']}) {sp['goodput'] / reference['goodput']:.1%};"
+                    f" {it} reaches {reference['goodput'] / oracle['goodput']:.1%} of the oracle"
+                    " (no target: a reference)"
+                )
         plain_best = meta.get("best_static_without_fitted_schedules")
         plain_goodput = meta.get("static_goodput", {}).get(plain_best, 0.0)
         if best and plain_best and plain_best != best["config"] and plain_goodput > 0:
