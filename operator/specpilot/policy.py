@@ -1240,8 +1240,13 @@ def required_dwell(history: tuple[ActuationRecord, ...], budget: BudgetSpec, *, 
         if not record_.reversal:
             break
         chain += 1
-    n = chain + (1 if reversing else 0)
-    dwell = parse_duration(budget.min_interval) * budget.reversal_backoff**n
+    return dwell_after(budget, chain + (1 if reversing else 0))
+
+
+def dwell_after(budget: BudgetSpec, reversals: int) -> timedelta:
+    """The dwell after an actuation that ends a chain of `reversals` reversals: minInterval x reversalBackoff^n,
+    capped at MAX_DWELL."""
+    dwell = parse_duration(budget.min_interval) * budget.reversal_backoff**reversals
     return min(timedelta(seconds=dwell), MAX_DWELL)
 
 

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specpilot import schedule
-from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import BudgetSpec
 from specpilot.bench.scenarios import Arrival, Scenario
-from specpilot.policy import MAX_DWELL, quick_reversal_window
+from specpilot.policy import MAX_DWELL, dwell_after, quick_reversal_window
 from specpilot.sim.acceptance import mean_alpha
 from specpilot.sim.presets import AcceptanceKind, DrafterPreset, Preset
 from specpilot.vllm.intent import SpeculationIntent
@@ -237,32 +236,26 @@ def window_scores(
 class WindowBudget:
     """A deployment's actuation budget (spec.autotune.budget) in seconds, as policy.budget_check applies it.
 
-    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (minInterval x
-    reversalBackoff^n, n the trailing reversals, +1 when this one undoes the previous one within the quick-reversal
-    window; capped at policy.MAX_DWELL), when fewer than maxPerHour actuations fall in the hour before `now`, and
-    fewer than maxPerDay in the day before.
+    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (policy.dwell_after of
+    the trailing reversals, +1 when this one undoes the previous one within policy.quick_reversal_window), when fewer
+    than maxPerHour actuations fall in the hour before `now`, and fewer than maxPerDay in the day before.
     """
 
-    min_interval_s: float
     max_per_hour: int
     max_per_day: int
-    reversal_backoff: float
     quick_reversal_s: float
-    max_dwell_s: float
+    dwells_s: tuple[float, ...]  # policy.dwell_after for 0, 1, 2... reversals, up to where it stops growing
 
     @classmethod
     def from_spec(cls, budget: BudgetSpec) -> WindowBudget:
-        return cls(
-            min_interval_s=parse_duration(budget.min_interval),
-            max_per_hour=budget.max_per_hour,
-            max_per_day=budget.max_per_day,
-            reversal_backoff=budget.reversal_backoff,
-            quick_reversal_s=quick_reversal_window(budget).total_seconds(),
-            max_dwell_s=MAX_DWELL.total_seconds(),
-        )
+        dwells = [dwell_after(budget, 0).total_seconds()]
+        while dwells[-1] < MAX_DWELL.total_seconds() and (len(dwells) < 2 or dwells[-1] > dwells[-2]):
+            dwells.append(dwell_after(budget, len(dwells)).total_seconds())
+        quick_s = quick_reversal_window(budget).total_seconds()
+        return cls(budget.max_per_hour, budget.max_per_day, quick_s, tuple(dwells))
 
     def dwell_s(self, trailing_reversals: int) -> float:
-        return min(self.min_interval_s * self.reversal_backoff**trailing_reversals, self.max_dwell_s)
+        return self.dwells_s[min(trailing_reversals, len(self.dwells_s) - 1)]
 
 
 @dataclass(frozen=True)
