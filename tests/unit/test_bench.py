@@ -15,9 +15,14 @@ from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_quantile, snapshot
 from specpilot.bench.runner import (
+    RESTART_CONTROLS,
+    PolicyRun,
+    _restart_controls,
     _static_job,
     closed_loop_spec,
     earliest_refit_s,
+    restart_times,
+    run_restarted,
     run_scenario,
     run_static,
     run_switch,
@@ -304,6 +309,8 @@ def test_tiny_benchmark_runs_every_policy() -> None:
         "oracle",
         "oracle-within-budget",
         "best-static-reachable",
+        "best-static-restarted-as-oracle",
+        "best-static-restarted-as-specpilot",
         "specpilot",
         "specpilot-lenient",
     }
@@ -331,6 +338,18 @@ def test_tiny_benchmark_runs_every_policy() -> None:
     else:
         assert reachable["actuations"] == 1
         assert reachable["config"] == f"K3 until 180s, then {best}"
+    # each restart control repeats its plan's restarts (the oracle's at window boundaries, specpilot's at its
+    # evaluations) in the best static config; a plan without restarts has the best static run as its control
+    by_policy = {run.policy: run for run in runs}
+    for control, plan in RESTART_CONTROLS:
+        times = restart_times(by_policy[plan].timeline)
+        assert by_policy[control].actuations == len(times) == rows[plan]["actuations"]
+        if times:
+            assert rows[control]["config"] == f"{best} restarted at " + ", ".join(f"{t:.0f}s" for t in times)
+            assert restart_times(by_policy[control].timeline) == times
+        else:
+            assert rows[control]["config"] == best
+            assert rows[control]["goodput"] == rows["best-static"]["goodput"]
     assert len(SCENARIOS) == 8
 
 
@@ -361,6 +380,53 @@ def test_the_reachable_reference_restarts_once_at_the_earliest_refit_the_spec_al
     same = run_switch(tiny, oracles.static(3), oracles.static(3), at, 1, items)
     assert same.actuations == 0
     assert same.outcomes == declared.outcomes
+
+
+def test_a_restart_control_restarts_into_the_same_config_where_the_plan_restarted() -> None:
+    """run_restarted: the configuration never changes; each restart aborts what is in flight, loses the arrivals
+    while no pod is ready, and starts a fresh engine; without restarts it is the static run, step for step."""
+    tiny = tiny_scenario()
+    items = arrivals(tiny, 1)
+    static = run_static(tiny, oracles.static(1), 1, items)
+    assert run_restarted(tiny, oracles.static(1), (), 1, items).outcomes == static.outcomes
+    times = [150.0, 330.0]
+    restarted = run_restarted(tiny, oracles.static(1), times, 1, items)
+    assert restarted.actuations == 2
+    assert restarted.timeline == [(0.0, "K1"), (150.0, "K1"), (330.0, "K1")]
+    assert restart_times(restarted.timeline) == times
+    finished_before = [o for o in static.outcomes if o.e2e is not None and o.arrival + o.e2e <= times[0]]
+    assert finished_before
+    assert finished_before == restarted.outcomes[: len(finished_before)]
+    restart_s = LLAMA8B_H100.restart_s
+    for t in times:
+        during = [o for o in restarted.outcomes if t <= o.arrival < t + restart_s]
+        assert during
+        assert all(o.failed and o.tokens == 0 for o in during)
+    assert sum(1 for o in restarted.outcomes if o.failed) > sum(1 for o in static.outcomes if o.failed)
+
+
+def test_each_restart_control_repeats_its_own_plan_s_restarts() -> None:
+    """_restart_controls: a plan that restarted gets the best static config restarted at the same instants (the
+    timeline a Replica records); a plan that never restarted gets the best static run itself, not a rerun."""
+    tiny = tiny_scenario()
+    items = arrivals(tiny, 1)
+    best = _static_job((tiny, oracles.static(1), 1))
+    switched = run_switch(tiny, oracles.static(3), oracles.static(1), 180.0, 1, items)
+    plans = {
+        "oracle": PolicyRun(tiny.name, "oracle", "K3/K1", switched.outcomes, switched.actuations, switched.timeline,
+                            switched.series, tiny.duration_s, 0.0),
+        "specpilot": PolicyRun(tiny.name, "specpilot", "K1", best.outcomes, 0, best.timeline, best.series,
+                               tiny.duration_s, 0.0),
+    }  # fmt: skip
+    as_oracle, as_specpilot = _restart_controls(tiny, 1, best, oracles.static(1), plans, workers=1)
+    assert (as_oracle.policy, as_specpilot.policy) == tuple(control for control, _ in RESTART_CONTROLS)
+    assert as_oracle.config == "K1 restarted at 180s"
+    assert as_oracle.timeline == [(0.0, "K1"), (180.0, "K1")]
+    assert as_oracle.outcomes == run_restarted(tiny, oracles.static(1), [180.0], 1, items).outcomes
+    assert as_oracle.outcomes != best.outcomes
+    assert as_specpilot.config == "K1"
+    assert as_specpilot.actuations == 0
+    assert as_specpilot.outcomes is best.outcomes
 
 
 def test_true_survival_is_what_the_simulator_draws() -> None:

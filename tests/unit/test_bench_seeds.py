@@ -82,6 +82,10 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
         _row("spike", 2, "specpilot", 80.0, 2, failed=7), _row("spike", 2, "specpilot-lenient", 90.0, 2),
         # seed 3 has no oracle row (a run cut short): it is left out, not counted as 0
         _row("spike", 3, "specpilot", 10.0),
+        # the restart controls: seed 1 has both, seed 2 only the oracle's
+        _row("spike", 1, "best-static-restarted-as-oracle", 96.0),
+        _row("spike", 1, "best-static-restarted-as-specpilot", 64.0),
+        _row("spike", 2, "best-static-restarted-as-oracle", 150.0),
     ]  # fmt: skip
     seven = [9.0] * 7
     metas = [_meta("spike", 2, [*seven[:6], 20.0], [*seven[:6], 10.0]), _meta("spike", 1, seven, seven),
@@ -100,12 +104,20 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     assert mine["actuations"] == [1, 2]
     assert mine["failed"] == [0, 7], "the requests its restarts aborted or lost, per seed"
     assert mine["oracle_failed"] == [0, 0]
+    assert mine["oracle_vs_best_static"] == pytest.approx([0.25, 1.0])
+    assert mine["oracle_restarts_alone"] == pytest.approx([0.2, 0.5])
+    assert mine["vs_restart_control"][0] == pytest.approx(60.0 / 64.0)
+    assert math.isnan(mine["vs_restart_control"][1])  # seed 2 has no control for specpilot's restarts
     assert summary[1]["vs_oracle"] == pytest.approx([0.6, 0.45])
+    lenient = summary[1]
+    assert lenient["oracle_restarts_alone"] == pytest.approx([0.2, 0.5])
+    assert all(math.isnan(g) for g in lenient["vs_restart_control"]), "specpilot's restarts are not the lenient's"
     table = report.seeds_table(summary).splitlines()
     assert table[1].split() == ["spike", "specpilot", "1,2", "40.0%", "/", "50.0%", "/", "60.0%", "0/2", "-25.0%",
                                 "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%",
-                                "50.0%", "/", "50.0%", "/", "50.0%", "0/1,",
-                                "1/1", "1,", "2", "0", "(0),", "7", "(0)"]  # fmt: skip
+                                "50.0%", "/", "50.0%", "/", "50.0%", "+25.0%", "/", "+62.5%", "/", "+100.0%",
+                                "+20.0%", "/", "+35.0%", "/", "+50.0%", "93.8%", "/", "93.8%", "/", "93.8%",
+                                "0/1,", "1/1", "1,", "2", "0", "(0),", "7", "(0)"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -145,7 +157,9 @@ def test_the_seed_summary_reads_back_from_bench_json_as_each_seed_printed_it(tmp
 
     stored = json.loads(path.read_text(), parse_constant=refuse)
     summary = report.across_seeds(stored["rows"], stored["scenarios"])
-    assert stored["seeds"] == json.loads(json.dumps(summary, allow_nan=False))
+    # NaN (a ratio without its reference: the lenient variant has no restart control) is stored as null
+    assert stored["seeds"] == json.loads(json.dumps(report.as_strict_json(summary), allow_nan=False))
+    assert all(g is None for g in stored["seeds"][1]["vs_restart_control"])
     mine = summary[0]
     assert mine["policy"] == "specpilot"
     assert mine["seeds"] == [1, 2]
@@ -176,6 +190,8 @@ def test_verdicts_print_specpilot_against_the_oracle_and_each_reference() -> Non
         {**_row("diurnal", 1, "oracle-within-budget", 180.0), "config": "A/C"},
         {**_row("diurnal", 1, "best-static-reachable", 120.0), "config": "K4 until 180s, then A"},
         _row("diurnal", 1, "specpilot", 90.0, 1),
+        {**_row("diurnal", 1, "best-static-restarted-as-oracle", 195.0), "config": "A restarted at 600s"},
+        {**_row("diurnal", 1, "best-static-restarted-as-specpilot", 105.0), "config": "A restarted at 240s"},
     ]
     lines = report.verdicts(rows, {"dynamic": True})
     assert lines == [
@@ -185,4 +201,10 @@ def test_verdicts_print_specpilot_against_the_oracle_and_each_reference() -> Non
         " 90.0% of the oracle (no target: a reference)",
         "specpilot: goodput vs the best static config from the earliest refit the agreement rule allows"
         " (K4 until 180s, then A) 75.0%; that refit reaches 60.0% of the oracle (no target: a reference)",
+        "oracle: goodput vs best static +33.3%; the best static config restarted where the oracle restarts"
+        " (A restarted at 600s) +30.0%, and oracle reaches 102.6% of it: the same restarts, its own choice of"
+        " configuration (a control, no target)",
+        "specpilot: goodput vs best static -40.0%; the best static config restarted where specpilot restarts"
+        " (A restarted at 240s) -30.0%, and specpilot reaches 85.7% of it: the same restarts, its own choice of"
+        " configuration (a control, no target)",
     ]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specpilot.bench.runner import PolicyRun
+from specpilot.bench.runner import RESTART_CONTROLS, PolicyRun
 
 COLUMNS = ("scenario", "policy", "config", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p99_e2e_ms",
            "actuations", "failed")  # fmt: skip
@@ -60,6 +60,17 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
         if counted is not None:
             worse, total = counted
             out.append(f"{name}: windows with P99 TPOT > 1.05x speculation-off after 30 min: {worse} of {total}")
+    for control, plan in RESTART_CONTROLS:
+        restarted, source = by.get(control), by.get(plan)
+        if restarted and source and best and best["goodput"] > 0 and restarted["goodput"] > 0:
+            who = "the oracle" if plan == "oracle" else plan
+            out.append(
+                f"{plan}: goodput vs best static {source['goodput'] / best['goodput'] - 1:+.1%}; the best static"
+                f" config restarted where {who} restarts ({restarted['config']})"
+                f" {restarted['goodput'] / best['goodput'] - 1:+.1%}, and {plan} reaches"
+                f" {source['goodput'] / restarted['goodput']:.1%} of it: the same restarts, its own choice of"
+                " configuration (a control, no target)"
+            )
     return out
 
 
@@ -101,7 +112,8 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
         for policy in ("specpilot", "specpilot-lenient"):
             entry: dict[str, Any] = {"scenario": scenario, "policy": policy, "dynamic": bool(runs[0].get("dynamic")),
                                      "seeds": [], "vs_oracle": [], "vs_best_static": [], "vs_reachable": [],
-                                     "vs_oracle_within_budget": [],
+                                     "vs_oracle_within_budget": [], "oracle_vs_best_static": [],
+                                     "oracle_restarts_alone": [], "vs_restart_control": [],
                                      "p99_windows_worse": [], "actuations": [], "failed": [],
                                      "oracle_failed": []}  # fmt: skip
             for meta in runs:
@@ -118,6 +130,12 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                 entry["vs_best_static"].append(_ratio(mine, best) - 1)
                 entry["vs_reachable"].append(_ratio(mine, reachable) if reachable else math.nan)
                 entry["vs_oracle_within_budget"].append(_ratio(mine, within) if within else math.nan)
+                entry["oracle_vs_best_static"].append(_ratio(oracle, best) - 1)
+                (as_oracle, _), (as_mine, mine_of) = RESTART_CONTROLS
+                restarted = by_seed.get((scenario, seed, as_oracle))
+                entry["oracle_restarts_alone"].append(_ratio(restarted, best) - 1 if restarted else math.nan)
+                control = by_seed.get((scenario, seed, as_mine)) if policy == mine_of else None  # not the lenient's
+                entry["vs_restart_control"].append(_ratio(mine, control) if control else math.nan)
                 counted = p99_windows_worse(meta, policy)
                 entry["p99_windows_worse"].append(list(counted) if counted else None)
                 entry["actuations"].append(mine["actuations"])
@@ -136,6 +154,8 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
     """One line per (scenario, policy): min / mean / max of each paired ratio and on how many seeds a target is met."""
     header = ("scenario", "policy", "seeds", "vs oracle min/mean/max", ">=95%", "vs best static min/mean/max",
               ">=+10%", "vs earliest refit min/mean/max", "vs oracle within budget min/mean/max",
+              "oracle vs best static min/mean/max", "of which the oracle's restarts alone",
+              "vs the best static with its restarts",
               "P99 windows > 1.05x off", "actuations", "aborted or lost (oracle)")  # fmt: skip
     lines: list[tuple[str, ...]] = [header]
     for e in summary:
@@ -146,7 +166,9 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
         windows = ", ".join("-" if w is None else f"{w[0]}/{w[1]}" for w in e["p99_windows_worse"])
         lines.append((e["scenario"], e["policy"], _seed_list(e["seeds"]), _spread(e["vs_oracle"], "{:.1%}"),
                       f"{met_oracle}/{n}", _spread(e["vs_best_static"], "{:+.1%}"), met_static,
-                      _spread(e["vs_reachable"], "{:.1%}"), _spread(e["vs_oracle_within_budget"], "{:.1%}"), windows,
+                      _spread(e["vs_reachable"], "{:.1%}"), _spread(e["vs_oracle_within_budget"], "{:.1%}"),
+                      _spread(e["oracle_vs_best_static"], "{:+.1%}"), _spread(e["oracle_restarts_alone"], "{:+.1%}"),
+                      _spread(e["vs_restart_control"], "{:.1%}"), windows,
                       ", ".join(str(a) for a in e["actuations"]),
                       dropped))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -173,17 +195,17 @@ def write_json(
     document: dict[str, Any] = {"rows": list(rows), "scenarios": list(metas)}
     if across:
         document["seeds"] = list(across)
-    path.write_text(json.dumps(_strict(document), indent=2, allow_nan=False, default=str))
+    path.write_text(json.dumps(as_strict_json(document), indent=2, allow_nan=False, default=str))
 
 
-def _strict(value: Any) -> Any:
+def as_strict_json(value: Any) -> Any:
     """NaN and infinities (a window without a finished request) as null: strict JSON, which `jq` and browsers read."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
+        return {k: as_strict_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_strict(v) for v in value]
+        return [as_strict_json(v) for v in value]
     return value
 
 

@@ -9,6 +9,8 @@ restart time. Policies: off, always on (static K), a static threshold, the best 
 oracle held to the closed loop's actuation budget (`oracle-within-budget`), and the best static configuration in
 hindsight installed at the earliest moment the closed loop's spec lets any change go in (`best-static-reachable`):
 what a policy that starts as declared, obeys the agreement rule and knows the answer would serve with one refit.
+Two controls (RESTART_CONTROLS): the best static configuration restarted into itself wherever the oracle, and
+wherever specpilot, restarted: what those restarts are worth without any change of configuration.
 """
 
 from __future__ import annotations
@@ -256,6 +258,28 @@ def run_switch(
     return replica
 
 
+def run_restarted(
+    scenario: Scenario, intent: SpeculationIntent, times: Sequence[float], seed: int, items: Sequence[Arrival]
+) -> Replica:
+    """Serve `intent` throughout, restarting into the same configuration at each of `times` (seconds, ascending).
+
+    The control for a plan's restarts: a restart aborts what is in flight and loses the arrivals while no pod is
+    ready, and past capacity that sheds a queue of requests that would miss their deadline anyway, which goodput
+    rewards. This run has a plan's restarts without its changes of configuration.
+    """
+    replica = Replica(scenario, preset_named(scenario.preset), intent, seed)
+    for at in times:
+        replica.run_until(at, items)
+        replica.restart(intent, at)
+    replica.run_until(scenario.duration_s, items)
+    return replica
+
+
+def restart_times(timeline: Sequence[tuple[float, str]]) -> list[float]:
+    """When a run restarted: every entry of its timeline after the configuration it started in."""
+    return [at for at, _ in timeline[1:]]
+
+
 def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     done = [o for o in run.outcomes if not o.failed]
@@ -380,6 +404,39 @@ def _best_static_reachable(
                      replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
 
 
+def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], int, str]) -> PolicyRun:
+    scenario, intent, times, seed, policy = job
+    started = time.monotonic()
+    replica = run_restarted(scenario, intent, times, seed, arrivals(scenario, seed))
+    config = f"{oracles.label(intent)} restarted at " + ", ".join(f"{t:.0f}s" for t in times)
+    return PolicyRun(scenario.name, policy, config, replica.outcomes, replica.actuations, replica.timeline,
+                     replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
+
+
+# The restart controls (row, the row whose restarts it repeats): the best static config restarted into itself where
+# that plan restarts (run_restarted).
+RESTART_CONTROLS = (("best-static-restarted-as-oracle", "oracle"), ("best-static-restarted-as-specpilot", "specpilot"))
+
+
+def _restart_controls(
+    scenario: Scenario, seed: int, best_run: PolicyRun, best: SpeculationIntent, plans: dict[str, PolicyRun],
+    workers: int,
+) -> list[PolicyRun]:  # fmt: skip
+    """RESTART_CONTROLS for one scenario and seed: where a plan never restarts, its control is the best static run."""
+    jobs: list[tuple[Any, ...]] = []
+    out: dict[str, PolicyRun] = {}
+    for policy, plan in RESTART_CONTROLS:
+        times = tuple(restart_times(plans[plan].timeline))
+        if times:
+            jobs.append((_restarted_job, (scenario, best, times, seed, policy)))
+        else:
+            out[policy] = PolicyRun(scenario.name, policy, best_run.config, best_run.outcomes, 0, best_run.timeline,
+                                    best_run.series, scenario.duration_s, 0.0)  # fmt: skip
+    for run in _run_jobs(jobs, min(workers, len(jobs))) if jobs else []:
+        out[run.policy] = run
+    return [out[policy] for policy, _ in RESTART_CONTROLS]
+
+
 def run_scenario(
     scenario: Scenario, seed: int = 1, progress: Callable[[str], None] | None = None, workers: int = 1
 ) -> tuple[list[PolicyRun], dict[str, Any]]:
@@ -482,13 +539,16 @@ def run_scenario(
     runs.append(named("always-on", statics[oracles.label(oracles.static(k))]))
     runs.append(named("static-threshold", statics[oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))]))
     runs.append(named("best-static", statics[best]))
-    runs.append(PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(plan_names)), oracle.outcomes,
-                          oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
-                          oracle_s))  # fmt: skip
+    oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(plan_names)), oracle.outcomes,
+                           oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
+                           oracle_s)  # fmt: skip
+    runs.append(oracle_run)
     runs.append(PolicyRun(scenario.name, "oracle-within-budget", "/".join(dict.fromkeys(budgeted_names)),
                           budgeted.outcomes, budgeted.actuations, budgeted.timeline, budgeted.series,
                           scenario.duration_s, oracle_s))  # fmt: skip
     runs.append(reachable)
+    plans = {"oracle": oracle_run, "specpilot": mine}
+    runs.extend(_restart_controls(scenario, seed, statics[best], by_name[best], plans, workers))
     runs.append(mine)
     runs.append(lenient)
     meta = {
