@@ -105,6 +105,7 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
     a reader should see how many requests a figure dropped.
     """
     by_seed = {(r["scenario"], r["seed"], r["policy"]): r for r in rows}
+    (as_oracle, _), (as_mine, mine_of) = RESTART_CONTROLS
     out: list[dict[str, Any]] = []
     scenarios = list(dict.fromkeys(m["scenario"] for m in metas))
     for scenario in scenarios:
@@ -131,7 +132,6 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                 entry["vs_reachable"].append(_ratio(mine, reachable) if reachable else math.nan)
                 entry["vs_oracle_within_budget"].append(_ratio(mine, within) if within else math.nan)
                 entry["oracle_vs_best_static"].append(_ratio(oracle, best) - 1)
-                (as_oracle, _), (as_mine, mine_of) = RESTART_CONTROLS
                 restarted = by_seed.get((scenario, seed, as_oracle))
                 entry["oracle_restarts_alone"].append(_ratio(restarted, best) - 1 if restarted else math.nan)
                 control = by_seed.get((scenario, seed, as_mine)) if policy == mine_of else None  # not the lenient's

@@ -21,7 +21,7 @@ import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot.api.durations import parse_duration
@@ -395,8 +395,7 @@ def _best_static_reachable(
     spec = closed_loop_spec(scenario)
     declared = intent_from_spec(spec)
     if oracles.label(declared) == best_run.policy:
-        return PolicyRun(scenario.name, "best-static-reachable", best_run.config, best_run.outcomes,
-                         best_run.actuations, best_run.timeline, best_run.series, scenario.duration_s, 0.0)  # fmt: skip
+        return replace(best_run, policy="best-static-reachable", wall_s=0.0)
     at = earliest_refit_s(spec)
     replica = run_switch(scenario, declared, best, at, seed, items)
     config = f"{oracles.label(declared)} until {at:.0f}s, then {best_run.policy}"
@@ -430,8 +429,7 @@ def _restart_controls(
         if times:
             jobs.append((_restarted_job, (scenario, best, times, seed, policy)))
         else:
-            out[policy] = PolicyRun(scenario.name, policy, best_run.config, best_run.outcomes, 0, best_run.timeline,
-                                    best_run.series, scenario.duration_s, 0.0)  # fmt: skip
+            out[policy] = replace(best_run, policy=policy, wall_s=0.0)
     for run in _run_jobs(jobs, min(workers, len(jobs))) if jobs else []:
         out[run.policy] = run
     return [out[policy] for policy, _ in RESTART_CONTROLS]
@@ -531,14 +529,11 @@ def run_scenario(
     reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best])
     runs: list[PolicyRun] = []
 
-    def named(policy: str, source: PolicyRun) -> PolicyRun:
-        return PolicyRun(scenario.name, policy, source.config, source.outcomes, source.actuations, source.timeline,
-                         source.series, source.duration_s, source.wall_s)  # fmt: skip
-
-    runs.append(named("off", statics["off"]))
-    runs.append(named("always-on", statics[oracles.label(oracles.static(k))]))
-    runs.append(named("static-threshold", statics[oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))]))
-    runs.append(named("best-static", statics[best]))
+    runs.append(replace(statics["off"], policy="off"))
+    runs.append(replace(statics[oracles.label(oracles.static(k))], policy="always-on"))
+    threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
+    runs.append(replace(statics[threshold_32], policy="static-threshold"))
+    runs.append(replace(statics[best], policy="best-static"))
     oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(plan_names)), oracle.outcomes,
                            oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
                            oracle_s)  # fmt: skip
