@@ -203,7 +203,7 @@ def example(out: Path, *, recording: Path = RECORDING, step: str = "15s") -> int
     import yaml
 
     from e2e.prometheus.fixture import PrometheusServer, find_prometheus, find_promtool
-    from specpilot.cli import main as specpilot
+    from specpilot.cli.main import main as specpilot
 
     work = Path(tempfile.mkdtemp(prefix="specpilot-report-example-"))
     times = load_recording(recording, find_promtool(), work / "data", ago=120)

@@ -11,9 +11,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from specpilot import manifests
 from specpilot.api import v1alpha1
-from specpilot.reconcile import canary_command
+from specpilot.reconcile import manifests
+from specpilot.reconcile.core import canary_command
 from specpilot.vllm.dialects import render_command
 from specpilot.vllm.intent import intent_from_spec
 

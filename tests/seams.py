@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from specpilot import reconcile as rec
 from specpilot.api import crd, v1alpha1
-from specpilot.autotune import AutotuneOutcome, conclude, format_time
-from specpilot.measurements import Measurement, MeasurementClass
-from specpilot.promql import Signal
+from specpilot.autotune.evaluation import AutotuneOutcome, choose_intent, conclude, format_time
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.autotune.signals.promql import Signal
+from specpilot.reconcile import core as rec
 
 VALID, NO_DATA = MeasurementClass.VALID, MeasurementClass.NO_DATA
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -51,6 +51,11 @@ ROUND_TRIP_SPEC: dict[str, Any] = {
         "budget": {"minInterval": "5m", "maxPerHour": 6, "maxPerDay": 20, "reversalBackoff": 2},
     },
 }
+
+
+def reconcile_chosen(inputs: rec.ReconcileInputs) -> rec.ReconcileResult:
+    """The reconcile as the operator runs it: the intent chosen by the autotuner from the same inputs, then rendered."""
+    return rec.reconcile(inputs, choose_intent(inputs))
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
@@ -157,7 +162,7 @@ class Cluster:
     def reconcile(self, autotune: AutotuneOutcome | None = None) -> rec.ReconcileResult:
         observed = self._observed()
         live = {} if observed is None else {f"Deployment/{self.deployment_name}": observed.applied_hash}
-        result = rec.reconcile(
+        result = reconcile_chosen(
             rec.ReconcileInputs(
                 name="chat",
                 namespace="inference",

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
+from specpilot.autotune.evaluate import effective_window, measure
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Scope
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
 from specpilot.bench.specpilot_policy import to_datetime, to_seconds
-from specpilot.evaluate import effective_window, measure
-from specpilot.measurements import Measurement
-from specpilot.promql import Scope
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100, Preset
 from specpilot.vllm.metrics import metric_names_for

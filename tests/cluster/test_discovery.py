@@ -1,5 +1,5 @@
 """Discovery like production: real Prometheus finds the vLLM pods through Kubernetes service discovery against the
-local API server, relabelled by the shipped scrape job (specpilot.scrape, docs/monitoring.md), and the autotuner's
+local API server, relabelled by the shipped scrape job (reconcile.scrape, docs/monitoring.md), and the autotuner's
 own queries select exactly the discovered pod's series.
 
 The pods are what the operator renders (manifests.build_children of an example spec, the Deployment applied as is
@@ -26,9 +26,10 @@ import yaml
 from e2e.cluster.fixture import KubeCluster
 from e2e.prometheus.fixture import PrometheusServer
 from e2e.waiting import wait_for
-from specpilot import manifests, promql
 from specpilot.api import v1alpha1
-from specpilot.scrape import build_scrape_config
+from specpilot.autotune.signals import promql
+from specpilot.reconcile import manifests
+from specpilot.reconcile.scrape import build_scrape_config
 from specpilot.vllm.dialects import render_command
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import v

@@ -22,13 +22,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specpilot import evaluate
 from specpilot.api import v1alpha1
-from specpilot.cli import main, validate_document
-from specpilot.loading import LoadError
-from specpilot.manifests import Owner, build_children
-from specpilot.plan import plan_memory
-from specpilot.policy import STATE_VERSION, PolicyState, desired_intent
+from specpilot.api.loading import LoadError
+from specpilot.autotune.policy.decision import STATE_VERSION, PolicyState, desired_intent
+from specpilot.cli import evaluate
+from specpilot.cli.main import main, validate_document
+from specpilot.planning.plan import plan_memory
+from specpilot.reconcile.manifests import Owner, build_children
 from specpilot.vllm.dialects import render_command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,10 +30,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from e2e.cluster.fixture import NAMESPACE_LABEL, KubeCluster
+from specpilot.adapters.connections import Registry
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, is_positive_quantity, parse_quantity
-from specpilot.cli import validate_document
-from specpilot.connections import Registry
+from specpilot.cli.main import validate_document
 from tests.k8s_specs import children_of, valid_resources
 from tests.unit import test_input_hygiene as hygiene
 
@@ -323,7 +323,7 @@ def test_chart_refuses_credentials_over_plain_http_at_start_up(kube_cluster: Kub
     configmap = next(o for o in objects if o["metadata"]["name"] == "sp-specpilot-prometheus")
     path = tmp_path / "connections.json"
     path.write_text(configmap["data"]["connections.json"])
-    from specpilot.cli import main
+    from specpilot.cli.main import main
 
     assert main(["run", "--prometheus-connections", str(path)]) == 1
 

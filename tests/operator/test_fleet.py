@@ -21,8 +21,8 @@ from e2e.operator_process import RunningOperator
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from e2e.waiting import wait_for
 from specpilot.api.v1alpha1 import parse_spec
-from specpilot.evaluate import effective_window
-from specpilot.promql import Scope, build_queries
+from specpilot.autotune.evaluate import effective_window
+from specpilot.autotune.signals.promql import Scope, build_queries
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
 from tests.operator.conftest import StartOperator

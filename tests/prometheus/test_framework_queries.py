@@ -22,10 +22,10 @@ from e2e.prometheus.fixture import PrometheusServer
 from e2e.report_data import DEPLOYMENT, NAMESPACE, PLAIN_HASH, SPECULATING_HASH, load_recording
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
-from specpilot.baseline import BaselineEntry, Mode, load_bucket
-from specpilot.framework_rules import FrameworkInputs, mixed_workload, short_outputs
-from specpilot.measurements import Measurement, classify
-from specpilot.promql import (
+from specpilot.autotune.model.baseline import BaselineEntry, Mode, load_bucket
+from specpilot.autotune.policy.framework_rules import FrameworkInputs, mixed_workload, short_outputs
+from specpilot.autotune.signals.measurements import Measurement, classify
+from specpilot.autotune.signals.promql import (
     Query,
     Scope,
     Signal,

@@ -20,10 +20,10 @@ import pytest
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
-from specpilot.backlog import ttft_deadline_s
-from specpilot.evaluate import Subject, effective_window, measure, measure_many
-from specpilot.measurements import MeasurementClass, classify, split_answer
-from specpilot.promql import Query, Scope, ScopeSet, Signal, build_queries
+from specpilot.autotune.evaluate import Subject, effective_window, measure, measure_many
+from specpilot.autotune.policy.backlog import ttft_deadline_s
+from specpilot.autotune.signals.measurements import MeasurementClass, classify, split_answer
+from specpilot.autotune.signals.promql import Query, Scope, ScopeSet, Signal, build_queries
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
 from tests.prometheus.fake_vllm import Loopback

@@ -23,10 +23,10 @@ import yaml
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
-from specpilot.evaluate import effective_window, evaluate_once, measure
-from specpilot.measurements import Measurement, MeasurementClass, classify
-from specpilot.policy import PolicyInputs, PolicyState, decide
-from specpilot.promql import Query, Scope, Signal
+from specpilot.autotune.evaluate import effective_window, evaluate_once, measure
+from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, classify
+from specpilot.autotune.signals.promql import Query, Scope, Signal
 from specpilot.vllm.intent import SpeculationIntent
 from tests.prometheus.fake_vllm import Loopback
 

@@ -23,7 +23,7 @@ from e2e.report_data import (
     example_cr,
     load_recording,
 )
-from specpilot.cli import main
+from specpilot.cli.main import main
 from tests.prometheus.conftest import Replay
 
 pytestmark = pytest.mark.prometheus

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from specpilot import conditions as cond
 from specpilot.api.crd import build_crd
-from specpilot.autotune import OBSERVED_FIELDS, idle_conditions, observed_fields
-from specpilot.measurements import Measurement, MeasurementClass
+from specpilot.autotune.evaluation import OBSERVED_FIELDS, idle_conditions, observed_fields
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.reconcile import conditions as cond
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.backlog import (
+from specpilot.autotune.policy.backlog import (
     QueueSeen,
     arrivals_in_time,
     proposal_gain,
@@ -16,8 +16,8 @@ from specpilot.backlog import (
     restart_under_backlog,
     ttft_deadline_s,
 )
-from specpilot.policy import Action, PolicyState
-from specpilot.promql import Signal
+from specpilot.autotune.policy.decision import Action, PolicyState
+from specpilot.autotune.signals.promql import Signal
 
 T0, MINUTE = tp.T0, tp.MINUTE
 

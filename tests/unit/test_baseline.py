@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.baseline import (
+from specpilot.api.timestamps import format_time, parse_time
+from specpilot.autotune.model.baseline import (
     MAX_RECORD_AGE,
     WINDOWS_PER_BUCKET,
     BaselineEntry,
@@ -16,15 +17,13 @@ from specpilot.baseline import (
     compare_canary,
     decay_load,
     entry_from_window,
-    format_time,
     load_bucket,
-    parse_time,
     record,
     side_by_side,
     summary,
 )
-from specpilot.measurements import Measurement, MeasurementClass
-from specpilot.promql import Signal
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.autotune.signals.promql import Signal
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 FIVE = timedelta(minutes=5)

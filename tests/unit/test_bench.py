@@ -11,6 +11,9 @@ from datetime import timedelta
 import pytest
 
 from specpilot.api.v1alpha1 import BudgetSpec
+from specpilot.autotune.evaluate import measure
+from specpilot.autotune.policy.decision import Action, Decision, PolicyState, budget_check, record_actuation
+from specpilot.autotune.signals.promql import Scope, Signal
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_quantile, snapshot
@@ -32,9 +35,6 @@ from specpilot.bench.runner import (
 )
 from specpilot.bench.scenarios import SCENARIOS, Scenario, arrivals, at, scenario_named
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
-from specpilot.evaluate import measure
-from specpilot.policy import Action, Decision, PolicyState, budget_check, record_actuation
-from specpilot.promql import Scope, Signal
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
 from specpilot.vllm.intent import SpeculationIntent
@@ -106,7 +106,7 @@ def test_operator_measurements_over_simulated_scrapes() -> None:
     deadline = 0.015  # among the TTFTs of this light load (11..30 ms); counted at the next bucket bound, 0.02 s
     spec = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192, ttft_slo_s=deadline)
     scope = Scope("bench", "bench", "sim")
-    from specpilot.evaluate import effective_window
+    from specpilot.autotune.evaluate import effective_window
 
     window = effective_window(spec.autotune)
     client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds, 50, 8192, deadline)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from specpilot.autotune.model.stepcost import step_cost_model, with_context_length
 from specpilot.bench.calibration import MT_BENCH_CONTEXT, TOLERANCE, VERSION, step_time_ms
-from specpilot.schedule import step_cost_model, with_context_length
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from specpilot import catalog
 from specpilot.api.v1alpha1 import ModelArchitecture
-from specpilot.catalog import CATALOG, Kind, UnknownArchitecture, lookup, resolve_architecture, to_hf_config
+from specpilot.planning import catalog
+from specpilot.planning.catalog import CATALOG, Kind, UnknownArchitecture, lookup, resolve_architecture, to_hf_config
 
 PUBLISHED = [e for e in CATALOG if e.published_parameters_b is not None]
 

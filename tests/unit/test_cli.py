@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpilot.cli import main
+from specpilot.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama-70b-draft-8b-2xh100.yaml"

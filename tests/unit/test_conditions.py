@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot import conditions as c
+from specpilot.reconcile import conditions as c
 
 
 def test_merge_conditions_fills_every_standard_type_unknown() -> None:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from specpilot import connections
+from specpilot.adapters import connections
+from specpilot.adapters.connections import ConnectionsError, Registry, UnavailablePrometheus, open_client, resolve
 from specpilot.api.v1alpha1 import PrometheusSpec
-from specpilot.connections import ConnectionsError, Registry, UnavailablePrometheus, open_client, resolve
-from specpilot.measurements import classify
-from specpilot.promql import Query, Signal
+from specpilot.autotune.signals.measurements import classify
+from specpilot.autotune.signals.promql import Query, Signal
 
 
 class Recorder:
@@ -199,7 +199,7 @@ def test_a_bad_connections_file_stops_the_operator_with_a_reason(tmp_path: Path,
 
 
 def test_run_refuses_to_start_with_a_bad_connections_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from specpilot.cli import main
+    from specpilot.cli.main import main
 
     path = tmp_path / "connections.json"
     path.write_text("not json")

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from specpilot.api import v1alpha1
-from specpilot.costprofile import calibrated_presets, choose_cost_profile, fit_settings_for
-from specpilot.schedule import LLAMA8B_H100, LLAMA70B_4XH100, PROFILES, FitSettings, step_cost_model
+from specpilot.autotune.model.costprofile import calibrated_presets, choose_cost_profile, fit_settings_for
+from specpilot.autotune.model.schedule import FitSettings
+from specpilot.autotune.model.stepcost import LLAMA8B_H100, LLAMA70B_4XH100, PROFILES, step_cost_model
 from specpilot.sim import presets
 
 H100_LABEL = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}

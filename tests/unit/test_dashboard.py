@@ -1,5 +1,5 @@
 """Every dashboard expression selects only series that exist: a real vLLM CPU server's /metrics (0.32.0, with a
-draft model), the operator's own metrics (specpilot.telemetry's registry), the shipped recording rules, or `up`; and
+draft model), the operator's own metrics (shell.telemetry's registry), the shipped recording rules, or `up`; and
 only labels those series carry (including the labels the PodMonitor / scrape job adds)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import specpilot.telemetry  # noqa: F401  (registers the operator's metrics)
+import specpilot.shell.telemetry  # noqa: F401  (registers the operator's metrics)
 from tests.dashboard_promql import dashboard_expressions, references
 
 ROOT = Path(__file__).resolve().parents[2]

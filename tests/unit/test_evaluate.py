@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
-from specpilot.evaluate import effective_window, evaluate_once, measure, render_text
-from specpilot.measurements import MeasurementClass, RawResult
-from specpilot.promql import Scope, Signal
+from specpilot.autotune.evaluate import effective_window, evaluate_once, measure
+from specpilot.autotune.signals.measurements import MeasurementClass, RawResult
+from specpilot.autotune.signals.promql import Scope, Signal
+from specpilot.cli.evaluate import render_text
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 SCOPE = Scope("ml", "chat", "9f2c1a")
@@ -163,9 +164,9 @@ def test_dry_run_prints_the_framework_findings_the_operator_stores(
     import copy
 
     from specpilot.api.v1alpha1 import SpeculativeDeploymentStatus
-    from specpilot.autotune import conclude
-    from specpilot.evaluate import from_status
-    from specpilot.policy import PolicyState
+    from specpilot.autotune.evaluation import conclude
+    from specpilot.autotune.policy.decision import PolicyState
+    from specpilot.cli.evaluate import from_status
     from tests.seams import ROUND_TRIP_SPEC, Cluster
 
     raw = copy.deepcopy(ROUND_TRIP_SPEC)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.events import EventLimiter
+from specpilot.shell.events import EventLimiter
 
 
 def test_event_limiter_allows_a_burst_then_throttles() -> None:

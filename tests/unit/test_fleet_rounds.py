@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specpilot.api.v1alpha1 import parse_spec
-from specpilot.autotune import Cadence, DueMarks, format_time, is_due, phase_offset, without_heartbeat
+from specpilot.autotune.evaluation import Cadence, DueMarks, format_time, is_due, phase_offset, without_heartbeat
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
 SPEC = parse_spec(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.forecast import (
+from specpilot.autotune.model.forecast import (
     MAX_SPAN,
     RateSample,
     Trend,

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from specpilot import framework_rules as fr
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
-from specpilot.baseline import (
+from specpilot.autotune.model.baseline import (
     ACCEPTANCE_WINDOWS_PER_CONFIG,
     AcceptanceWindow,
     BaselineEntry,
@@ -18,8 +17,8 @@ from specpilot.baseline import (
     Mode,
     record_acceptance,
 )
-from specpilot.conditions import SHORT_OUTPUTS
-from specpilot.framework_rules import (
+from specpilot.autotune.policy import framework_rules as fr
+from specpilot.autotune.policy.framework_rules import (
     Finding,
     FrameworkInputs,
     FrameworkState,
@@ -31,8 +30,9 @@ from specpilot.framework_rules import (
     quantization_penalty,
     short_outputs,
 )
-from specpilot.measurements import Measurement, MeasurementClass
-from specpilot.promql import Signal
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.autotune.signals.promql import Signal
+from specpilot.reconcile.conditions import SHORT_OUTPUTS
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.versions import Engine, v
 
@@ -377,10 +377,10 @@ def simulated_window(
 
     `short_every`: 7 of every 10 responses are 20 tokens long when set, else all 150. `alpha_multiplier` scales the
     drafter's acceptance, as a quantized target that agrees less with its draft would."""
+    from specpilot.autotune.evaluate import effective_window, measure
+    from specpilot.autotune.signals.promql import Scope
     from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
     from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
-    from specpilot.evaluate import effective_window, measure
-    from specpilot.promql import Scope
     from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
     from specpilot.sim.presets import LLAMA8B_H100
     from specpilot.vllm.metrics import metric_names_for

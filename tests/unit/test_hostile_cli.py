@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpilot.cli import build_parser, main
-from specpilot.evaluate import EXIT_INVALID_INPUT, EXIT_PROMETHEUS_FAILED
+from specpilot.cli.evaluate import EXIT_INVALID_INPUT, EXIT_PROMETHEUS_FAILED
+from specpilot.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama-8b-single-gpu.yaml"

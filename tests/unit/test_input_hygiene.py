@@ -18,8 +18,8 @@ import yaml
 
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, format_bytes, parse_quantity
-from specpilot.cli import validate_document
-from specpilot.plan import kv_dtype_bytes, plan_memory
+from specpilot.cli.main import validate_document
+from specpilot.planning.plan import kv_dtype_bytes, plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,10 +6,17 @@ import pytest
 
 import tests.unit.test_policy as tp
 from specpilot.api.v1alpha1 import parse_spec
-from specpilot.k0tax import DrafterMemory, compare_with_off, drafter_kv_gain, k0_step_ms, kv_bound, relative_rate
-from specpilot.plan import plan_memory
-from specpilot.policy import Action, OffReason, PolicyState, evaluate_alone
-from specpilot.schedule import LLAMA8B_H100, LLAMA70B_4XH100, AcceptanceProfile, StepCostModel
+from specpilot.autotune.model.k0tax import (
+    DrafterMemory,
+    compare_with_off,
+    drafter_kv_gain,
+    k0_step_ms,
+    kv_bound,
+    relative_rate,
+)
+from specpilot.autotune.model.stepcost import LLAMA8B_H100, LLAMA70B_4XH100, AcceptanceProfile, StepCostModel
+from specpilot.autotune.policy.decision import Action, OffReason, PolicyState, evaluate_alone
+from specpilot.planning.plan import plan_memory
 from specpilot.vllm.intent import SpeculationIntent
 
 PROFILE = AcceptanceProfile((0.7, 0.49, 0.343), "geometric 0.7")

@@ -1,4 +1,4 @@
-"""Leader election rules (specpilot.leadership), table-driven, and the `specpilot run` flags that configure them."""
+"""Leader election rules (adapters.leadership), table-driven, and the `specpilot run` flags that configure them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.cli import main
-from specpilot.leadership import LeaseRecord, LeaseSettings, may_take, must_stop, released, taken
+from specpilot.adapters.leadership import LeaseRecord, LeaseSettings, may_take, must_stop, released, taken
+from specpilot.cli.main import main
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HELD_BY_A = LeaseRecord("a", 15, T0, T0, 2)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from specpilot import manifests
 from specpilot.api import v1alpha1
-from specpilot.promql import Scope
+from specpilot.autotune.signals.promql import Scope
+from specpilot.reconcile import manifests
 
 OWNER = manifests.Owner(name="llama", namespace="inference", uid="1234-uid")
 COMMAND = ("vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000")

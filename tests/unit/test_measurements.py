@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpilot.measurements import (
+from specpilot.autotune.signals.measurements import (
     Measurement,
     MeasurementClass,
     RawResult,
@@ -20,7 +20,7 @@ from specpilot.measurements import (
     split_answer,
     unavailable,
 )
-from specpilot.promql import Query, Signal
+from specpilot.autotune.signals.promql import Query, Signal
 
 VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
 ACCEPTANCE = Query(Signal.ACCEPTANCE_RATE, "sum(rate(a[5m])) / (sum(rate(d[5m])) > 0)", "ratio")

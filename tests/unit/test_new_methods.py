@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from specpilot.api.v1alpha1 import InvalidSpec, parse_spec
-from specpilot.plan import plan_memory
-from specpilot.schedule import DRAFTER_BY_METHOD, Drafter
+from specpilot.autotune.model.stepcost import DRAFTER_BY_METHOD, Drafter
+from specpilot.planning.plan import plan_memory
 from specpilot.vllm.dialects import ThresholdSupport, UnsupportedCombination, methods_available, render_command
 from specpilot.vllm.versions import v
 

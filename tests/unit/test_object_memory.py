@@ -18,8 +18,8 @@ import pytest
 
 from specpilot.api.v1alpha1 import ANNOTATION_PAUSE as PAUSE
 from specpilot.api.v1alpha1 import ANNOTATION_REEVALUATE as REEVALUATE
-from specpilot.autotune import DueMarks
-from specpilot.handlers import BodySummary, ObjectMemory
+from specpilot.autotune.evaluation import DueMarks
+from specpilot.shell.handlers import BodySummary, ObjectMemory
 from tests.seams import apply_merge_patch
 
 STORED: dict[str, Any] = json.loads(
@@ -160,7 +160,7 @@ def test_a_queued_reconcile_does_not_keep_the_body_of_the_event_that_queued_it(m
 
     from kopf._core.actions.execution import cause_var
 
-    from specpilot import handlers
+    from specpilot.shell import handlers
 
     monkeypatch.setattr(handlers, "_CONTEXT", contextvars.copy_context())  # the first handler's, captured earlier
     body: Any = copy.deepcopy(STORED)  # stands for kopf's cause, which holds the event's body

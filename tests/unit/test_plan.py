@@ -27,8 +27,8 @@ from specpilot.api.v1alpha1 import (
     SpeculationMethod,
     parse_spec,
 )
-from specpilot.catalog import CATALOG, UnknownArchitecture, lookup
-from specpilot.plan import (
+from specpilot.planning.catalog import CATALOG, UnknownArchitecture, lookup
+from specpilot.planning.plan import (
     GB,
     GIB,
     MemoryPlan,
@@ -308,7 +308,7 @@ def test_activation_reserve_by_hand() -> None:
     )
     expected = round(1.5 * GIB) + 8192 * (4 * 4096 + 2 * 14336) * 2 + 256 * 4 * 128256 * 4
     assert arch_plan.reserve_bytes_per_rank == expected
-    from specpilot.catalog import from_entry
+    from specpilot.planning.catalog import from_entry
 
     entry = lookup("meta-llama/Llama-3.1-8B-Instruct")
     assert entry is not None

@@ -13,16 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import BudgetSpec, SpeculativeDeploymentSpec, parse_spec
-from specpilot.baseline import BaselineEntry, Mode
-from specpilot.measurements import Measurement, MeasurementClass
-from specpilot.policy import (
+from specpilot.autotune.model.baseline import BaselineEntry, Mode
+from specpilot.autotune.model.stepcost import LLAMA8B_H100, AcceptanceProfile
+from specpilot.autotune.policy.decision import (
     ERROR_LIMIT,
     STATE_VERSION,
     Action,
     ActuationRecord,
-    ChosenIntent,
     Decision,
-    IntentSource,
     OffReason,
     OffRecord,
     PolicyInputs,
@@ -38,9 +36,9 @@ from specpilot.policy import (
     record_actuation,
     required_dwell,
 )
-from specpilot.promql import Signal, Window
-from specpilot.schedule import LLAMA8B_H100, AcceptanceProfile
-from specpilot.vllm.intent import SpeculationIntent, intent_to_dict
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.autotune.signals.promql import Signal, Window
+from specpilot.vllm.intent import ChosenIntent, IntentSource, SpeculationIntent, intent_to_dict
 
 VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from specpilot import promql
-from specpilot.promql import Scope, Signal, Window, build_queries, resolve_window
+from specpilot.autotune.signals import promql
+from specpilot.autotune.signals.promql import Scope, Signal, Window, build_queries, resolve_window
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import v
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
-from specpilot.measurements import Measurement
-from specpilot.policy import Action, PolicyState, decide, record_actuation
-from specpilot.promql import Signal
-from specpilot.reach import MIN_REACH, correct_positions, drafts_reaching
-from specpilot.schedule import LLAMA8B_H100, k_for_batch, model_for_method
+from specpilot.autotune.model.stepcost import LLAMA8B_H100, k_for_batch, model_for_method
+from specpilot.autotune.policy.decision import Action, PolicyState, decide, record_actuation
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Signal
+from specpilot.autotune.signals.reach import MIN_REACH, correct_positions, drafts_reaching
 from specpilot.vllm.intent import SpeculationIntent
 from tests.unit.test_policy import inputs, m, make_spec, observed
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from specpilot import conditions as cond
-from specpilot import reconcile as rec
 from specpilot.api import v1alpha1
-from specpilot.policy import PolicyState, spec_fingerprints
+from specpilot.autotune.policy.decision import PolicyState, spec_fingerprints
+from specpilot.reconcile import conditions as cond
+from specpilot.reconcile import core as rec
 from specpilot.vllm.intent import intent_from_spec
-from tests.seams import apply_merge_patch
+from tests.seams import apply_merge_patch, reconcile_chosen
 
 BASE_SPEC: dict[str, Any] = {
     "replicas": 2,
@@ -83,16 +83,16 @@ def condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 def converge(spec: dict[str, Any]) -> tuple[rec.ReconcileResult, rec.ReconcileInputs]:
     """Create, then observe the rollout finished: the steady state of a healthy object."""
-    created = rec.reconcile(inputs(spec))
+    created = reconcile_chosen(inputs(spec))
     assert created.status_patch is not None
     steady_inputs = inputs(
         spec, status=created.status_patch, live_children=live_of(created), deployment=settled_deployment(created)
     )
-    return rec.reconcile(steady_inputs), steady_inputs
+    return reconcile_chosen(steady_inputs), steady_inputs
 
 
 def test_reconcile_new_object_applies_deployment_and_service_and_starts_rollout() -> None:
-    result = rec.reconcile(inputs(BASE_SPEC))
+    result = reconcile_chosen(inputs(BASE_SPEC))
     assert [c["kind"] for c in result.apply] == ["Deployment", "Service", "PodDisruptionBudget"]
     assert result.status_patch is not None
     assert result.status_patch["observedGeneration"] == 1
@@ -114,7 +114,7 @@ def test_reconcile_completes_rollout_then_goes_quiet() -> None:
     assert condition(steady.status_patch, cond.PROGRESSING)["reason"] == "RolloutCompleted"
     assert [e.reason for e in steady.events] == ["RolloutCompleted"]
     # the same observation again: nothing to write, nothing to say
-    again = rec.reconcile(
+    again = reconcile_chosen(
         inputs(
             BASE_SPEC,
             status=steady.status_patch,
@@ -140,7 +140,7 @@ def test_reconcile_completes_rollout_then_goes_quiet() -> None:
 def test_reconcile_rolls_only_when_the_pod_template_changes(change: dict[str, Any], rolls: bool) -> None:
     steady, steady_inputs = converge(BASE_SPEC)
     assert steady.status_patch is not None
-    changed = rec.reconcile(
+    changed = reconcile_chosen(
         inputs(
             spec_with(**change),
             generation=2,
@@ -157,7 +157,7 @@ def test_reconcile_rolls_only_when_the_pod_template_changes(change: dict[str, An
 
 def test_reconcile_invalid_spec_sets_condition_and_applies_nothing() -> None:
     bad = spec_with(speculation={"method": "draft_model", "numSpeculativeTokens": 4})
-    result = rec.reconcile(inputs(bad))
+    result = reconcile_chosen(inputs(bad))
     assert result.apply == []
     assert result.status_patch is not None
     ready = condition(result.status_patch, cond.READY)
@@ -178,7 +178,7 @@ def too_big() -> dict[str, Any]:
 
 
 def test_reconcile_memory_that_does_not_fit_blocks_the_deployment() -> None:
-    result = rec.reconcile(inputs(too_big()))
+    result = reconcile_chosen(inputs(too_big()))
     assert result.apply == []
     assert result.status_patch is not None
     fit = condition(result.status_patch, cond.MEMORY_FIT)
@@ -189,17 +189,17 @@ def test_reconcile_memory_that_does_not_fit_blocks_the_deployment() -> None:
 
 
 def test_reconcile_memory_overcommit_annotation_deploys_anyway() -> None:
-    result = rec.reconcile(inputs(too_big(), annotations={v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT: "true"}))
+    result = reconcile_chosen(inputs(too_big(), annotations={v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT: "true"}))
     assert "Deployment" in [c["kind"] for c in result.apply]
     assert result.status_patch is not None
     assert condition(result.status_patch, cond.MEMORY_FIT)["status"] == "False"
 
 
 def test_reconcile_progress_deadline_exceeded_is_degraded() -> None:
-    created = rec.reconcile(inputs(BASE_SPEC))
+    created = reconcile_chosen(inputs(BASE_SPEC))
     assert created.status_patch is not None
     stuck = settled_deployment(created, available_replicas=1, updated_replicas=1, progress_deadline_exceeded=True)
-    result = rec.reconcile(
+    result = reconcile_chosen(
         inputs(BASE_SPEC, status=created.status_patch, live_children=live_of(created), deployment=stuck)
     )
     assert result.status_patch is not None
@@ -219,7 +219,7 @@ def test_reconcile_progress_deadline_exceeded_is_degraded() -> None:
 def test_the_operators_own_rollout_deadline(minutes_later: int, completed_once: bool, progressing: str) -> None:
     """A return to an earlier ReplicaSet never gets ProgressDeadlineExceeded from Kubernetes (its Progressing
     condition keeps NewReplicaSetAvailable), so the operator times the rollout from status.effective.rolloutStarted."""
-    created = rec.reconcile(inputs(BASE_SPEC, now="2026-11-26T00:00:00Z"))
+    created = reconcile_chosen(inputs(BASE_SPEC, now="2026-11-26T00:00:00Z"))
     assert created.status_patch is not None
     status = copy.deepcopy(created.status_patch)
     assert status["effective"]["rolloutStarted"] == "2026-11-26T00:00:00Z"
@@ -227,7 +227,7 @@ def test_the_operators_own_rollout_deadline(minutes_later: int, completed_once: 
     if completed_once:
         status["effective"]["rolloutCompleted"] = "2026-11-26T00:05:00Z"
     crash_looping = settled_deployment(created, available_replicas=0, ready_replicas=0)
-    result = rec.reconcile(
+    result = reconcile_chosen(
         inputs(
             BASE_SPEC,
             status=status,
@@ -247,7 +247,7 @@ def test_the_rollout_clock_completes_on_settling_and_restarts_with_a_new_config(
     steady, steady_inputs = converge(BASE_SPEC)
     assert steady.status_patch is not None
     assert steady.status_patch["effective"]["rolloutCompleted"] == "2026-11-26T00:00:00Z"
-    changed = rec.reconcile(
+    changed = reconcile_chosen(
         inputs(
             spec_with(speculation__numSpeculativeTokens=2),
             generation=2,
@@ -265,7 +265,7 @@ def test_the_rollout_clock_completes_on_settling_and_restarts_with_a_new_config(
 def test_reconcile_scaling_to_one_replica_deletes_the_disruption_budget() -> None:
     steady, steady_inputs = converge(BASE_SPEC)
     assert steady.status_patch is not None
-    result = rec.reconcile(
+    result = reconcile_chosen(
         inputs(
             spec_with(replicas=1),
             generation=2,
@@ -303,7 +303,7 @@ def test_reconcile_intent_precedence(
     )
     decided_for = spec if fingerprint_matches else spec_with(speculation__numSpeculativeTokens=2)
     status = {"autotune": autotune_status(decided_for, enabled=decided_on)}
-    result = rec.reconcile(inputs(spec, status=status))
+    result = reconcile_chosen(inputs(spec, status=status))
     assert result.status_patch is not None
     assert result.status_patch["effective"]["speculation"] is speculating
     assert result.status_patch["effective"]["source"] == source
@@ -313,7 +313,7 @@ def test_reconcile_intent_precedence(
 
 def test_reconcile_reports_threshold_unsupported_on_versions_that_cannot_express_it() -> None:
     spec = spec_with(engine__version="0.20.0", speculation__disableAboveBatchSize=32)
-    result = rec.reconcile(inputs(spec))
+    result = reconcile_chosen(inputs(spec))
     assert result.status_patch is not None
     threshold = condition(result.status_patch, cond.THRESHOLD_SUPPORTED)
     assert (threshold["status"], threshold["reason"]) == ("False", "ThresholdUnsupported")
@@ -321,7 +321,7 @@ def test_reconcile_reports_threshold_unsupported_on_versions_that_cannot_express
 
 
 def test_reconcile_children_carry_owner_and_applied_hash() -> None:
-    result = rec.reconcile(inputs(BASE_SPEC))
+    result = reconcile_chosen(inputs(BASE_SPEC))
     for child in result.apply:
         assert child["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert child["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
@@ -341,7 +341,7 @@ def test_reconcile_repairs_drift_of_owned_deployment_fields(drift: dict[str, Any
     assert steady.status_patch is not None
     assert steady_inputs.deployment is not None
     live = replace(steady_inputs.deployment, **{"spec_replicas": 2, **drift})
-    result = rec.reconcile(
+    result = reconcile_chosen(
         inputs(BASE_SPEC, status=steady.status_patch, live_children=steady_inputs.live_children, deployment=live)
     )
     assert ("Deployment" in [c["kind"] for c in result.apply]) == reapplies
@@ -368,7 +368,7 @@ def test_reconcile_does_not_mistake_a_stale_copy_of_its_own_write_for_drift() ->
     assert steady.status_patch is not None
     assert steady_inputs.deployment is not None
     stale = replace(steady_inputs.deployment, template_config_hash="previous-config")
-    result = rec.reconcile(
+    result = reconcile_chosen(
         inputs(
             BASE_SPEC,
             status=steady.status_patch,
@@ -485,7 +485,7 @@ def command_of(deployment: dict[str, Any]) -> str:
 def test_canary_runs_the_other_mode_on_one_replica(autotune_chose: bool | None, main_speculates: bool) -> None:
     spec = canary_spec()
     status = {} if autotune_chose is None else {"autotune": autotune_status(spec, enabled=autotune_chose)}
-    result = rec.reconcile(inputs(spec, status=status))
+    result = reconcile_chosen(inputs(spec, status=status))
     found = deployments(result)
     main, canary = found["llama"], found["llama-canary"]
     assert (main["spec"]["replicas"], canary["spec"]["replicas"]) == (2, 1)
@@ -507,8 +507,8 @@ def test_canary_runs_the_other_mode_on_one_replica(autotune_chose: bool | None, 
     ],
 )
 def test_a_canary_no_longer_wanted_is_deleted(spec: dict[str, Any]) -> None:
-    running = rec.reconcile(inputs(canary_spec()))
-    result = rec.reconcile(inputs(spec, live_children=live_of(running)))
+    running = reconcile_chosen(inputs(canary_spec()))
+    result = reconcile_chosen(inputs(spec, live_children=live_of(running)))
     assert "llama-canary" not in deployments(result)
     assert "Deployment/llama-canary" in result.delete
     assert "Deployment/llama" not in result.delete
@@ -519,14 +519,14 @@ def test_a_canary_no_longer_wanted_is_deleted(spec: dict[str, Any]) -> None:
 
 
 def test_a_settled_canary_is_not_written_again_and_reports_its_readiness() -> None:
-    first = rec.reconcile(inputs(canary_spec()))
+    first = reconcile_chosen(inputs(canary_spec()))
     found = deployments(first)
     main = settled_deployment(first, replicas=2)
     canary_child = found["llama-canary"]
     canary_live = rec.ObservedDeployment.from_object(
         {**canary_child, "status": {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}}
     )
-    second = rec.reconcile(
+    second = reconcile_chosen(
         inputs(
             canary_spec(),
             status=first.status_patch or {},
@@ -546,9 +546,9 @@ def test_a_settled_canary_is_not_written_again_and_reports_its_readiness() -> No
 
 def steady(spec: dict[str, Any], **kw: Any) -> tuple[rec.ReconcileInputs, rec.ReconcileResult]:
     """A created and settled object: (the inputs of a quiet tick, the creating result)."""
-    first = rec.reconcile(inputs(spec))
+    first = reconcile_chosen(inputs(spec))
     settled = dict(live=live_of(first), deployment=settled_deployment(first))
-    second = rec.reconcile(
+    second = reconcile_chosen(
         inputs(spec, status=first.status_patch or {}, live_children=settled["live"], deployment=settled["deployment"])
     )
     status = second.status_patch or first.status_patch or {}
@@ -562,7 +562,7 @@ def test_a_name_held_by_another_owner_is_never_written_and_says_who() -> None:
     canary_key = "Deployment/llama-canary"
     assert canary_key in live_of(first)
     live = {k: v for k, v in quiet.live_children.items() if k != canary_key}
-    result = rec.reconcile(
+    result = reconcile_chosen(
         replace(quiet, live_children=live, conflicts={canary_key: "SpeculativeDeployment/llama-canary"})
     )
     assert canary_key not in [rec.child_key(c) for c in result.apply]
@@ -578,14 +578,14 @@ def test_a_name_held_by_another_owner_is_never_written_and_says_who() -> None:
 def test_a_same_named_object_we_do_not_want_is_left_alone() -> None:
     """`chat` without a canary next to a CR named `chat-canary`: its Deployment is not ours to delete."""
     quiet, _ = steady(BASE_SPEC, conflicts={"Deployment/llama-canary": "SpeculativeDeployment/llama-canary"})
-    result = rec.reconcile(quiet)
+    result = reconcile_chosen(quiet)
     assert result.apply == []
     assert result.delete == []
     assert result.status_patch is None, "nothing to say about an object that is not ours"
 
 
 def test_main_deployment_held_by_another_owner_is_not_ready() -> None:
-    result = rec.reconcile(inputs(BASE_SPEC, conflicts={"Deployment/llama": "Deployment owner uid-other"}))
+    result = reconcile_chosen(inputs(BASE_SPEC, conflicts={"Deployment/llama": "Deployment owner uid-other"}))
     assert "Deployment" not in [c["kind"] for c in result.apply]
     assert result.status_patch is not None
     ready = condition(result.status_patch, cond.READY)
@@ -599,8 +599,8 @@ def test_a_refused_apply_is_not_retried_until_what_we_send_changes() -> None:
     digest = service["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
     live = {k: v for k, v in quiet.live_children.items() if k != key}
     refused = {key: rec.ApplyFailure(digest, 'Service "llama" is invalid: spec.ports[0].port: ...')}
-    assert key in [rec.child_key(c) for c in rec.reconcile(replace(quiet, live_children=live)).apply]
-    result = rec.reconcile(replace(quiet, live_children=live, apply_failures=refused))
+    assert key in [rec.child_key(c) for c in reconcile_chosen(replace(quiet, live_children=live)).apply]
+    result = reconcile_chosen(replace(quiet, live_children=live, apply_failures=refused))
     assert key not in [rec.child_key(c) for c in result.apply], "same object, same refusal: no hot loop"
     assert result.status_patch is not None
     degraded = condition(result.status_patch, cond.DEGRADED)
@@ -608,16 +608,16 @@ def test_a_refused_apply_is_not_retried_until_what_we_send_changes() -> None:
     assert "spec.ports[0].port" in degraded["message"]
     # the spec moved: a different object is tried again
     other = spec_with(service={"port": 8080})
-    changed = rec.reconcile(replace(quiet, spec=other, live_children=live, apply_failures=refused))
+    changed = reconcile_chosen(replace(quiet, spec=other, live_children=live, apply_failures=refused))
     assert key in [rec.child_key(c) for c in changed.apply]
 
 
 def test_a_refused_main_deployment_makes_the_object_not_ready() -> None:
-    first = rec.reconcile(inputs(BASE_SPEC))
+    first = reconcile_chosen(inputs(BASE_SPEC))
     deployment = next(c for c in first.apply if c["kind"] == "Deployment")
     digest = deployment["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH]
     refused = {"Deployment/llama": rec.ApplyFailure(digest, "quantities must match the regular expression")}
-    result = rec.reconcile(inputs(BASE_SPEC, status=first.status_patch or {}, apply_failures=refused))
+    result = reconcile_chosen(inputs(BASE_SPEC, status=first.status_patch or {}, apply_failures=refused))
     assert "Deployment" not in [c["kind"] for c in result.apply]
     assert result.status_patch is not None
     ready = condition(result.status_patch, cond.READY)
@@ -639,5 +639,5 @@ def test_service_spec_drift_is_repaired_but_server_defaults_are_not_drift(edit: 
     service = next(c for c in first.apply if c["kind"] == "Service")
     live_spec = copy.deepcopy(service["spec"])
     edit(live_spec)
-    result = rec.reconcile(replace(quiet, live_specs={"Service/llama": live_spec}))
+    result = reconcile_chosen(replace(quiet, live_specs={"Service/llama": live_spec}))
     assert ("Service/llama" in [rec.child_key(c) for c in result.apply]) is drifted

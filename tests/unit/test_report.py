@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpilot.cli import main
-from specpilot.promql import Scope, Window
+from specpilot.autotune.signals.promql import Scope, Window
+from specpilot.cli.main import main
 from specpilot.report.analysis import (
     Actuation,
     Distribution,

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from specpilot.api import v1alpha1
-from specpilot.policy import running_intent
+from specpilot.autotune.policy.decision import running_intent
 from specpilot.vllm.dialects import render_command
 from specpilot.vllm.intent import SpeculationIntent
 from tests.seams import ROUND_TRIP_SPEC, RoundTrip, round_trip

@@ -17,38 +17,40 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpilot.schedule import (
-    LLAMA8B_H100,
-    LLAMA70B_4XH100,
-    TAIL_WASTE_STEPS,
-    AcceptanceProfile,
-    Drafter,
+from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
-    StepCostModel,
     ThresholdPlan,
     ThresholdSupport,
-    best_k,
     calibrate_drafter,
-    decode_context_tokens,
     fit_schedule,
     fit_support,
     fit_threshold,
     forgone_rate,
     gain_ahead_in_serving_now,
     gain_at_same_load,
-    k0_step_ms,
-    k_for_batch,
     model_consistency,
     plan_threshold,
     predicted_gain,
-    profile_from_positions,
-    profile_geometric,
     project_load,
     repaid_by_waiting,
     representative_batch,
-    schedule_tokens_per_ms,
     settled_batch,
+)
+from specpilot.autotune.model.stepcost import (
+    LLAMA8B_H100,
+    LLAMA70B_4XH100,
+    TAIL_WASTE_STEPS,
+    AcceptanceProfile,
+    Drafter,
+    StepCostModel,
+    best_k,
+    decode_context_tokens,
+    k0_step_ms,
+    k_for_batch,
+    profile_from_positions,
+    profile_geometric,
+    schedule_tokens_per_ms,
     speedup,
     tokens_per_ms,
     with_context_length,
@@ -627,7 +629,7 @@ def test_the_tail_waste_matches_the_simulators_steps_per_response() -> None:
 def test_short_outputs_enter_the_threshold_fit_and_the_k0_comparison() -> None:
     """The same acceptance with 10-token responses: the fit picks no larger K at any batch and turns K = 0 on no
     later; the schedule's gain over plain shrinks, so speculation off wins the K = 0 comparison sooner."""
-    from specpilot.k0tax import compare_with_off
+    from specpilot.autotune.model.k0tax import compare_with_off
 
     long, short = geometric(0.7, 5), with_output_length(geometric(0.7, 5), 10.0)
     fits = [fit_schedule(p, LLAMA8B_H100, max_k=5, max_num_seqs=512, bounds=(4, 512)) for p in (long, short)]

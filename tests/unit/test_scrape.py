@@ -1,4 +1,4 @@
-"""The documented scrape jobs are exactly what specpilot.scrape builds (the discovery test runs the builder)."""
+"""The documented scrape jobs are exactly what reconcile.scrape builds (the discovery test runs the builder)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from specpilot import manifests
 from specpilot.api import v1alpha1
-from specpilot.scrape import build_operator_scrape_config, build_scrape_config
+from specpilot.reconcile import manifests
+from specpilot.reconcile.scrape import build_operator_scrape_config, build_scrape_config
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"
 

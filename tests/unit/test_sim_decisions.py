@@ -23,16 +23,12 @@ from typing import Any
 import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
-from specpilot.baseline import Mode, entry_from_window, record
-from specpilot.bench.specpilot_policy import bench_spec, to_datetime
-from specpilot.evaluate import effective_window
-from specpilot.k0tax import relative_rate
-from specpilot.measurements import Measurement, positions
-from specpilot.policy import Action, OffReason, PolicyInputs, PolicyState, evaluate_alone, with_measured_context
-from specpilot.promql import Signal
-from specpilot.schedule import LLAMA8B_H100 as PROFILE_8B
-from specpilot.schedule import (
-    FitSettings,
+from specpilot.autotune.evaluate import effective_window
+from specpilot.autotune.model.baseline import Mode, entry_from_window, record
+from specpilot.autotune.model.k0tax import relative_rate
+from specpilot.autotune.model.schedule import FitSettings
+from specpilot.autotune.model.stepcost import LLAMA8B_H100 as PROFILE_8B
+from specpilot.autotune.model.stepcost import (
     k_for_batch,
     model_for_method,
     profile_from_positions,
@@ -41,9 +37,20 @@ from specpilot.schedule import (
     with_emission,
     with_output_length,
 )
+from specpilot.autotune.model.stepfit import mean_output_tokens
+from specpilot.autotune.policy.decision import (
+    Action,
+    OffReason,
+    PolicyInputs,
+    PolicyState,
+    evaluate_alone,
+    with_measured_context,
+)
+from specpilot.autotune.signals.measurements import Measurement, positions
+from specpilot.autotune.signals.promql import Signal
+from specpilot.bench.specpilot_policy import bench_spec, to_datetime
 from specpilot.sim.engine import SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100, LLAMA70B_4XH100, Preset
-from specpilot.stepfit import mean_output_tokens
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.versions import VllmVersion
 from tests.sim_windows import fixed_batch_window

@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
+from specpilot.autotune.policy.framework_rules import FrameworkInputs, acceptance_method_advice, mixed_workload
+from specpilot.autotune.signals.promql import Signal
 from specpilot.bench.oracles import quantile
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime
-from specpilot.framework_rules import FrameworkInputs, acceptance_method_advice, mixed_workload
-from specpilot.promql import Signal
 from specpilot.sim.engine import SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100, LLAMA70B_4XH100, Preset
 from specpilot.vllm.intent import SpeculationIntent

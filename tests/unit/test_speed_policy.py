@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.agreement import (
+from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
+from specpilot.autotune.model.baseline import Mode
+from specpilot.autotune.model.schedule import FitSettings, schedule_text
+from specpilot.autotune.model.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
+from specpilot.autotune.policy.agreement import (
     agree_by_effect,
     anchor_intent,
     boundary_close,
@@ -27,10 +31,7 @@ from specpilot.agreement import (
     stabilization_for,
     stabilized,
 )
-from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
-from specpilot.baseline import Mode
-from specpilot.measurements import Measurement
-from specpilot.policy import (
+from specpilot.autotune.policy.decision import (
     Action,
     OffReason,
     OffRecord,
@@ -42,9 +43,8 @@ from specpilot.policy import (
     prices_its_own_gain,
     record_actuation,
 )
-from specpilot.promql import Signal
-from specpilot.schedule import FitSettings, schedule_text
-from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Signal
 from specpilot.vllm.intent import SpeculationIntent
 
 T0, MINUTE, ON, OFF = tp.T0, tp.MINUTE, tp.ON, tp.OFF

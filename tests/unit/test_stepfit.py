@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.measurements import MeasurementClass
-from specpilot.policy import PolicyState, evaluate_alone
-from specpilot.promql import Signal
-from specpilot.schedule import LLAMA8B_H100, StepCostModel, with_context_length
+from specpilot.autotune.model.stepcost import LLAMA8B_H100, StepCostModel, with_context_length
+from specpilot.autotune.model.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
+from specpilot.autotune.policy.decision import PolicyState, evaluate_alone
+from specpilot.autotune.signals.measurements import MeasurementClass
+from specpilot.autotune.signals.promql import Signal
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
-from specpilot.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
 from specpilot.vllm.versions import v
 
 CONTEXT = 1000  # mean context of running requests: the profile's L-bar

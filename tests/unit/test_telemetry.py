@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from specpilot import telemetry
+from specpilot.shell import telemetry
 
 
 def _value(metric: str, /, **labels: str) -> float | None:
@@ -34,7 +34,7 @@ def test_observe_status_mirrors_conditions_speculation_and_threshold() -> None:
 
 
 def test_watch_events_mirror_status_and_deletion_drops_the_series() -> None:
-    from specpilot.status_metrics import mirror
+    from specpilot.shell.status_metrics import mirror
 
     obj = {"metadata": {"namespace": "ml", "name": "watched"}, "status": {"effective": {"speculation": True}}}
     mirror("MODIFIED", obj)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from specpilot.workqueue import WorkQueue
+from specpilot.shell.workqueue import WorkQueue
 
 URGENT = {"create", "resume", "update"}
 

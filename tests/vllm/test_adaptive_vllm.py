@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from e2e.vllm.venvs import VllmVenv, validate_argv_cases
-from specpilot import catalog
 from specpilot.api import v1alpha1
+from specpilot.planning import catalog
 from specpilot.vllm.dialects import render_command
 
 pytestmark = pytest.mark.vllm

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from e2e.vllm.venvs import VllmVenv, validate_argv_cases
-from specpilot import catalog
 from specpilot.api import v1alpha1
-from specpilot.plan import plan_memory
+from specpilot.planning import catalog
+from specpilot.planning.plan import plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
 pytestmark = pytest.mark.vllm

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from e2e.vllm.venvs import VllmVenv, validate_argv_cases
-from specpilot import catalog
+from specpilot.planning import catalog
 from tests.seams import ROUND_TRIP_SPEC, round_trip
 
 pytestmark = pytest.mark.vllm

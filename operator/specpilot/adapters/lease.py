@@ -1,4 +1,5 @@
-"""Leader election I/O: read, create and update one coordination.k8s.io/v1 Lease (rules in specpilot.leadership).
+"""Leader election I/O: read, create and update one coordination.k8s.io/v1 Lease (rules in
+adapters.leadership).
 
 The elector runs in its own thread with the synchronous client, independent of kopf's event loop, so a busy or
 stuck loop cannot delay the decision to stop. Every request carries a timeout no longer than the time left before
@@ -21,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from specpilot.leadership import LeaseRecord, LeaseSettings, may_take, must_stop, released, taken
+from specpilot.adapters.leadership import LeaseRecord, LeaseSettings, may_take, must_stop, released, taken
 
 log = logging.getLogger("specpilot.leader")
 LOST_LEADERSHIP_EXIT = 3  # the process's exit status when it stops because it could not keep the lease

@@ -7,7 +7,7 @@ connection failures with backoff by default, which turns "Prometheus is down" in
 
 Synchronous on purpose: one evaluation is a handful of small queries. kopf handlers call it from a thread
 (`def` handler or `asyncio.to_thread`, style.md §2.3). Credentials arrive as values (from the administrator's
-connections, specpilot.connections, or the CLI's files). A PrometheusConnection that could not work is refused when
+connections, adapters.connections, or the CLI's files). A PrometheusConnection that could not work is refused when
 it is built: a malformed URL or port, header names or values with CR/LF or non-ASCII characters, a CA bundle that
 does not parse, and credentials over plain http:// unless `allow_plain_http`.
 """
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from specpilot.api.v1alpha1 import HEADER_NAME_PATTERN, HEADER_VALUE_PATTERN, URL_PATTERN
-from specpilot.measurements import RawResult
+from specpilot.autotune.signals.measurements import RawResult
 
 QUERY_PATH = "api/v1/query"
 

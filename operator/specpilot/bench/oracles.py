@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from specpilot import schedule
 from specpilot.api.v1alpha1 import BudgetSpec
+from specpilot.autotune.model import schedule, stepcost
+from specpilot.autotune.policy.decision import MAX_DWELL, dwell_after, quick_reversal_window
 from specpilot.bench.scenarios import Arrival, Scenario
-from specpilot.policy import MAX_DWELL, dwell_after, quick_reversal_window
 from specpilot.sim.acceptance import mean_alpha
 from specpilot.sim.presets import AcceptanceKind, DrafterPreset, Preset
 from specpilot.vllm.intent import SpeculationIntent
@@ -86,13 +86,13 @@ def true_survival(drafter: DrafterPreset, temperature: float, multiplier: float,
 
 
 def window_fit(
-    items: Sequence[Arrival], drafter: DrafterPreset, model: schedule.StepCostModel, k: int, scenario: Scenario
+    items: Sequence[Arrival], drafter: DrafterPreset, model: stepcost.StepCostModel, k: int, scenario: Scenario
 ) -> SpeculationIntent:
     """The schedule specpilot's fit would install if it measured these requests' acceptance without noise.
 
     What the operator measures, computed from the truth: survival per position as a step-weighted mean over the
     requests (a request is in ~n/E_k verification steps; vLLM's per-position counter over drafts is such a mean),
-    responses' mean length (schedule.with_output_length), and the model's mean context L̄ as the decode-step-weighted
+    responses' mean length (stepcost.with_output_length), and the model's mean context L̄ as the decode-step-weighted
     mean of prompt + half the output. The fit is schedule.fit_schedule with the bench spec's batchThreshold bounds
     (min 8, max maxNumSeqs), the intent built as policy.py builds it (K, threshold = first K = 0, schedule).
     """
@@ -106,8 +106,8 @@ def window_fit(
             totals[j] += steps * r[j]
         context_sum += a.output_tokens * (a.prompt_tokens + a.output_tokens / 2)
         tokens += a.output_tokens
-    profile = schedule.with_output_length(
-        schedule.AcceptanceProfile(tuple(t / steps_sum for t in totals), "true (scenario)"), tokens / len(items)
+    profile = stepcost.with_output_length(
+        stepcost.AcceptanceProfile(tuple(t / steps_sum for t in totals), "true (scenario)"), tokens / len(items)
     )
     fit = schedule.fit_schedule(
         profile,
@@ -137,7 +137,7 @@ def fitted_schedules(
     k = scenario.num_speculative_tokens
     if drafter.acceptance is not AcceptanceKind.POSITIONAL or not items:
         return ()
-    model = schedule.model_for_method(schedule.step_cost_model(preset), scenario.method)
+    model = stepcost.model_for_method(stepcost.step_cost_model(preset), scenario.method)
     count = max(1, math.ceil(scenario.duration_s / scenario.window_s))
     per_window: list[list[Arrival]] = [[] for _ in range(count)]
     for a in items:
@@ -146,7 +146,7 @@ def fitted_schedules(
     buckets = range(scenario.max_num_seqs.bit_length() + 1)  # the load buckets up to maxNumSeqs (0: idle)
     classes: dict[tuple[int, ...], Counter[SpeculationIntent]] = {}
     for fit in fits:
-        key = tuple(schedule.k_for_batch(fit, schedule.representative_batch(b), k) for b in buckets)
+        key = tuple(stepcost.k_for_batch(fit, schedule.representative_batch(b), k) for b in buckets)
         classes.setdefault(key, Counter())[fit] += 1
     ranked = sorted(classes.values(), key=lambda c: -sum(c.values()))
     return tuple(c.most_common(1)[0][0] for c in ranked[:limit])

@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from specpilot.measurements import RawResult
-from specpilot.promql import Query, Scope, Signal, Window, build_queries, short_output_bound, ttft_bound
+from specpilot.autotune.signals.measurements import RawResult
+from specpilot.autotune.signals.promql import (
+    Query,
+    Scope,
+    Signal,
+    Window,
+    build_queries,
+    short_output_bound,
+    ttft_bound,
+)
 from specpilot.sim.metrics import MetricsState
 from specpilot.vllm.metrics import MetricNames
 
@@ -97,7 +105,7 @@ def histogram_quantile(q: float, bounds: tuple[float, ...], cumulative: list[flo
 
 
 class SimQueryClient:
-    """A QueryClient (specpilot.evaluate) over one ScrapeHistory, for one scope and window."""
+    """A QueryClient (specpilot.autotune.evaluate) over one ScrapeHistory, for one scope and window."""
 
     def __init__(
         self,

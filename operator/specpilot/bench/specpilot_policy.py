@@ -1,6 +1,6 @@
 """The one adapter between the benchmark and specpilot's policy code (re-point it when policy.py changes).
 
-It does per evaluation what operator/specpilot/autotune.py does in the operator: measure through
+It does per evaluation what operator/specpilot/autotune/evaluation.py does in the operator: measure through
 `evaluate.measure` (here against the simulated Prometheus of bench.queries), build PolicyInputs with the running
 intent, the rollout state and the config's start time, call `policy.decide`, and when the decision actuates,
 `policy.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
@@ -16,11 +16,12 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
+from specpilot.autotune.evaluate import effective_window, measure, query_settings
+from specpilot.autotune.model.schedule import FitSettings
+from specpilot.autotune.model.stepcost import PROFILES
+from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide, record_actuation
+from specpilot.autotune.signals.promql import Scope
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
-from specpilot.evaluate import effective_window, measure, query_settings
-from specpilot.policy import PolicyInputs, PolicyState, decide, record_actuation
-from specpilot.promql import Scope
-from specpilot.schedule import PROFILES, FitSettings
 from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.metrics import metric_names_for

@@ -16,9 +16,9 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
-from specpilot.baseline import parse_time
-from specpilot.loading import STDIN, load_documents, speculative_deployments
-from specpilot.promql import Scope, Window
+from specpilot.api.loading import STDIN, load_documents, speculative_deployments
+from specpilot.api.timestamps import parse_time
+from specpilot.autotune.signals.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
 from specpilot.report.queries import build_range_queries
 from specpilot.vllm.metrics import metric_names_for

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specpilot.promql import Scope, Window
+from specpilot.autotune.signals.promql import Scope, Window
 from specpilot.vllm.metrics import MetricNames
 
 

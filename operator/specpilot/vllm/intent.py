@@ -12,12 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
 
 # Inclusive (first batch size, last batch size, tokens to propose); K = 0 means no speculation at that size.
 BatchSchedule = tuple[tuple[int, int, int], ...]
+
+
+class IntentSource(StrEnum):
+    """Where the configuration to render came from."""
+
+    SPEC = "spec"
+    AUTOTUNE = "autotune"
+    OVERRIDE = "override"
 
 
 @dataclass(frozen=True)
@@ -82,3 +91,12 @@ def complete_intent(intent: SpeculationIntent, spec: SpeculativeDeploymentSpec) 
     if threshold is None and intent.batch_schedule is None:
         threshold = declared.disable_above_batch_size
     return replace(intent, num_speculative_tokens=k, disable_above_batch_size=threshold)
+
+
+@dataclass(frozen=True)
+class ChosenIntent:
+    """The configuration to render and where it came from: decided by the autotuner, handed to the reconcile as data."""
+
+    intent: SpeculationIntent
+    source: IntentSource
+    reason: str | None = None  # the last actuation's reason, when the autotuner chose it

@@ -238,7 +238,7 @@ def build_service(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dic
     }
 
 
-# Metric labels the autotuner's queries select on (specpilot.promql.Scope): Prometheus derives them from the pod
+# Metric labels the autotuner's queries select on (autotune.signals.promql.Scope): Prometheus derives them from the pod
 # labels by sanitising the names, through PodMonitor podTargetLabels or a labelmap rule alike.
 METRIC_LABEL_DEPLOYMENT = "specpilot_dev_deployment"
 METRIC_LABEL_CONFIG_HASH = "specpilot_dev_config_hash"

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.plan import MemoryPlan
-from specpilot.schedule import AcceptanceProfile, StepCostModel, k0_step_ms, k_for_batch
+from specpilot.autotune.model.stepcost import AcceptanceProfile, StepCostModel, k0_step_ms, k_for_batch
+from specpilot.planning.plan import MemoryPlan
 from specpilot.vllm.intent import SpeculationIntent
 
 __all__ = [

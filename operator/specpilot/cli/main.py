@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from specpilot import manifests
 from specpilot.api import crd, v1alpha1
-from specpilot.catalog import UnknownArchitecture
-from specpilot.evaluate import add_evaluate_command
-from specpilot.loading import Document, LoadError, load_documents
-from specpilot.plan import MemoryPlan, format_table, plan_memory
+from specpilot.api.loading import Document, LoadError, load_documents
+from specpilot.cli.evaluate import add_evaluate_command
+from specpilot.planning.catalog import UnknownArchitecture
+from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
+from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 
 # The plan finding the operator lets an annotation override (reconcile.MEMORY_FINDING): render follows the same rule.
@@ -193,8 +193,8 @@ def _cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from specpilot import connections
-    from specpilot.runner import run_operator
+    from specpilot.adapters import connections
+    from specpilot.shell.runner import run_operator
 
     try:
         connections.configure(args.prometheus_connections)
@@ -204,8 +204,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     election = None
     if args.leader_elect:
+        from specpilot.adapters.leadership import LeaseSettings
         from specpilot.adapters.lease import default_namespace
-        from specpilot.leadership import LeaseSettings
 
         election = LeaseSettings(
             name=args.leader_election_lease,

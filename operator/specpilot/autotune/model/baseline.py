@@ -12,12 +12,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specpilot.measurements import Measurement
-from specpilot.promql import LATENCY_SIGNALS, Signal
+from specpilot.api.timestamps import format_time, parse_time
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal
 
 WINDOWS_PER_BUCKET = 3
 MAX_RECORD_AGE = timedelta(days=7)
@@ -82,16 +83,6 @@ class BaselineEntry:
             requests=float(raw.get("requests", 0)),
             at=parse_time(str(raw["at"])),
         )
-
-
-def format_time(at: datetime) -> str:
-    """RFC 3339 in UTC; sub-second digits only when present, so a restored state compares equal to the original."""
-    text = at.astimezone(UTC).isoformat(timespec="microseconds" if at.microsecond else "seconds")
-    return text.replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def entry_from_window(

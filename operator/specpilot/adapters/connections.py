@@ -35,7 +35,7 @@ from specpilot.api.v1alpha1 import (
     PrometheusSpec,
     describe_validation_error,
 )
-from specpilot.measurements import RawResult
+from specpilot.autotune.signals.measurements import RawResult
 
 CONNECTIONS_ENV = "SPECPILOT_PROMETHEUS_CONNECTIONS"
 TOKEN_FILE = "token"

@@ -29,16 +29,16 @@ from typing import Any, cast
 
 import kopf
 
-from specpilot import connections, manifests, telemetry
-from specpilot import reconcile as rec
-from specpilot.adapters import heap, watch_events
+from specpilot.adapters import connections, heap, watch_events
 from specpilot.adapters.k8s import KubeAdapter, LiveChild, MissingApi, StaleStatus, WriteRefused, load_credentials
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
-from specpilot.autotune import (
+from specpilot.autotune.evaluate import Subject, measure_many
+from specpilot.autotune.evaluation import (
     AutotuneOutcome,
     Cadence,
     DueMarks,
+    choose_intent,
     conclude,
     evaluation_scopes,
     format_time,
@@ -46,11 +46,13 @@ from specpilot.autotune import (
     is_due,
     without_heartbeat,
 )
-from specpilot.evaluate import Subject, measure_many
-from specpilot.events import EventLimiter
-from specpilot.measurements import Measurement
-from specpilot.promql import Scope
-from specpilot.workqueue import WorkQueue
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Scope
+from specpilot.reconcile import core as rec
+from specpilot.reconcile import manifests
+from specpilot.shell import telemetry
+from specpilot.shell.events import EventLimiter
+from specpilot.shell.workqueue import WorkQueue
 
 GROUP, VERSION, PLURAL = v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL
 MANAGED = {"app.kubernetes.io/managed-by": "specpilot"}
@@ -610,7 +612,7 @@ def run_reconcile(
             namespace, name, str(meta.uid), indexes, memory, wants_pod_monitor, trigger != "timer"
         )
         inputs = _inputs(body, decided, children, memory, autotune)
-        return inputs, children, rec.reconcile(inputs)
+        return inputs, children, rec.reconcile(inputs, choose_intent(inputs))
 
     inputs, children, result = decide()
     if _look_for_foreign(result, inputs, memory):
@@ -629,12 +631,8 @@ def run_reconcile(
         written = memory.written_status
         stored = written[1] if written else decided.status
         children = _live_children(namespace, name, str(meta.uid), indexes, memory, wants_pod_monitor, False)
-        again = rec.reconcile(
-            replace(
-                _inputs(body, DecidedFrom(stored, ""), children, memory, None),
-                now=inputs.now,
-            )
-        )
+        again_inputs = replace(_inputs(body, DecidedFrom(stored, ""), children, memory, None), now=inputs.now)
+        again = rec.reconcile(again_inputs, choose_intent(again_inputs))
         if again.status_patch is not None:
             _write_status(body, memory, stored, again.status_patch, None)
         events += again.events

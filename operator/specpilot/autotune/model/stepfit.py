@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specpilot.baseline import load_bucket
-from specpilot.measurements import Measurement, valid_value
-from specpilot.promql import Signal
-from specpilot.schedule import StepCostModel, decode_context_tokens, with_context_length, with_prefill
+from specpilot.autotune.model.baseline import load_bucket
+from specpilot.autotune.model.stepcost import StepCostModel, decode_context_tokens, with_context_length, with_prefill
+from specpilot.autotune.signals.measurements import Measurement, valid_value
+from specpilot.autotune.signals.promql import Signal
 
 MIN_SAMPLES = 6
 MIN_BUCKETS = 3
@@ -77,7 +77,7 @@ def mean_output_tokens(m: Mapping[str, Measurement]) -> float | None:
 
 
 def mean_context_tokens(m: Mapping[str, Measurement]) -> float | None:
-    """L̄ of the window (schedule.decode_context_tokens) from the measured mean prompt and output lengths; None
+    """L̄ of the window (stepcost.decode_context_tokens) from the measured mean prompt and output lengths; None
     without a Valid mean prompt length (the cost model then keeps its assumed L̄)."""
     prompt = valid_value(m, Signal.MEAN_PROMPT_TOKENS)
     if prompt is None or prompt <= 0:
@@ -86,7 +86,7 @@ def mean_context_tokens(m: Mapping[str, Measurement]) -> float | None:
 
 
 def prefill_tokens_per_step(m: Mapping[str, Measurement], step_ms: float) -> float | None:
-    """Prompt tokens chunked into each step of `step_ms` (schedule.with_prefill): finished requests per second times
+    """Prompt tokens chunked into each step of `step_ms` (stepcost.with_prefill): finished requests per second times
     their mean prompt, per engine (running requests over running requests per engine), times the step time. None
     without a Valid request rate and mean prompt length."""
     rate, prompt = valid_value(m, Signal.REQUEST_RATE), valid_value(m, Signal.MEAN_PROMPT_TOKENS)

@@ -12,30 +12,32 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from specpilot import baseline, framework_rules
-from specpilot import conditions as cond
-from specpilot.api import v1alpha1
+from specpilot.api import timestamps, v1alpha1
 from specpilot.api.durations import parse_duration
-from specpilot.costprofile import fit_settings_for
-from specpilot.evaluate import QueryClient, effective_window, measure
-from specpilot.measurements import Measurement, MeasurementClass
-from specpilot.policy import (
+from specpilot.autotune.evaluate import QueryClient, effective_window, measure
+from specpilot.autotune.model.costprofile import fit_settings_for
+from specpilot.autotune.policy import framework_rules
+from specpilot.autotune.policy.decision import (
     PAUSED_BY_ANNOTATION,
     Action,
     PolicyInputs,
     PolicyState,
     actuation_entry,
     decide,
+    desired_intent,
     record_actuation,
     revert_failed_rollout,
     running_intent,
 )
-from specpilot.promql import Scope, Signal
-from specpilot.reconcile import Event, ObservedDeployment
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.autotune.signals.promql import Scope, Signal
+from specpilot.reconcile import conditions as cond
+from specpilot.reconcile.core import Event, ObservedDeployment, ReconcileInputs
+from specpilot.vllm.intent import ChosenIntent
 
 ACTUATION_HISTORY = 10
 ACTION_EVENT_REASONS = {
@@ -68,8 +70,8 @@ class AutotuneOutcome:
 
 
 def format_time(at: datetime) -> str:
-    """Whole seconds, like condition timestamps (baseline.format_time keeps sub-seconds for policy state)."""
-    return baseline.format_time(at.replace(microsecond=0))
+    """Whole seconds, like condition timestamps (timestamps.format_time keeps sub-seconds for policy state)."""
+    return timestamps.format_time(at.replace(microsecond=0))
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def is_due(
     if marks.reevaluate and marks.reevaluate != marks.handled:
         return True
     recorded = marks.evaluated_at
-    candidates = [t for t in (baseline.parse_time(recorded) if recorded else None, evaluated_at) if t]
+    candidates = [t for t in (timestamps.parse_time(recorded) if recorded else None, evaluated_at) if t]
     if not candidates:
         return True
     last = max(candidates)
@@ -169,7 +171,7 @@ def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | No
     )
     since = None
     if progressing.get("reason") == "RolloutCompleted" and progressing.get("lastTransitionTime"):
-        since = baseline.parse_time(str(progressing["lastTransitionTime"]))
+        since = timestamps.parse_time(str(progressing["lastTransitionTime"]))
     return in_progress, since
 
 
@@ -416,3 +418,18 @@ def _without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_nulls(v) for v in value]
     return value
+
+
+def choose_intent(inputs: ReconcileInputs) -> ChosenIntent | None:
+    """The configuration the reconcile renders for `inputs`: autotune's choice under the user's pins (desired_intent).
+
+    The autotune status is this tick's evaluation, if one ran, else the stored one; a malformed record counts as
+    empty (the evaluation reports it). None when the spec does not parse: the reconcile reports that itself.
+    """
+    try:
+        spec = v1alpha1.parse_spec(dict(inputs.spec))
+    except v1alpha1.InvalidSpec:
+        return None
+    state = PolicyState.from_status(inputs.autotune_fields.get("autotune", inputs.status.get("autotune")))[0]
+    chosen = desired_intent(spec, state)
+    return replace(chosen, reason=state.actuations[-1].reason if state.actuations else None)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api.v1alpha1 import Quantization, SpeculativeDeploymentSpec
-from specpilot.catalog import UnknownArchitecture, count_active_parameters, lookup, resolve_architecture
-from specpilot.schedule import LLAMA8B_H100, PROFILES, FitSettings, StepCostModel
+from specpilot.autotune.model.schedule import FitSettings
+from specpilot.autotune.model.stepcost import LLAMA8B_H100, PROFILES, StepCostModel
+from specpilot.planning.catalog import UnknownArchitecture, count_active_parameters, lookup, resolve_architecture
 from specpilot.sim.presets import PRESETS, Preset
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

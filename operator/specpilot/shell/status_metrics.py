@@ -13,8 +13,8 @@ from typing import Any
 
 import kopf
 
-from specpilot import telemetry
 from specpilot.api import v1alpha1
+from specpilot.shell import telemetry
 
 
 def mirror(event_type: str | None, obj: Mapping[str, Any]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specpilot import manifests
+from specpilot.reconcile import manifests
 
 POD_LABEL_META = "__meta_kubernetes_pod_label_"
 

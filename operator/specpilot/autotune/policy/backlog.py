@@ -78,8 +78,8 @@ from typing import Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec
-from specpilot.measurements import Measurement, valid_value
-from specpilot.promql import Signal
+from specpilot.autotune.signals.measurements import Measurement, valid_value
+from specpilot.autotune.signals.promql import Signal
 
 BACKLOG_WAITING = 1.0  # mean requests waiting over the window (all engines): requests queue instead of running
 BACKLOG_SHARE = 0.1  # ... and at least this share of the running requests (fewer is admission churn, not a backlog)

@@ -32,7 +32,74 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from specpilot.agreement import (
+from specpilot.api.durations import format_duration, parse_duration
+from specpilot.api.timestamps import format_time, parse_time
+from specpilot.api.v1alpha1 import (
+    AutotuneMode,
+    BudgetSpec,
+    SpeculationOverride,
+    SpeculativeDeploymentSpec,
+)
+from specpilot.autotune.model.baseline import (
+    BaselineEntry,
+    BaselineSummary,
+    CanaryOutcome,
+    Mode,
+    bucket_label,
+    compare_canary,
+    decay_load,
+    entry_from_window,
+    load_bucket,
+    record,
+    side_by_side,
+    summary,
+)
+from specpilot.autotune.model.forecast import RateSample, add_rate, projected_ratios, projection_ahead_s, rising_trend
+from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
+from specpilot.autotune.model.schedule import (
+    FitSettings,
+    Forecast,
+    ThresholdPlan,
+    ThresholdSupport,
+    fit_support,
+    forgone_rate,
+    model_consistency,
+    plan_threshold,
+    schedule_text,
+)
+from specpilot.autotune.model.speed import (
+    FASTER_MARGIN,
+    PlainReference,
+    Speed,
+    SpeedVerdict,
+    comparable_batches,
+    compare_speed,
+)
+from specpilot.autotune.model.stepcost import (
+    DRAFTER_BY_METHOD,
+    AcceptanceProfile,
+    Drafter,
+    StepCostModel,
+    k_for_batch,
+    model_for_method,
+    profile_from_positions,
+    profile_geometric,
+    speedup,
+    with_context_length,
+    with_emission,
+    with_output_length,
+    with_prefill,
+)
+from specpilot.autotune.model.stepfit import (
+    StepSample,
+    add_sample,
+    fit_step_cost,
+    mean_context_tokens,
+    mean_output_tokens,
+    prefill_tokens_per_step,
+    sample_from_window,
+)
+from specpilot.autotune.policy.agreement import (
     agree_by_effect,
     anchor_intent,
     further_shed,
@@ -41,14 +108,7 @@ from specpilot.agreement import (
     stabilization_for,
     stabilized,
 )
-from specpilot.api.durations import format_duration, parse_duration
-from specpilot.api.v1alpha1 import (
-    AutotuneMode,
-    BudgetSpec,
-    SpeculationOverride,
-    SpeculativeDeploymentSpec,
-)
-from specpilot.backlog import (
+from specpilot.autotune.policy.backlog import (
     K0_TAX_GAIN,
     MEASURED_SPEED_GAIN,
     BacklogVerdict,
@@ -58,64 +118,14 @@ from specpilot.backlog import (
     restart_under_backlog,
     ttft_deadline_s,
 )
-from specpilot.baseline import (
-    BaselineEntry,
-    BaselineSummary,
-    CanaryOutcome,
-    Mode,
-    bucket_label,
-    compare_canary,
-    decay_load,
-    entry_from_window,
-    format_time,
-    load_bucket,
-    parse_time,
-    record,
-    side_by_side,
-    summary,
-)
-from specpilot.forecast import RateSample, add_rate, projected_ratios, projection_ahead_s, rising_trend
-from specpilot.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
-from specpilot.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
-from specpilot.plan import plan_memory
-from specpilot.promql import LATENCY_SIGNALS, Signal, Window
-from specpilot.reach import correct_positions
-from specpilot.schedule import (
-    DRAFTER_BY_METHOD,
-    AcceptanceProfile,
-    Drafter,
-    FitSettings,
-    Forecast,
-    StepCostModel,
-    ThresholdPlan,
-    ThresholdSupport,
-    fit_support,
-    forgone_rate,
-    k_for_batch,
-    model_consistency,
-    model_for_method,
-    plan_threshold,
-    profile_from_positions,
-    profile_geometric,
-    schedule_text,
-    speedup,
-    with_context_length,
-    with_emission,
-    with_output_length,
-    with_prefill,
-)
-from specpilot.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, comparable_batches, compare_speed
-from specpilot.stepfit import (
-    StepSample,
-    add_sample,
-    fit_step_cost,
-    mean_context_tokens,
-    mean_output_tokens,
-    prefill_tokens_per_step,
-    sample_from_window,
-)
+from specpilot.autotune.signals.measurements import Measurement, count_errors, positions, valid_value, why_not_valid
+from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal, Window
+from specpilot.autotune.signals.reach import correct_positions
+from specpilot.planning.plan import plan_memory
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
+    ChosenIntent,
+    IntentSource,
     SpeculationIntent,
     complete_intent,
     intent_from_dict,
@@ -484,18 +494,6 @@ def apply_overrides(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) 
             intent, disable_above_batch_size=spec.speculation.disable_above_batch_size, batch_schedule=None
         )
     return intent
-
-
-class IntentSource(StrEnum):
-    SPEC = "spec"
-    AUTOTUNE = "autotune"
-    OVERRIDE = "override"
-
-
-@dataclass(frozen=True)
-class ChosenIntent:
-    intent: SpeculationIntent
-    source: IntentSource
 
 
 def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> ChosenIntent:

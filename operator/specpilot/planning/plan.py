@@ -35,7 +35,7 @@ from specpilot.api.v1alpha1 import (
     SpeculationMethod,
     SpeculativeDeploymentSpec,
 )
-from specpilot.catalog import Architecture, resolve_architecture
+from specpilot.planning.catalog import Architecture, resolve_architecture
 from specpilot.vllm.versions import DRAFT_MODEL_V1, V0_ENGINE_REMOVED, VllmVersion
 
 GIB = 1024**3

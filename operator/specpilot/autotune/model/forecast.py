@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from specpilot.baseline import format_time, parse_time
+from specpilot.api.timestamps import format_time, parse_time
 
 MIN_SPAN = timedelta(minutes=20)  # the shortest run of samples a trend is read from
 MAX_SPAN = timedelta(hours=1)  # older samples are dropped: a day's shape is not a line

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from specpilot.promql import Query
+from specpilot.autotune.signals.promql import Query
 
 
 class MeasurementClass(StrEnum):

@@ -19,8 +19,8 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from specpilot import telemetry
-from specpilot.leadership import LeaseSettings
+from specpilot.adapters.leadership import LeaseSettings
+from specpilot.shell import telemetry
 
 log = logging.getLogger("specpilot")
 LOOP_ANSWER_SECONDS = 5.0  # a leader's event loop that cannot run a no-op this fast is reported not live
@@ -94,7 +94,7 @@ def run_operator(
         # httpx logs every Prometheus query at INFO (about 20 per evaluation); the decision line says what they gave.
         logging.getLogger("httpx").setLevel(logging.WARNING)
     # Importing registers the kopf handlers: the reconcile, and the per-object status gauges (alerts, dashboard).
-    from specpilot import handlers, status_metrics  # noqa: F401
+    from specpilot.shell import status_metrics  # noqa: F401
 
     health = Health()
 

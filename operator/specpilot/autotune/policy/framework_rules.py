@@ -32,7 +32,7 @@ from typing import Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AcceptanceMethod, Quantization, SpeculativeDeploymentSpec
-from specpilot.baseline import (
+from specpilot.autotune.model.baseline import (
     AcceptanceWindow,
     BaselineEntry,
     ConfigKey,
@@ -42,7 +42,10 @@ from specpilot.baseline import (
     record_acceptance,
     summary,
 )
-from specpilot.conditions import (
+from specpilot.autotune.policy.decision import PolicyInputs
+from specpilot.autotune.signals.measurements import Measurement, valid_value, why_not_valid
+from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal, short_output_bound
+from specpilot.reconcile.conditions import (
     ACCEPTANCE_METHOD,
     MIXED_WORKLOAD,
     QUANTIZATION_PENALTY,
@@ -50,9 +53,6 @@ from specpilot.conditions import (
     ConditionUpdate,
     Status,
 )
-from specpilot.measurements import Measurement, valid_value, why_not_valid
-from specpilot.policy import PolicyInputs
-from specpilot.promql import LATENCY_SIGNALS, Signal, short_output_bound
 from specpilot.vllm.acceptance import methods_available, relaxed_rendering
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
 from specpilot.vllm.intent import SpeculationIntent

@@ -47,7 +47,7 @@ import json
 import math
 from datetime import timedelta
 
-from specpilot.schedule import k_for_batch
+from specpilot.autotune.model.stepcost import k_for_batch
 from specpilot.vllm.intent import SpeculationIntent, intent_from_dict
 
 BOUNDARY_TOLERANCE_ABS = 2  # batch sizes: the ±1 jitter of two windows on either side of the anchor

@@ -14,13 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specpilot import conditions as cond
-from specpilot import manifests
 from specpilot.api import v1alpha1
-from specpilot.baseline import parse_time
-from specpilot.catalog import UnknownArchitecture
-from specpilot.plan import GIB, MemoryPlan, plan_memory
-from specpilot.policy import PolicyState, desired_intent
+from specpilot.api.timestamps import parse_time
+from specpilot.planning.catalog import UnknownArchitecture
+from specpilot.planning.plan import GIB, MemoryPlan, plan_memory
+from specpilot.reconcile import conditions as cond
+from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import (
     RenderedCommand,
     ThresholdSupport,
@@ -28,7 +27,7 @@ from specpilot.vllm.dialects import (
     describe_threshold,
     render_command,
 )
-from specpilot.vllm.intent import SpeculationIntent, complete_intent, intent_to_dict
+from specpilot.vllm.intent import ChosenIntent, IntentSource, SpeculationIntent, complete_intent, intent_to_dict
 
 ANNOTATION_APPLIED_HASH = f"{v1alpha1.GROUP}/applied-hash"
 
@@ -405,8 +404,12 @@ def _finish(
     )
 
 
-def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
-    """Decide children to apply, the status to write and the events to post."""
+def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> ReconcileResult:
+    """Decide children to apply, the status to write and the events to post, rendering the intent `chosen`.
+
+    `chosen` is decided above the reconcile (autotune.evaluation.choose_intent) from the same spec and status; it is
+    None exactly when the spec does not parse, which the reconcile reports before it would need an intent.
+    """
     try:
         spec = v1alpha1.parse_spec(dict(inputs.spec))
     except v1alpha1.InvalidSpec as err:
@@ -437,9 +440,9 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
             invalid = cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", "; ".join(other_errors))
             return _finish(inputs, [fit_update, invalid], fields, [])
 
-    autotune_status = inputs.autotune_fields.get("autotune", inputs.status.get("autotune"))
-    chosen = desired_intent(spec, PolicyState.from_status(autotune_status)[0])  # the evaluation reports a bad one
-    intent, source = chosen.intent, chosen.source.value
+    if chosen is None:
+        raise ValueError("reconcile: a spec that parses needs a chosen intent (autotune.evaluation.choose_intent)")
+    intent = chosen.intent
     try:
         rendered = render_command(spec, intent)
     except UnsupportedCombination as err:
@@ -497,7 +500,7 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
     speculating = intent.enabled
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
     halt = inputs.autotune_fields.get("autotuneHalt", inputs.status.get("autotuneHalt")) or {}
-    spec_message = _speculation_message(spec, intent, source, autotune_status, halt.get("reason"))
+    spec_message = _speculation_message(spec, chosen, halt.get("reason"))
     threshold = (
         cond.ConditionUpdate(cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered))
         if rendered.threshold_support == ThresholdSupport.UNSUPPORTED
@@ -525,7 +528,7 @@ def reconcile(inputs: ReconcileInputs) -> ReconcileResult:
         "configHash": rendered.config_hash,
         "rolloutStarted": clock.started,
         "rolloutCompleted": clock.completed,
-        "source": source,
+        "source": chosen.source.value,
         "canary": None
         if canary is None
         else {
@@ -560,17 +563,15 @@ def canary_command(
 
 def _speculation_message(
     spec: v1alpha1.SpeculativeDeploymentSpec,
-    intent: SpeculationIntent,
-    source: str,
-    autotune_status: Mapping[str, Any] | None,
+    chosen: ChosenIntent,
     halted: str | None = None,
 ) -> str:
-    if source == "autotune" and halted:
+    intent, source = chosen.intent, chosen.source
+    if source is IntentSource.AUTOTUNE and halted:
         return f"autotune: {halted}"  # the running config is the one reverted to, not the last actuation's
-    if source == "autotune":
-        actuations = PolicyState.from_status(autotune_status)[0].actuations
-        return f"autotune: {actuations[-1].reason}" if actuations else "chosen by autotune"
-    if source == "override":
+    if source is IntentSource.AUTOTUNE:
+        return f"autotune: {chosen.reason}" if chosen.reason else "chosen by autotune"
+    if source is IntentSource.OVERRIDE:
         return f"pinned by spec.autotune.overrides.speculation={spec.autotune.overrides.speculation.value}"
     if not intent.enabled:
         return "spec.speculation.enabled is false"

@@ -1,0 +1,15 @@
+"""Timestamps as status stores them: RFC 3339 in UTC."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def format_time(at: datetime) -> str:
+    """RFC 3339 in UTC; sub-second digits only when present, so a restored state compares equal to the original."""
+    text = at.astimezone(UTC).isoformat(timespec="microseconds" if at.microsecond else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

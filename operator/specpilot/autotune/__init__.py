@@ -1,0 +1,1 @@
+"""The autotuner (pure): signals (queries, measurements), model (step cost, gain, payback), policy (decision)."""

@@ -1,0 +1,1 @@
+"""The decision: proposals from the model, gates in a fixed order, one intent."""

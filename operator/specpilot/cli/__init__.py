@@ -1,0 +1,1 @@
+"""The `specpilot` command line: one module per command group."""

@@ -1,0 +1,1 @@
+"""The pure reconcile of a decided intent: manifests, conditions, scrape jobs and the status patch."""
