@@ -2,7 +2,7 @@
 # Build Prometheus 3 with only the Kubernetes service discovery (tags remove_all_sd,enable_kubernetes_sd) from the Go
 # module proxy into $PROMETHEUS3_DIR. Debian's Prometheus (get-prometheus.sh) has no kubernetes_sd_configs, which
 # tests/cluster/test_discovery.py needs. The module's go.mod has replace/exclude directives that a plain
-# `go install` rejects, so a wrapper module copies them (reference/local-cluster.md §7). No web UI assets (the
+# `go install` rejects, so a wrapper module copies them. No web UI assets (the
 # builtinassets tag needs npm): the API, /-/ready and scraping work. Last output line: the folder.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

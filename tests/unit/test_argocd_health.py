@@ -1,7 +1,7 @@
 """The Argo CD health check, run the way Argo CD runs it: Lua 5.1, with and without the open libraries.
 
 Argo CD's production VM (gopher-lua, UseOpenLibs=false) has no `string` or `math` library and no string metatable;
-built-in checks run with open libs. Both modes must give the same answers (reference/local-cluster.md §8).
+built-in checks run with open libs. Both modes must give the same answers.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The simulator's cost model against PR #32374's step-time profile (adaptive-vllm.md §4.1), point by point."""
+"""The simulator's cost model against PR #32374's step-time profile, point by point."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from specpilot.bench.calibration import MT_BENCH_CONTEXT, TOLERANCE, VERSION, st
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
 
-# adaptive-vllm.md §4.1: Llama-3.1-8B + EAGLE-1, MT-Bench, TP 1, median step time (ms) by batch and K
+# vLLM PR #32374: Llama-3.1-8B + EAGLE-1, MT-Bench, TP 1, median step time (ms) by batch and K
 PROFILE = [
     (1, 0, 6.52), (1, 1, 7.37), (1, 3, 8.84), (1, 5, 10.33),
     (16, 0, 6.90), (16, 1, 7.85), (16, 3, 9.52), (16, 5, 11.20),
@@ -31,7 +31,7 @@ def _engine(spec: SpecConfig | None) -> Engine:
 @pytest.mark.parametrize("batch", [1, 16, 64, 256])
 def test_the_profiles_k0_column_is_the_server_without_speculation(batch: int) -> None:
     """vLLM's profiler (vllm/v1/spec_decode/dynamic/generate_config.py) measures K = 0 on a vanilla server: no
-    drafter forward and no configured-drafter tax, unlike a dynamic table's K = 0 step (adaptive-vllm.md §2.1)."""
+    drafter forward and no configured-drafter tax, unlike a dynamic table's K = 0 step (vLLM #53420)."""
     kv = batch * MT_BENCH_CONTEXT
     vanilla = _engine(None).step_ms(batch, kv, batch, 0)
     table_k0 = _engine(SpecConfig("eagle", 5, schedule=((1, 256, 0),))).step_ms(batch, kv, batch, 0)

@@ -101,7 +101,7 @@ def test_fit_settings_carry_the_choice_into_the_evidence() -> None:
 
 
 def test_operator_profiles_are_the_simulator_presets() -> None:
-    """One source of truth: the operator's step model holds exactly the preset's numbers (performance.md §2.4)."""
+    """One source of truth: the operator's step model holds exactly the preset's numbers (sim/presets.py)."""
     assert {p.name for p in calibrated_presets()} == {"llama8b-h100", "llama70b-4xh100"}
     for model, preset in ((LLAMA8B_H100, presets.LLAMA8B_H100), (LLAMA70B_4XH100, presets.LLAMA70B_4XH100)):
         assert model == step_cost_model(preset)
@@ -113,7 +113,7 @@ def test_operator_profiles_are_the_simulator_presets() -> None:
         )
         assert model.draft_model_cost_ratio == preset.drafter("draft_model").cost_ratio
         assert model.draft_ms == preset.drafter("eagle3").draft_ms
-    # the published §2.4 columns, so a preset edit that drifts from the reference shows up here too
+    # the calibrated inputs (docs/design/simulator.md), so a preset edit that drifts from them shows up here too
     assert (LLAMA8B_H100.verify_base_ms, LLAMA8B_H100.draft_model_cost_ratio) == (5.886, 0.375)
     assert (LLAMA70B_4XH100.verify_base_ms, LLAMA70B_4XH100.ridge_tokens, LLAMA70B_4XH100.draft_model_cost_ratio) == (
         12.0,

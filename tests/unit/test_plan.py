@@ -1,6 +1,6 @@
 """The memory planner: the seed framework's figures, precision and KV arithmetic, verdicts, and random specs.
 
-The seed framework's tables (issue 2, DESIGN.md §5) count weights as parameters x bytes in GB (10**9 bytes) with
+The seed framework's tables (issue 2) count weights as parameters x bytes in GB (10**9 bytes) with
 nominal sizes: "70B INT8 + 8B BF16 on 2xH100 ≈ 86 GB" is 70e9 x 1 B + 8e9 x 2 B; "BF16 + BF16 ≈ 156 GB, leaving
 ≈ 4 GB" is 70e9 x 2 B + 8e9 x 2 B out of 2 x 80 GB. The tests below reproduce those exactly from nominal inline
 numbers, then state how far the catalog's exact models move them and why.

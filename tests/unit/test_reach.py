@@ -134,7 +134,7 @@ def test_the_schedules_own_windows_never_trigger_a_second_install() -> None:
     spec = k2_spec()
     current = SpeculationIntent(True, 2)
     # a history of high load only: K = 1 over K = 2 at batch 180 is +3.4% (+2.6% with a quarter of it at batch 2-3,
-    # under the 3% bar since the cost-model refit of adaptive-vllm.md §4.1)
+    # under the 3% bar since the cost-model refit to vLLM PR #32374's profile)
     state = PolicyState(load={8: 1800.0}, load_updated=T0 - MINUTE)
     actions: list[tuple[int, Action]] = []
     reasons: list[str] = []

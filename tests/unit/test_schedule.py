@@ -1,9 +1,9 @@
-"""K per batch size from the step-cost model: reproduces performance.md's numbers, fits, calibrates, pays back.
+"""K per batch size from the step-cost model: reproduces the analytic tables, fits, calibrates, pays back.
 
-Oracles: performance.md §2.7 states its 8B/H100 rows "reproduce exactly from llama8b-h100" (drafter K·d_0 + d_kv·KV,
-no CUDA-graph cliff, no fixed overhead), and that its 70B rows, recomputed with d_1 = d_kv = 0 as the profile
-records them, agree on speedups within 0.02x and B*(k=3) within ~3% while B_off comes out at 301 (not 274) for
-alpha 0.5. Those are the tables checked here; every other number is derived from the module itself.
+Oracles: the analytic best-k tables of docs/design/cost-model.md (no CUDA-graph cliff, no fixed overhead): the 8B
+rows from `llama8b-h100` with the drafter K·d_0 + d_kv·KV, and the 70B crossovers B*(k=3), which agree within ~3%
+when recomputed with d_1 = d_kv = 0 as the profile records them, while B_off comes out at 301 for alpha 0.5. Every
+other number is derived from the module itself.
 """
 
 from __future__ import annotations

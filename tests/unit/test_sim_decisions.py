@@ -110,7 +110,7 @@ def decide_on(s: SpeculativeDeploymentSpec, current: SpeculationIntent, ms: dict
         ("trap", "eagle3", 8, 0.7, Action.CHANGE_THRESHOLD),
         # the mirror: a 1B draft model accepted well (1.2x) at batch 256, where its three forwards per step cost more
         # than they save (28.2 ms mean TPOT vs 26.5 ms plain): the policy cuts K to 1, which the simulator puts level
-        # with plain (26.6 ms); before the cost-model refit of adaptive-vllm.md §4.1 the P99 guard switched it off
+        # with plain (26.6 ms); before the cost-model refit to PR #32374's profile the P99 guard switched it off
         # (an EAGLE-3 head at 256 stays faster in the simulator, and the policy keeps it)
         ("mirror", "draft_model", 256, 1.2, Action.CHANGE_THRESHOLD),
         ("no mirror", "eagle3", 256, 1.3, Action.KEEP),

@@ -61,7 +61,7 @@ def test_cliff_beyond_the_capture_limit() -> None:
 @pytest.mark.parametrize(("requests", "extra_ms"), [(0, 0.0), (1, 0.008), (64, 0.512), (256, 2.048)])
 def test_each_scheduled_request_costs_engine_time(requests: int, extra_ms: float) -> None:
     """s_1 = 8 us per request in the step (scheduling, inputs, sampling): what makes PR #32374's batch-256 steps
-    cost more than their tokens and KV reads explain (adaptive-vllm.md §4.1)."""
+    cost more than their tokens and KV reads explain."""
     engine = Engine(EngineConfig(LLAMA8B_H100, V32, "m", 256))
     assert engine.step_ms(256, 0, 256, 0, requests) - engine.step_ms(256, 0, 256, 0, 0) == pytest.approx(extra_ms)
     assert engine.step_ms(256, 0, requests, 0) == pytest.approx(engine.step_ms(256, 0, 0, 0, requests))
@@ -102,7 +102,7 @@ def test_schedule_at_k0_pays_the_drafter_tax_but_speculation_off_does_not() -> N
     off = run(None, n=64)
     table = run(SpecConfig("eagle3", 3, schedule=((1, 1, 3), (2, 256, 0))), n=64)
     assert "vllm:spec_decode_num_drafts" not in off.metrics.counters
-    assert table.now > off.now * 1.05  # +2% configured, +1 drafter forward per step (adaptive-vllm §2.1)
+    assert table.now > off.now * 1.05  # +2% configured, +1 drafter forward per step (vLLM #53420)
 
 
 def test_spec_decode_counters_follow_vllm_semantics() -> None:

@@ -201,7 +201,7 @@ def test_advisory_and_acting_proposals_never_agree() -> None:
 def test_the_advisory_has_a_dead_band_down_to_plain(
     case: str, acceptances: list[float], acted: list[int], advisory: list[bool]
 ) -> None:
-    """Control-loop rule 12 (separate leave and re-enter thresholds). Benchmark, drafter-degraded, seeds 2 and 3: after
+    """Separate leave and re-enter thresholds (a dead-band). Benchmark, drafter-degraded, seeds 2 and 3: after
     the shed to K = 1 the model predicted 1.044x..1.061x over plain, the proposal alternated between the advisory and
     an acting disable, and ten minutes of acting ones switched off a K = 1 that plain then measured 1.09x slower."""
     spec = spec_with(agreeingEvaluations=2, stabilization="0s")
@@ -607,7 +607,7 @@ def test_the_stabilization_is_no_longer_than_the_changes_payback(
         (120.0, 213.0, True, False),  # 2 minutes + the next minute is still within a 3m29s payback
         (153.0, 213.0, True, True),  # exactly the payback at the next evaluation
         (0.0, 45.0, True, True),  # a payback shorter than an interval: only the agreeing evaluations remain
-        # a declared stabilization is kept as written: every recommendation within it agreed (rule 12)
+        # a declared stabilization is kept as written: every recommendation within it agreed
         (540.0, 600.0, False, False),
         (600.0, 600.0, False, True),
         (0.0, 0.0, False, True),
@@ -748,7 +748,7 @@ def test_the_wait_for_a_shed_is_priced_at_the_batch_running_now(
 
 
 def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization() -> None:
-    """Cooldowns are asymmetric, fast toward safe (control-loop.md §3): the payback shortcut is for shedding
+    """Cooldowns are asymmetric, fast toward safe: the payback shortcut is for shedding
     speculation. Running K = 1 everywhere at light load, the fit prices K3@1/2@129 at +53% (repaid in under 3
     minutes); it still waits the 10-minute span: agreed at evaluation 3, installed at evaluation 10."""
     light = PolicyState(load={1: 7200.0}, load_updated=T0 - MINUTE)

@@ -1,4 +1,4 @@
-"""The acceptance-method intent rendered on each version boundary of reference/vllm.md §4.3 (pure, table-driven)."""
+"""The acceptance-method intent rendered on each version boundary (docs/design/vllm-versions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-version, per-engine metric names (reference/vllm.md §7)."""
+"""Per-version, per-engine metric names (docs/design/vllm-versions.md)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """Prometheus HTTP API: run instant queries and hand back raw answers (I/O only; judging is measurements.py).
 
 Built on httpx rather than prometheus-api-client because `PrometheusConnect.custom_query` returns only
-`data.result`: it drops `warnings`/`infos` (which status must surface, control-loop rule 10) and `resultType`
+`data.result`: it drops `warnings`/`infos` (which status must surface) and `resultType`
 (scalar vs vector), takes a CA bundle only as a file path (we hold the PEM from a Secret in memory), and retries
 connection failures with backoff by default, which turns "Prometheus is down" into seconds of blocking per query.
 
-Synchronous on purpose: one evaluation is a handful of small queries. kopf handlers call it from a thread
-(`def` handler or `asyncio.to_thread`, style.md §2.3). Credentials arrive as values (from the administrator's
-connections, adapters.connections, or the CLI's files). A PrometheusConnection that could not work is refused when
-it is built: a malformed URL or port, header names or values with CR/LF or non-ASCII characters, a CA bundle that
-does not parse, and credentials over plain http:// unless `allow_plain_http`.
+Synchronous on purpose: one evaluation is a handful of small queries. kopf handlers call it from a thread (`def` handler
+or `asyncio.to_thread`), so a slow Prometheus never blocks the event loop. Credentials arrive as values (from the
+administrator's connections, adapters.connections, or the CLI's files). A PrometheusConnection that could not work is
+refused when it is built: a malformed URL or port, header names or values with CR/LF or non-ASCII characters, a CA
+bundle that does not parse, and credentials over plain http:// unless `allow_plain_http`.
 """
 
 from __future__ import annotations

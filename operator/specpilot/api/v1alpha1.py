@@ -1,6 +1,6 @@
 """SpeculativeDeployment v1alpha1: the pydantic models that are the single source of the CRD schema.
 
-Field names follow DESIGN.md §3 and are the API contract: extend, never rename. Every cross-field rule is declared
+Field names are the API contract: extend, never rename. Every cross-field rule is declared
 once in CROSS_FIELD_RULES, which yields both the CEL `x-kubernetes-validations` the API server enforces and the
 Python check `specpilot validate` runs offline, so the two can never disagree about what is valid.
 """
@@ -235,7 +235,7 @@ class DraftSampling(StrEnum):
 
 
 class SpeculationOverride(StrEnum):
-    """A user pin that automation must respect (control-loop rule 18)."""
+    """A user pin that automation must respect: a persistent override in git wins over the autotuner."""
 
     AUTO = "Auto"
     FORCE_ON = "ForceOn"

@@ -389,7 +389,7 @@ EVALUATION_TIMESTAMPS = (("observed", "evaluatedAt"), ("recommendation", "at"))
 def without_heartbeat(fields: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
     """An evaluation that found exactly what status already says keeps the stored timestamps, so it writes nothing.
 
-    Design rule 4 (no per-tick heartbeats): at a thousand idle deployments a heartbeat is a status write per object
+    No per-tick heartbeats: at a thousand idle deployments a heartbeat is a status write per object
     per interval, and every write wakes every watcher (Argo CD included). `evaluatedAt` then reads "the evaluation
     that last changed something"; the operator's metrics count every evaluation.
     """

@@ -1,4 +1,4 @@
-"""The simulator against published measurements (adaptive-vllm.md §4, performance.md §2.5/§3.2), side by side.
+"""The simulator against published measurements (docs/design/simulator.md), side by side.
 
 Step times come straight from the engine's cost model (a step of B decode requests at K, MT-Bench-like context);
 speedups from closed-loop runs of the engine at fixed concurrency B (every finished request is replaced at once,
@@ -20,7 +20,7 @@ from specpilot.vllm.versions import VllmVersion
 VERSION = VllmVersion.parse("0.32.0")
 TOLERANCE = 0.15
 
-# adaptive-vllm.md §4.1: PR #32374 profile, Llama-3.1-8B + EAGLE-1, MT-Bench, median step time (ms).
+# vLLM PR #32374's profile, Llama-3.1-8B + EAGLE-1, MT-Bench, median step time (ms).
 STEP_TIMES = {
     (1, 0): 6.52, (1, 1): 7.37, (1, 3): 8.84, (1, 5): 10.33,
     (16, 0): 6.90, (16, 1): 7.85, (16, 3): 9.52, (16, 5): 11.20,
@@ -29,7 +29,7 @@ STEP_TIMES = {
 }  # fmt: skip
 MT_BENCH_CONTEXT = 300
 
-# performance.md §2.5 / §3.2 (SpecDecode-Bench fig1, dig.): speedup at batch 1/16/64/128, K = 3.
+# SpecDecode-Bench (arXiv 2601.11580, figure 1, digitised): speedup at batch 1/16/64/128, K = 3.
 DATASETS = {
     "ShareGPT": Lengths(5.22, 1.13, 6.18, 1.03, 4096, 2048),
     "GSM8K": Lengths(4.52, 0.22, 5.06, 0.33),
@@ -59,7 +59,7 @@ def step_time_ms(batch: int, k: int) -> float:
     vLLM's profiler (`vllm/v1/spec_decode/dynamic/generate_config.py`, `build_serve_params`) starts one server per
     column, `--max-num-seqs 256`: K = 0 is the vanilla server (no speculative config, so no drafter forward and no
     configured-drafter tax), K >= 1 a server with a static `num_speculative_tokens = K`. A dynamic table's K = 0 step
-    (one drafter forward, adaptive-vllm.md §2.1) is a different configuration and is not what that column measured.
+    (one drafter forward, vLLM #53420) is a different configuration and is not what that column measured.
     """
     spec = None if k == 0 else SpecConfig("eagle", k)
     engine = _engine(LLAMA8B_H100, spec)
@@ -98,7 +98,7 @@ def calibration_rows() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for (batch, k), published in STEP_TIMES.items():
         model = step_time_ms(batch, k)
-        rows.append(_row("step time ms, 8B EAGLE-1 (adaptive-vllm §4.1)", f"B={batch} K={k}", model, published))
+        rows.append(_row("step time ms, 8B EAGLE-1 (vLLM PR #32374)", f"B={batch} K={k}", model, published))
     for name, preset, method, alpha, dataset, published_curve in SPEEDUPS:
         tuned = (
             preset if preset.drafter(method).acceptance is AcceptanceKind.BURSTY else preset.with_alpha(method, alpha)

@@ -1,6 +1,6 @@
 """A preset's no-speculation capacity: the request rate it sustains at saturation (pure).
 
-The scenarios of performance.md §7 state their load as a share of "no-SD capacity" (S1: 10-20%, S2: 10% -> 90%).
+Scenarios state their load as a share of "no-SD capacity" (steady: 10-20%, diurnal: 10% -> 90%).
 A rate written as QPS is only that share for the cost model it was chosen against: a refit that makes batch-256
 steps 30% slower silently turns 60% of capacity into 95%. So scenarios carry the share and the benchmark turns it
 into QPS with this measurement of the model in use.

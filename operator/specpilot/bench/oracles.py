@@ -1,4 +1,4 @@
-"""Configurations, goodput and the choice rules of the oracles (reference/performance.md §8; pure).
+"""Configurations, goodput and the choice rules of the oracles (pure; docs/bench.md).
 
 Theta, the deployable configurations a study compares: speculation off, a static K, K with a batch-size table that
 drops to K = 0 at a threshold T (vLLM >= 0.24 `num_speculative_tokens_per_batch_size`), and the per-batch-size
@@ -272,7 +272,7 @@ class _Switched:
 def switching_plan(
     scores: Mapping[str, Sequence[float]], restart_s: float, window_s: float, budget: WindowBudget | None = None
 ) -> list[str]:
-    """O_DP of performance.md §8: the configuration per window maximising the sum of J_w minus switching costs.
+    """O_DP: the configuration per window maximising the sum of J_w minus switching costs.
 
     V_w(θ) = J_w(θ) + max(V_{w-1}(θ), max_{θ'≠θ} V_{w-1}(θ') - C_w(θ)), C_w(θ) = J_w(θ)·restart_s/window_s: the
     goodput the restart's downtime removes from the window it happens in. J_w comes from each configuration's own

@@ -98,7 +98,7 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
     """The targets per scenario over several seeds, each ratio paired within one seed.
 
     Every policy of a seed replays the same arrivals and acceptance draws, so the ratio specpilot / oracle of one seed
-    is a paired comparison; the spread of those ratios over seeds (performance.md §8: >= 5 seeds, paired) says how
+    is a paired comparison; the spread of those ratios over seeds (>= 5 seeds, paired) says how
     much of a figure is the draw. One entry per (scenario, closed-loop policy), its per-seed lists in seed order.
     `failed` (and `oracle_failed`) counts the requests a restart aborted or lost: goodput counts a request past its
     SLO as nothing either way, so a restart into a queue that would miss its deadlines anyway costs no goodput, and

@@ -202,7 +202,7 @@ def closed_loop_spec(scenario: Scenario, acceptance: dict[str, float] | None = N
 
 def earliest_refit_s(spec: Any) -> float:
     """The first moment a change can go in under `spec`: agreeingEvaluations consecutive evaluations must agree
-    (control-loop rule 11), one interval apart, the first an interval after the config started serving."""
+    one interval apart, the first an interval after the config started serving."""
     return float(parse_duration(spec.autotune.interval) * spec.autotune.agreeing_evaluations)
 
 
@@ -491,7 +491,7 @@ def run_scenario(
         replica.outcomes, replica.timeline, replica.series = source.outcomes, source.timeline, source.series
         return replica
 
-    # O_DP (performance.md §8) and the same held to the deployment's actuation budget, which every closed-loop
+    # O_DP and the same held to the deployment's actuation budget, which every closed-loop
     # actuation must pass (a reference: how much of the oracle's margin is switching more often than the deployment
     # allows). The DP prices each window from each configuration's own run (its own queue state): an estimate, blind
     # to what a restart does to the queue. So every candidate plan is replayed through the simulator, restarts

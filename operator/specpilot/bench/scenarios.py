@@ -1,15 +1,15 @@
-"""Workload scenarios of reference/performance.md §7: arrivals, lengths, temperatures and drift over time (pure).
+"""Workload scenarios of the decision benchmark: arrivals, lengths, temperatures and drift over time (pure).
 
-A scenario is a description; `arrivals(scenario, seed)` turns it into a fixed list of requests (non-homogeneous
-Poisson by thinning, lognormal lengths of §6.2, a temperature drawn from the mix at the arrival time, the drafter
-drift multiplier at that time). Every policy replays the same list, so comparisons are paired (common random
-numbers). Rates are shares of the preset's capacity without speculation (performance.md §7 states S1 and S2 that
-way), turned into requests per second by `NO_SD_CAPACITY_QPS`: what the simulator's engine completes per second
-with speculation off and `max_num_seqs` always full (bench/capacity.py measures it; a unit test fails when a refit of
-a preset moves it by more than 1%, so the table and with it every scenario's rate follow the model). The shares
+A scenario is a description; `arrivals(scenario, seed)` turns it into a fixed list of requests (non-homogeneous Poisson
+by thinning, lognormal lengths fitted to the SpecDecode-Bench traces, a temperature drawn from the mix at the arrival
+time, the drafter drift multiplier at that time). Every policy replays the same list, so comparisons are paired (common
+random numbers). Rates are shares of the preset's capacity without speculation (the steady and diurnal scenarios are
+defined that way), turned into requests per second by `NO_SD_CAPACITY_QPS`: what the simulator's engine completes per
+second with speculation off and `max_num_seqs` always full (bench/capacity.py measures it; a unit test fails when a
+refit of a preset moves it by more than 1%, so the table and with it every scenario's rate follow the model). The shares
 are the former rates over the capacity this docstring stated they were set against (8B/H100 serves ~20 QPS of
-ShareGPT-length requests without speculation; the 70B preset has not changed since, so its rates stand), never
-chosen against any policy's behaviour.
+ShareGPT-length requests without speculation; the 70B preset has not changed since, so its rates stand), never chosen
+against any policy's behaviour.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ class Lengths:
     output_cap: int = 2048
 
 
-SHAREGPT = Lengths(5.22, 1.13, 6.18, 1.03, prompt_cap=4096, output_cap=2048)  # performance.md §6.2
+SHAREGPT = Lengths(5.22, 1.13, 6.18, 1.03, prompt_cap=4096, output_cap=2048)  # SpecDecode-Bench ShareGPT
 LONG_PROMPTS = Lengths(5.22, 0.6, 6.18, 0.8, prompt_cap=4096, output_cap=2048)  # before long-context's prompt scale
 
 # Requests per second each preset completes without speculation, engine full (bench/capacity.py), keyed by preset,
 # lengths, max_num_seqs and max_model_len. The 8B rates were written as QPS against a stated ~20 QPS; the preset
-# measured 17.716 then, and 13.178 since its refit to adaptive-vllm §4.1's batch-256 steps (roofline ridge 320 -> 220,
+# measured 17.716 then, and 13.178 since its refit to vLLM PR #32374's batch-256 steps (roofline ridge 320 -> 220,
 # KV read 39.26 -> 48 ns per token, 8 us per scheduled request), so the same QPS would have been 1.5x the load meant.
 NO_SD_CAPACITY_QPS: dict[tuple[str, Lengths, int, int], float] = {
     ("llama8b-h100", SHAREGPT, 256, 8192): 13.178,
@@ -193,7 +193,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     replace(
         _DIURNAL,
         name="diurnal-within-capacity",
-        description="S2 as performance.md §7 states it: 70B/4xH100 draft model K=4, load 10% -> 90% -> 10% of no-SD"
+        description="the diurnal ramp: 70B/4xH100 draft model K=4, load 10% -> 90% -> 10% of no-SD"
         " capacity over a compressed 3 h day",
         qps=share_of_capacity("llama70b-4xh100", ((0.0, 0.10), (1.5 * H, 0.90), (3 * H, 0.10))),
     ),

@@ -1,4 +1,4 @@
-"""Memory budget of one replica and the draft/target checks (DESIGN.md §5, the seed framework as code).
+"""Memory budget of one replica and the draft/target checks (the seed framework as code; docs/design/cost-model.md).
 
 Units. Memory is counted in bytes and reported both in GiB (2**30 bytes, the unit of `spec.resources.gpuMemoryGiB`,
 of `nvidia-smi` and of vLLM's logs) and in GB (10**9 bytes, the unit of the seed framework's tables and of most
@@ -41,7 +41,7 @@ from specpilot.vllm.versions import DRAFT_MODEL_V1, V0_ENGINE_REMOVED, VllmVersi
 GIB = 1024**3
 GB = 1000**3
 
-DRAFT_SHARE_WARN = 0.15  # DESIGN §5: warn when the draft's weights take more than ~15% of the replica's VRAM
+DRAFT_SHARE_WARN = 0.15  # the seed framework: warn when the draft's weights take more than ~15% of the replica's VRAM
 TARGET_SHARE_WARN = 0.70  # ... and when the target's take more than ~70% (little room left for KV)
 DRAFT_RATIO_ADVISED = (1 / 12, 1 / 8)  # draft:target parameters, advised 1:12 to 1:8 for draft models
 
@@ -158,7 +158,7 @@ class ModelMemory:
     precision: Precision
     weight_bytes: int
     kv_layers: int
-    kv_bytes_per_token: int  # whole model, as if on one GPU (the DESIGN formula)
+    kv_bytes_per_token: int  # whole model, as if on one GPU (2 x layers x KV heads x head dim x bytes)
     kv_bytes_per_token_per_rank: int  # on the most loaded rank, after TP sharding or replication
     tensor_parallel_size: int
 

@@ -2,7 +2,8 @@
 
 The builders take the already-rendered vLLM command and its config hash, so they never decide *what* vLLM runs, only
 *how* it is packaged. Every object carries the controller owner reference (garbage collection removes it with the CR)
-and the recommended labels; nothing copies Argo CD tracking labels from the CR (control-loop rule 2).
+and the recommended labels; nothing copies Argo CD tracking labels from the CR, so Argo CD never
+takes the generated children for its own.
 """
 
 from __future__ import annotations

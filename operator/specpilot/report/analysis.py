@@ -122,7 +122,7 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
     """Prometheus' histogram_quantile over cumulative bucket counts keyed by upper bound (math.inf included).
 
     None where Prometheus gives NaN: no observations, fewer than two buckets, or no +Inf bucket. A rank that lands
-    in the +Inf bucket returns the largest finite bound (the quantile saturates there, control-loop.md §4).
+    in the +Inf bucket returns the largest finite bound (Prometheus's histogram_quantile saturates there).
     """
     if not 0 <= q <= 1 or len(buckets) < 2 or math.inf not in buckets:
         return None

@@ -1,7 +1,7 @@
-"""Per-request acceptance: how many draft tokens one verification step accepts (reference/performance.md §6.5; pure).
+"""Per-request acceptance: how many draft tokens one verification step accepts (pure; docs/design/simulator.md).
 
 - Positional (EAGLE-like heads, draft models): each request draws alpha_i ~ Beta(mu·kappa, (1-mu)·kappa) once, mu
-  from the method's alpha at temperature T (§4.1 default alpha(T) = alpha0·(1 - s·min(T,1)) - 0.2·max(0, T-1)) times
+  from the method's alpha at temperature T (alpha(T) = alpha0·(1 - s·min(T,1)) - 0.2·max(0, T-1)) times
   a drift multiplier; position j is accepted with a_j = alpha_i·rho^(j-1) given the earlier ones were. One uniform
   draw per step: accepted = #{j ≤ k : r_j > u} with r_j = prod a_i, the capped-geometric law without k draws.
 - Bursty (n-gram): a two-state chain per request. In free text the lookup matches with P(match) and proposes k

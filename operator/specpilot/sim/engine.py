@@ -1,13 +1,13 @@
 """One vLLM V1 replica as a stepped model: scheduler, step time, speculation, KV cache, metrics (pure).
 
-Per step (reference/performance.md §6.1, §6.3): running requests first (decodes take 1 + K budget tokens and
+Per step (docs/design/simulator.md): running requests first (decodes take 1 + K budget tokens and
 reserve K + 1 KV slots; unfinished prefills take a chunk), then FCFS admissions while `max_num_seqs`, the token
 budget and the KV cache allow; KV exhausted -> the most recently admitted request is preempted (recompute) and
 re-queued at the front. K comes from the speculative config: a fixed K, vLLM >= 0.24's per-batch-size table looked
 up by the number of scheduled requests, or V0's `disable_by_batch_size` (running >= threshold -> K = 0 for the
-step; honoured only before 0.10, as in vLLM). Step time follows §2.4: staircase over captured CUDA-graph sizes,
+step; honoured only before 0.10, as in vLLM). Step time (cost model): staircase over captured CUDA-graph sizes,
 the eager cliff beyond the capture limit, the drafter term of the method, and the tax of a configured drafter in
-steps at K = 0 (+2% always; one drafter forward under a dynamic table, adaptive-vllm.md §2.1).
+steps at K = 0 (+2% always; one drafter forward under a dynamic table, vLLM #53420).
 
 The engine never reads a clock: `step()` returns how long the step took and advances `now`; the benchmark runs it
 on a virtual clock, the server sleeps for real. Randomness is per request (seeded from the engine seed and the
@@ -629,7 +629,7 @@ class Engine:
 
 
 def draft_ms(preset: Preset, drafter: DrafterPreset, k: int, decodes: int, kv_read: int, verify_ms: float) -> float:
-    """T_draft of performance.md §2.4 for one step proposing up to k tokens for `decodes` requests."""
+    """T_draft (docs/design/cost-model.md) for one step proposing up to k tokens for `decodes` requests."""
     if drafter.kind is DrafterKind.AUTOREGRESSIVE:
         return k * (drafter.draft_ms + drafter.draft_ms_per_request * decodes) + drafter.draft_kv_ns * 1e-6 * kv_read
     if drafter.kind is DrafterKind.DRAFT_MODEL:

@@ -24,7 +24,7 @@ def imitated_version(raw: str) -> tuple[VllmVersion, str | None]:
 
     The operator renders a version newer than the newest it knows as that one, with a note (dialects._notes); the
     simulator does the same rather than claim the series of a release nobody has checked. A version older than the
-    oldest whose flags are documented (reference/vllm.md) has no known series at all: refused, with the range."""
+    oldest specpilot renders (versions.OLDEST_SUPPORTED) has no known series at all: refused, with the range."""
     try:
         version = VllmVersion.parse(raw)
     except ValueError as err:

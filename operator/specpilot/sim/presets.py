@@ -1,6 +1,6 @@
-"""Calibrated hardware/model set-ups for the simulator (reference/performance.md §2.4, §2.5, §4.4; pure).
+"""Calibrated hardware/model set-ups for the simulator (pure; docs/design/simulator.md).
 
-Every number is an input of the cost model of performance.md §2: a step verifies N tokens and reads KV cached
+Every number is an input of the cost model (docs/design/cost-model.md): a step verifies N tokens and reads KV cached
 tokens, costing a smooth roofline a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV, rounded up to the next captured CUDA-graph size
 (the staircase) and a fixed eager penalty beyond the capture limit (the cliff), plus the drafter and the scheduler
 (T_sched + s_1 per request scheduled in the step).
@@ -62,7 +62,7 @@ class Preset:
     eager_penalty_ms: float  # delta_eager beyond the capture limit (assumption)
     spec_fixed_fraction: float  # SD configured at all: +2% per step (PR #5000)
     kv_capacity_tokens: int  # KV cache tokens at gpu-memory-utilization 0.92 without a drafter
-    restart_s: float  # drain + load + graph capture (assumption; performance.md §6.1)
+    restart_s: float  # drain + load + graph capture (assumption)
     drafters: dict[str, DrafterPreset] = field(default_factory=dict)
     default_max_num_seqs: int = 256
     sched_ms_per_request: float = 0.0  # s_1: engine work per request scheduled in a step (scheduling, inputs, sampling)
@@ -102,13 +102,14 @@ def capture_sizes(limit: int) -> tuple[int, ...]:
     return tuple(s for s in sizes if s <= limit)
 
 
-# performance.md §2.4 `llama8b-h100` (calibrated §2.5), alpha from §4.4, draft-model c from §4.2 (≈37.5% on 8B targets).
+# Calibrated to SpecDecode-Bench (arXiv 2601.11580) and vLLM PR #32374; EAGLE-3 alpha from the SpecDecode-Bench traces;
+# draft-model c ≈ 37.5% of an 8B target's forward (SpecDecode-Bench).
 LLAMA8B_H100 = Preset(
     name="llama8b-h100",
     description="Llama-3.1-8B-Instruct on 1xH100 (BF16): EAGLE-3 head, 1B draft model, n-gram",
     verify_base_ms=5.886,
     # N_r, c_kv and s_1 fitted jointly to SpecDecode-Bench (speedups at batch 1-128) and PR #32374's step-time profile
-    # (adaptive-vllm.md §4.1, batch 1-256). The earlier N_r 320, c_kv 39.26 ns (HBM-bound KV read, 128 KiB at
+    # (batch 1-256). The earlier N_r 320, c_kv 39.26 ns (HBM-bound KV read, 128 KiB at
     # 3.35 TB/s) and no per-request term left that profile's batch-256 steps 19-39% short: N_r 220 is the compute
     # slope of ~27 µs per token beyond the ridge, 48 ns is the KV read at ~80% of HBM bandwidth, and 8 µs per request
     # the engine's per-request work, which is what makes batch 256 cost more than tokens and KV alone explain.
@@ -138,8 +139,7 @@ LLAMA8B_H100 = Preset(
     },
 )
 
-# performance.md §2.4 `llama70b-4xh100` (fitted to SpecDecode-Bench 70B curves); draft model c = 0.125, alpha 0.80;
-# EAGLE alpha 0.66 (§2.5); n-gram as on ShareGPT.
+# Fitted to SpecDecode-Bench's 70B curves: draft model c = 0.125, alpha 0.80; EAGLE alpha 0.66; n-gram as on ShareGPT.
 LLAMA70B_4XH100 = Preset(
     name="llama70b-4xh100",
     description="Llama-3-70B-Instruct on 4xH100 (TP 4): 8B/1B draft model, EAGLE head, n-gram",

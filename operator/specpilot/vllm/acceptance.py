@@ -1,4 +1,4 @@
-"""The acceptance method by intent -> the speculative-config keys of one vLLM version (reference/vllm.md §4.3).
+"""The acceptance method by intent -> the speculative-config keys of one vLLM version (docs/design/vllm-versions.md).
 
 The framework's lever for a quantized target whose acceptance sits near break-even is a different acceptance
 method. vLLM offered it three different ways, and none at all in between, so the API states the intent
@@ -37,7 +37,7 @@ BLOCK_VERIFICATION = v("0.26.0")  # rejection_sample_method: block
 FLY_VERIFICATION = v("0.33.0")  # rejection_sample_method: fly (lossy)
 TYPICAL_ACCEPTANCE_LAST = v("0.9.2")  # acceptance_method / posterior_* last present (V0 only from 0.8.0)
 
-# SpeculativeConfig key -> legacy flag (vllm.md §5.1), for versions before --speculative-config JSON.
+# SpeculativeConfig key -> legacy flag, for versions before --speculative-config JSON.
 LEGACY_FLAGS = (
     ("acceptance_method", "--spec-decoding-acceptance-method"),
     ("posterior_threshold", "--typical-acceptance-sampler-posterior-threshold"),

@@ -1,4 +1,4 @@
-"""What vLLM's adaptive verification needs from the rest of the command line (pure; reference/adaptive-vllm.md §1).
+"""What vLLM's adaptive verification needs from the rest of the command line (pure; docs/design/vllm-versions.md).
 
 vLLM 0.33.0 (`VllmConfig._validate_adaptive_verification`, `_get_v1_model_runner_unsupported_features`) refuses
 `enable_adaptive_verification` with LoRA, without full CUDA graphs (`--enforce-eager`, or a compilation config whose

@@ -1,18 +1,18 @@
-"""One speculation intent -> the exact `vllm serve` argv of one vLLM version (reference/vllm.md §1-§6).
+"""One speculation intent -> the exact `vllm serve` argv of one vLLM version (docs/design/vllm-versions.md).
 
 Three command-line dialects exist:
 
 * **Legacy flags (<= 0.8.2)**: `--speculative-model` (`[ngram]` for n-gram), `--num-speculative-tokens`,
   `--speculative-draft-tensor-parallel-size`, `--speculative-model-quantization`, `--ngram-prompt-lookup-max/-min`,
-  `--speculative-disable-by-batch-size` (vllm.md §5.1).
+  `--speculative-disable-by-batch-size`.
 * **`--speculative-config` JSON (>= 0.8.3)**: compact, keys sorted, so the same intent always hashes the same.
-* 0.8.2 accepts both. vllm.md §2 suggests the config there (as a Python literal), but 0.8.2's V0/V1 selector
+* 0.8.2 accepts both, as the config there is parsed as a Python literal, but 0.8.2's V0/V1 selector
   (`EngineArgs._is_v1_supported_oracle`, 0.8.2 sdist `vllm/engine/arg_utils.py` L1641-1650) looks only at the legacy
   `--speculative-model`: with `--speculative-config` it picks V1, whose model runner asserts "Currently, only ngram
   spec decode is supported in V1" (`vllm/v1/worker/gpu_model_runner.py` L154). With the legacy flags the selector
   falls back to V0 for every method, exactly as on 0.8.0-0.8.1, so 0.8.2 gets the legacy dialect.
 
-Which engine runs the speculation decides what a threshold means (vllm.md §5.2). `disable_by_batch_size` is read
+Which engine runs the speculation decides what a threshold means. `disable_by_batch_size` is read
 only by V0. V0 runs every method below 0.8.0; from 0.8.0 to 0.8.5 vLLM still falls back to V0 for speculation unless
 VLLM_USE_V1=1 is set (then ngram, and from 0.8.3 eagle, from 0.8.5 eagle3 run on V1); from 0.9.0 ngram, eagle and
 eagle3 run on V1 by default and only draft_model falls back to V0; 0.10.0 removed V0. specpilot reads VLLM_USE_V1
@@ -64,7 +64,7 @@ from specpilot.vllm.versions import (
 )
 
 CONFIG_HASH_LENGTH = 10
-# vLLM's n-gram window when neither bound is given (>= 0.8.2, vllm.md §3). Older versions demand an explicit maximum,
+# vLLM's n-gram window when neither bound is given (>= 0.8.2). Older versions demand an explicit maximum,
 # so the window is always rendered: every version then matches the same prompt spans.
 NGRAM_DEFAULT_WINDOW = 5
 USE_V1_ENV = "VLLM_USE_V1"
@@ -214,7 +214,7 @@ def _use_v1(spec: SpeculativeDeploymentSpec) -> _UseV1:
 def _speculation_engine(version: VllmVersion, method: SpeculationMethod, use_v1: _UseV1) -> Engine:
     """The engine vLLM picks for this method; raise UnsupportedCombination where that engine cannot run it.
 
-    Mirrors `_is_v1_supported_oracle` (0.8.2, 0.8.5, 0.9.2 sdists; vllm.md §5.2): with VLLM_USE_V1 unset, 0.8.x falls
+    Mirrors `_is_v1_supported_oracle` (0.8.2, 0.8.5, 0.9.2 sdists): with VLLM_USE_V1 unset, 0.8.x falls
     back to V0 for all speculation and 0.9.x for the methods V1 lacks; VLLM_USE_V1=1 with such a method is a startup
     error, and VLLM_USE_V1=0 forces V0, which has no eagle3.
     """
@@ -418,7 +418,7 @@ class _Threshold:
 
 
 def _check_schedule(schedule: BatchSchedule) -> None:
-    """vLLM's rules for the dynamic schedule (vllm.md §4.4); a bad one is a caller bug, not a user error."""
+    """vLLM's rules for the dynamic schedule (vLLM's dynamic/utils.py); a bad one is a caller bug, not a user error."""
     if not schedule or schedule[0][0] != 1:
         raise ValueError(f"batch schedule {schedule}: the first range must start at batch size 1")
     previous_end = 0
@@ -440,7 +440,7 @@ def _forces_runner_v1(spec: SpeculativeDeploymentSpec) -> bool:
 
 
 def _schedule_switched_off(method: SpeculationMethod, extra_args: list[str], runner_v1: bool = False) -> str | None:
-    """Where vLLM ignores the schedule with only a warning (vllm.md §4.4), so claiming it would be false."""
+    """Where vLLM ignores the schedule with only a warning (vllm/config/vllm.py), so claiming it would be false."""
     if method is SpeculationMethod.SUFFIX or (runner_v1 and method is SpeculationMethod.NGRAM_GPU):
         return (
             f"vLLM switches the batch-size schedule off for method {method} on Model Runner V1 "
@@ -551,7 +551,7 @@ def _speculative_config(
     return config
 
 
-# SpeculativeConfig key -> legacy flag (vllm.md §5.1), in rendering order; `method` has no flag.
+# SpeculativeConfig key -> legacy flag (removed in 0.8.3), in rendering order; `method` has no flag.
 _LEGACY_FLAGS = (
     ("model", "--speculative-model"),
     ("num_speculative_tokens", "--num-speculative-tokens"),

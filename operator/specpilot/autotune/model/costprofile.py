@@ -1,7 +1,7 @@
 """Which calibrated step-cost profile prices a deployment's steps, from what its spec says (pure).
 
 The threshold fit (schedule.py) predicts step times T(B, k) from a profile of a calibrated set-up (sim/presets.py;
-performance.md §2.4). A 70B model on 4 GPUs runs steps about twice as long as an 8B model on one at batch ~180, so
+docs/design/cost-model.md). A 70B model on 4 GPUs runs steps about twice as long as an 8B model on one at batch ~180, so
 pricing every deployment with the 8B profile made the consistency check refuse every fit of a 70B under load ("off
 by more than x2"). The spec already names what decides step time: the target model (its parameter count from the
 catalog or inline numbers; active parameters for mixture-of-experts models), the tensor-parallel size, the GPU (memory
@@ -55,7 +55,7 @@ class CostProfileChoice:
     preset: str
     calibrated: bool  # True: this set-up is the one the profile was calibrated on
     note: str
-    restart_s: float  # the preset's restart time (drain + load + graph capture; an assumption, performance.md §6.1)
+    restart_s: float  # the preset's restart time (drain + load + graph capture; an assumption)
 
     def to_dict(self) -> dict[str, Any]:
         return {"profile": self.preset, "match": "calibrated" if self.calibrated else "nearest", "note": self.note}

@@ -1,4 +1,4 @@
-"""The K = 0 tax: a batch-size schedule with K = 0 above B is not "speculation off" (pure; adaptive-vllm.md §2.1).
+"""The K = 0 tax: a batch-size schedule with K = 0 above B is not "speculation off" (pure; docs/design/cost-model.md).
 
 At K = 0 a dynamic-SD engine still runs one drafter forward per step to keep the drafter's KV in sync (+4-11% decode
 time, vLLM #53420) and keeps the drafter's weights and KV pool resident (#49986); only a restart without

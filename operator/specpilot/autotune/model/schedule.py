@@ -1,4 +1,4 @@
-"""Choose K per batch size from measured acceptance and a step-cost model (pure; reference/performance.md §1-§2).
+"""Choose K per batch size from measured acceptance and a step-cost model (pure; docs/design/cost-model.md).
 
 What is measured and what is assumed:
 
@@ -7,9 +7,9 @@ What is measured and what is assumed:
   the batch sizes the engines run at (running requests per engine, accumulated into a load histogram); the mean
   per-token latency (TPOT) with speculation on; and, from the baseline record, the non-speculative TPOT at the same
   load.
-- Assumed (inputs, `StepCostModel`): the step time T(B, k) of the target + drafter, the smooth roofline of
-  performance.md §2.2 (2): T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
-  plus the drafter term of §2.4 and the scheduler overhead. L̄ is measured when Prometheus has it
+- Assumed (inputs, `StepCostModel`): the step time T(B, k) of the target + drafter, the smooth roofline
+  T_verify(N, KV) = a·(1 + (N/N_r)^p)^(1/p) + c_kv·KV with N = B·(k+1) tokens and KV = B·L̄,
+  plus the drafter term and the scheduler overhead. L̄ is measured when Prometheus has it
   (`with_context_length`: mean prompt plus half the mean output of the window's finished requests), else
   MEAN_CONTEXT_TOKENS is assumed; N also counts the prompt tokens chunked into each step, when measured
   (`with_prefill`). The numbers are a calibrated simulator preset's
@@ -19,7 +19,7 @@ What is measured and what is assumed:
 
 K is chosen per batch size to maximise tokens per unit time, E_k / T(B, k) (B is fixed within one step, so this
 also maximises throughput); K = 0 where no K > 0 wins. A schedule is installed only if the predicted gain over the
-observed load repays the restart (every change restarts vLLM, performance.md §0.3).
+observed load repays the restart (every change restarts vLLM: its speculative config is fixed at start).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def gain_at_same_load(
 
     Near saturation throughput barely grows with the batch, so a small throughput gain moves the batch a lot (+4.7%
     at batch 180 settles at 113 and reads +60% per request): queueing's own sensitivity, and the model's error with
-    it. It only prices how long an agreed shed waits (fast toward safe, control-loop.md §3); whether a change is worth
+    it. It only prices how long an agreed shed waits (fast toward safe); whether a change is worth
     a restart at all stays with the throughput gain over the load record and the fit's minimum gain.
 
     This, not the gain at the same batch (`predicted_gain` at batch_now), is what waiting to install the change
@@ -392,7 +392,7 @@ class FitSettings:
     """Knobs of the fit that are not in the CR: assumptions, exposed so they can be set and shown."""
 
     model: StepCostModel = LLAMA8B_H100  # the operator passes costprofile.fit_settings_for(spec)
-    restart_cost_s: float = 90.0  # performance.md §6.1: drain + load + graph capture, 8B (70B: ~300 s)
+    restart_cost_s: float = 90.0  # drain + load + graph capture, 8B (70B: ~300 s); assumed
     horizon_s: float = 3600.0  # the gain must repay the restart within this time at the observed load
     min_gain: float = 0.03  # below this, model error dominates (SpecDecode-Bench residuals up to 0.08x)
     model_tolerance: float = 2.0

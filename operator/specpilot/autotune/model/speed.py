@@ -1,17 +1,17 @@
 """Is speculation faster than plain decoding at this load? Measured per-token latency decides, not acceptance (pure).
 
-Acceptance is a poor trigger on its own (reference/adaptive-vllm.md §3): with adaptive verification on, vLLM verifies
-fewer draft positions, so acceptance falls while tokens per second rise (GLM DSpark-16: acceptance 20.9% -> 17.2%,
-+184% tokens/s); a healthy EAGLE-3 K=3 deployment runs faster than plain at aggregate acceptance 0.35 (specpilot's
-own benchmark); and a goodput probe picked speculation off at batch 32 while acceptance was still 0.83. So the
-policy compares the mean time per output token with speculation against the plain baseline at the same load, from
-the best source available:
+Acceptance is a poor trigger on its own (docs/design/cost-model.md): with adaptive verification on, vLLM verifies fewer
+draft positions, so acceptance falls while tokens per second rise (vLLM #52992, GLM DSpark-16: acceptance 20.9% ->
+17.2%, +184% tokens/s); a healthy EAGLE-3 K=3 deployment runs faster than plain at aggregate acceptance 0.35
+(specpilot's own benchmark); and a goodput probe picked speculation off at batch 32 while acceptance was still 0.83
+(vLLM PR #26504). So the policy compares the mean time per output token with speculation against the plain baseline at
+the same load, from the best source available:
 
 1. a plain canary replica on the same traffic (same load by construction, checked within a factor of 2 in batch);
 2. the baseline record: plain windows at the same load bucket (running requests per engine), at most a day old.
 
 Mean TPOT (`vllm:request_time_per_output_token_seconds` sum/count) is per token whatever K is, unlike ITL, which is
-per step under speculation (vllm.md §7.3). Acceptance stays evidence and an early warning: it is reported with
+per step under speculation. Acceptance stays evidence and an early warning: it is reported with
 every verdict, and it still decides alone where no latency comparison exists (see policy.py).
 """
 

@@ -242,7 +242,7 @@ def with_emission(model: StepCostModel, profile: AcceptanceProfile) -> StepCostM
 
 
 def step_cost_model(preset: Preset) -> StepCostModel:
-    """The operator's step model of one simulator preset: the same calibrated numbers (performance.md §2.4), one
+    """The operator's step model of one simulator preset: the same calibrated numbers (sim/presets.py), one
     source of truth. The drafter term defaults to the autoregressive head's; `model_for_method` switches it."""
     head = preset.drafter("eagle3")
     return StepCostModel(
@@ -266,7 +266,7 @@ def step_cost_model(preset: Preset) -> StepCostModel:
     )
 
 
-# The calibrated set-ups (sim/presets.py; performance.md §2.4-§2.5): `llama8b-h100` within 0.08x of SpecDecode-Bench,
+# The calibrated set-ups (sim/presets.py; docs/design/simulator.md): `llama8b-h100` within 0.08x of SpecDecode-Bench,
 # `llama70b-4xh100` fitted to its 70B curves. The capture limit is vLLM's default 512; the eager penalty an assumption.
 PROFILES: dict[str, StepCostModel] = {
     p.name: step_cost_model(p) for p in presets.PRESETS.values() if p.target_model is not None
@@ -371,7 +371,7 @@ def tokens_per_ms(profile: AcceptanceProfile, model: StepCostModel, batch: int, 
 
 def k0_step_ms(model: StepCostModel, batch: int) -> float:
     """One step at K = 0 under a batch-size schedule: the target's step plus one drafter forward (the drafter keeps
-    its KV in sync, adaptive-vllm.md §2.1, vLLM #53420), with the configured overhead. V0's disable_by_batch_size
+    its KV in sync, vLLM #53420), with the configured overhead. V0's disable_by_batch_size
     skips the proposer instead, so this applies to schedules only."""
     one_forward = model.draft_cost_ms(batch, 1)
     return (model.verify_ms(batch, 0) + one_forward + model.overhead_ms(batch)) * (1 + model.spec_fixed_fraction)
@@ -386,7 +386,7 @@ def schedule_tokens_per_ms(profile: AcceptanceProfile, model: StepCostModel, bat
 
 
 def speedup(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
-    """Per-token speedup of K at this batch over a deployment without speculation (performance.md §2.6 S(B,k))."""
+    """Per-token speedup of K at this batch over a deployment without speculation (S(B, k), cost-model.md)."""
     return profile.expected_tokens(k) * model.step_ms(batch, 0, configured=False) / model.step_ms(batch, k)
 
 

@@ -1,4 +1,4 @@
-"""The step-cost curve T(B, k) fitted online from the deployment's own windows (pure; performance.md §2.4).
+"""The step-cost curve T(B, k) fitted online from the deployment's own windows (pure; docs/design/cost-model.md).
 
 Each settled evaluation window gives one point from the measurements every evaluation takes: the step time is the
 mean time per output token times the tokens one step emits, T = TPOT_mean x E (E = mean acceptance length with

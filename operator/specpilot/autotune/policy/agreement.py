@@ -1,6 +1,6 @@
 """When two evaluations propose the same change (pure): the agreement key with a tolerance on fitted boundaries.
 
-Agreement (control-loop rules 11, 12) asks K consecutive evaluations to propose the same change. A fitted batch
+Agreement asks K consecutive evaluations to propose the same change. A fitted batch
 schedule is recomputed from each window's acceptance and load, and its boundaries move by a batch size or two between
 windows for no reason but sampling noise ([[1,23,3],[24,256,0]] then [[1,24,3],[25,256,0]]). Comparing the exact
 schedule made consecutive evaluations never agree, so no fitted schedule was ever installed (found by the simulator
@@ -36,7 +36,7 @@ per-token latency objective: 3.7 of 18 windows served almost nothing):
   a 3m11s payback held to 1,560 s; acting at 1,500 s, goodput 7,599 -> 7,685, seed 1).
 - A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
   K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
-  step per evaluation; those steps are one decision in the safe direction (less speculation; control-loop.md §3:
+  step per evaluation; those steps are one decision in the safe direction (less speculation:
   fast toward safe), and the newest, furthest fit is the one applied. A fit moving back toward more speculation
   still starts a new streak unless its boundaries are within the tolerance.
 """

@@ -1,11 +1,11 @@
 """A restart while requests queue: wait, or pay for the dropped work (pure; issue 13, the spike scenario).
 
-Every actuation restarts vLLM pods (performance.md §0.3): the requests they run and the requests queued on them
-(vLLM's `num_requests_waiting`) are aborted, and the arrivals during the restart find no ready endpoint. At low load
-that is a handful of requests; in a flash crowd it is the whole backlog plus a restart's worth of arrivals (the
-decision benchmark's spike scenario dropped 7,193 requests on one disable). The change itself is worth its gain in
-served requests per second, for as long as it runs. So while requests queue, the restart waits as long as the gain
-it would have brought in the meantime is smaller than what it drops now:
+Every actuation restarts vLLM pods (the speculative config is fixed at engine start): the requests they run and the
+requests queued on them (vLLM's `num_requests_waiting`) are aborted, and the arrivals during the restart find no ready
+endpoint. At low load that is a handful of requests; in a flash crowd it is the whole backlog plus a restart's worth of
+arrivals (the decision benchmark's spike scenario dropped 7,193 requests on one disable). The change itself is worth its
+gain in served requests per second, for as long as it runs. So while requests queue, the restart waits as long as the
+gain it would have brought in the meantime is smaller than what it drops now:
 
     dropped  = waiting + running + request rate x restart cost           (requests a restart now loses; see below)
     forgone  = gain x request rate x time deferred                        (requests the change would have won)

@@ -5,16 +5,17 @@ The state is a plain JSON document kept in `status.autotune`, so agreement strea
 baseline record and the reason speculation was switched off survive operator restarts (HPA loses all of these on a
 restart; KEP-853 explains why that causes instant scaling).
 
-Layers, outermost first (reference/control-loop.md rules):
-1. mode Off -> nothing; measurement Errors -> hold and count (4 in a row -> MetricsAvailable=False, rule 10);
-   pause annotation -> hold (rule 18); rollout in flight or config still settling -> hold (rules 13, 16).
-2. `propose`: what this one evaluation alone says, from Valid measurements only (rules 10, 11, 14).
-3. Agreement: K consecutive identical proposals spanning the stabilization window (rules 11, 12); a new
+Layers, outermost first (the rules of docs/design/decisions.md):
+1. mode Off -> nothing; measurement Errors -> hold and count (4 in a row -> MetricsAvailable=False);
+   pause annotation -> hold (user overrides win); rollout in flight or config still settling -> hold.
+2. `propose`: what this one evaluation alone says, from Valid measurements only, with minimum sample counts.
+3. Agreement: K consecutive identical proposals spanning the stabilization window (hysteresis); a new
    `specpilot.dev/reevaluate` token counts as full agreement once.
-4. Mode Recommend publishes; mode Auto checks the budget (min interval, per hour/day, longer after a reversal,
-   rule 15) and asks the shell to actuate. The shell applies, then calls `record_actuation`.
+4. Mode Recommend publishes; mode Auto checks the budget (min interval, per hour/day, longer after a reversal;
+   kept in status so it survives restarts) and asks the shell to actuate. The shell applies, then calls
+   `record_actuation`.
 
-Re-enabling (rule 14): with speculation off there are no acceptance counters, so "off" is left only on other
+Re-enabling: with speculation off there are no acceptance counters, so "off" is left only on other
 evidence: a canary replica that speculates on the same traffic; load back under the level where a load-driven
 disable happened; the baseline record showing speculation was faster at this load; or a scheduled probe
 (`probeInterval` after an autotune disable, at no higher load than the disable) that turns speculation on, counted
@@ -483,7 +484,7 @@ def spec_fingerprints(spec: SpeculativeDeploymentSpec) -> tuple[str, str]:
 
 
 def apply_overrides(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> SpeculationIntent:
-    """User pins win over any autotune choice (rule 18)."""
+    """User pins win over any autotune choice."""
     overrides = spec.autotune.overrides
     if overrides.speculation is SpeculationOverride.FORCE_OFF:
         intent = replace(intent, enabled=False)
@@ -500,7 +501,7 @@ def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> Chose
     """The one place that decides the config to render: autotune's choice (unless mode Off) under the user's pins.
 
     Autotune's choice counts only while the spec parts it was made for are unchanged: an edit of spec.speculation
-    or the engine version wins at once, before the autotuner runs again (level-based, rule 19). The choice is kept
+    or the engine version wins at once, before the autotuner runs again (level-based). The choice is kept
     losslessly (K, threshold, schedule survive speculation off), and completed from the spec, so turning
     speculation on never renders without K.
     """
@@ -761,8 +762,8 @@ def _advisory_margin(state: PolicyState) -> float:
     """The predicted speedup over plain that keeps an acceptance-only disable advisory (no measured comparison).
 
     Entering the advisory takes the model predicting speculation FASTER_MARGIN faster than plain; once the streak is
-    advisory it stays so while the model predicts speculation no slower than plain: a dead-band (control-loop.md
-    rule 12, separate leave and re-enter thresholds). Without it, a prediction hovering at the margin (1.044 to
+    advisory it stays so while the model predicts speculation no slower than plain: a dead-band (separate leave and
+    re-enter thresholds). Without it, a prediction hovering at the margin (1.044 to
     1.061 at one load) alternated between the advisory and an acting disable, and a run of acting ones agreed and
     switched off a K = 1 that plain then measured 1.09x slower (benchmark, drafter-degraded, seeds 2 and 3).
     """
@@ -1353,7 +1354,7 @@ def actuation_entry(
 
 
 def _settled(inputs: PolicyInputs, now: datetime) -> tuple[bool, str]:
-    """Metrics of a fresh config are trusted only after one full window plus two scrapes (rule 13)."""
+    """Metrics of a fresh config are trusted only after one full window plus two scrapes."""
     if inputs.config_since is None:
         return True, ""
     scrape = parse_duration(inputs.spec.autotune.scrape_interval)
@@ -1560,7 +1561,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     max_num_seqs = inputs.spec.engine.max_num_seqs
     shed = not proposal.advisory and sheds(inputs.current, proposal.target, max_num_seqs)
     # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
-    # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe (control-loop.md §3)
+    # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe
     # priced by its own gain only: an acceptance-only disable carries the refit's figures in its evidence, and those
     # are another change's (prices_its_own_gain). Found by the benchmark (spike: a refit's +87% per-request speed-up
     # at the crowd shortened an acceptance-only disable's wait to 1m43s; speculation went off and stayed off after it)
@@ -1799,7 +1800,7 @@ def no_op_as_keep(inputs: PolicyInputs, proposal: Proposal) -> Proposal:
 def _note_recommendation(
     state: PolicyState, inputs: PolicyInputs, proposal: Proposal, events: list[PolicyEvent], *, agreed: bool
 ) -> PolicyState:
-    """Recommend mode posts RecommendationChanged when the published recommendation changes (rule 17)."""
+    """Recommend mode posts RecommendationChanged when the published recommendation changes."""
     if inputs.spec.autotune.mode is not AutotuneMode.RECOMMEND or not agreed:
         return state
     key = proposal.key() if proposal.action is not Action.KEEP else Action.KEEP.value

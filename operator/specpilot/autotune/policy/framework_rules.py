@@ -494,7 +494,7 @@ def assess(
 def _inputs_from_policy(
     policy: PolicyInputs, baseline: Sequence[BaselineEntry], now: datetime, previous: Sequence[Mapping[str, Any]]
 ) -> FrameworkInputs:
-    """The framework rules see what the policy saw; a window counts once the config settled (rule 13)."""
+    """The framework rules see what the policy saw; a window counts once the config settled."""
     spec = policy.spec
     settle = policy.window.seconds + 2 * parse_duration(spec.autotune.scrape_interval)
     settled = not policy.rollout_in_progress and (

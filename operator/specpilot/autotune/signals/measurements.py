@@ -1,4 +1,4 @@
-"""Classify each Prometheus answer as Valid, NoData or Error (pure; reference/control-loop.md rule 10).
+"""Classify each Prometheus answer as Valid, NoData or Error (pure; docs/design/decisions.md).
 
 Only Valid measurements may drive a change. NoData (empty result, NaN, ±Inf, too few samples) means "not enough
 evidence": hold. Error (timeout, transport or HTTP failure, `status: error`, an unexpected result shape, more than one

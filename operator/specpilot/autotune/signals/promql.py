@@ -8,7 +8,7 @@ sanitising the name (every character outside `[a-zA-Z0-9_]` becomes `_`): a prom
 plus the conventional `namespace` label. Those three are the defaults of `Scope`; a Prometheus relabelled differently
 passes its own names.
 
-Query rules (reference/control-loop.md rules 8, 9, 24): rate before aggregating; numerator and denominator aggregated
+Query rules (docs/design/decisions.md, "Measurements"): rate before aggregating; numerator and denominator aggregated
 separately, the denominator guarded with `> 0` so "nothing drafted" is an empty result instead of NaN; every query
 aggregates without `by`, except `le` inside histogram_quantile and `position` for per-position acceptance, so a
 scope that matches several pods still yields exactly one series; the window is at least four scrape intervals.
@@ -321,7 +321,7 @@ def tpot_quantile(signal: Signal, q: float, names: MetricNames, scope: Selection
     """Per-token latency from the per-request histogram, never the per-step inter-token one.
 
     Under speculation one inter-token observation covers up to K+1 tokens, so its quantiles mix step time with
-    acceptance (reference/vllm.md §7.3). The per-request TPOT histogram exists from 0.11.0; before that no
+    acceptance. The per-request TPOT histogram exists from 0.11.0; before that no
     per-token latency is exported and the measurement is unavailable.
     """
     return quantile(
@@ -464,7 +464,7 @@ def ttft_bound(deadline_s: float) -> float | None:
 
 def ttft_within_deadline(names: MetricNames, scope: Selection, window: Window, deadline_s: float | None) -> Query:
     """Share of the window's first tokens that came within the TTFT deadline (backlog.py: which running requests a
-    restart would cost), counted exactly at a bucket bound (control-loop.md rule 9), never interpolated: the `le`
+    restart would cost), counted exactly at a bucket bound, never interpolated: the `le`
     bucket over the count, both rated. Unavailable when the CR declares no TTFT deadline."""
     if deadline_s is None:
         return _unavailable(Signal.TTFT_WITHIN_DEADLINE, "ratio", "no TTFT deadline declared (latency.ttftDeadline)")
