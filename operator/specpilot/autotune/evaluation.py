@@ -1,6 +1,6 @@
 """Autotune inside the operator: one evaluation per `spec.autotune.interval`, turned into status, events and intent.
 
-`measure` (Prometheus through a QueryClient) and `policy.decide` (pure) do the work; this module maps their answer
+`measure` (Prometheus through a QueryClient) and `decision.decide` (pure) do the work; this module maps their answer
 onto the CR: `status.observed`, `status.recommendation`, `status.autotune` (the controller memory that survives
 restarts), the last 10 `status.actuations`, the MetricsAvailable / Throttled / Paused conditions and the events. An
 actuation only changes `status.autotune.selected`; the reconcile renders it, so the rollout goes through the same

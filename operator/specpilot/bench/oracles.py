@@ -94,7 +94,7 @@ def window_fit(
     requests (a request is in ~n/E_k verification steps; vLLM's per-position counter over drafts is such a mean),
     responses' mean length (stepcost.with_output_length), and the model's mean context L̄ as the decode-step-weighted
     mean of prompt + half the output. The fit is schedule.fit_schedule with the bench spec's batchThreshold bounds
-    (min 8, max maxNumSeqs), the intent built as policy.py builds it (K, threshold = first K = 0, schedule).
+    (min 8, max maxNumSeqs), the intent built as decision.py builds it (K, threshold = first K = 0, schedule).
     """
     totals = [0.0] * k
     steps_sum = context_sum = tokens = 0.0
@@ -234,17 +234,17 @@ def window_scores(
 
 @dataclass(frozen=True)
 class WindowBudget:
-    """A deployment's actuation budget (spec.autotune.budget) in seconds, as policy.budget_check applies it.
+    """A deployment's actuation budget (spec.autotune.budget) in seconds, as decision.budget_check applies it.
 
-    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (policy.dwell_after of
-    the trailing reversals, +1 when this one undoes the previous one within policy.quick_reversal_window), when fewer
+    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (decision.dwell_after of
+    the trailing reversals, +1 when this one undoes the previous one within decision.quick_reversal_window), when fewer
     than maxPerHour actuations fall in the hour before `now`, and fewer than maxPerDay in the day before.
     """
 
     max_per_hour: int
     max_per_day: int
     quick_reversal_s: float
-    dwells_s: tuple[float, ...]  # policy.dwell_after for 0, 1, 2... reversals, up to where it stops growing
+    dwells_s: tuple[float, ...]  # decision.dwell_after for 0, 1, 2... reversals, up to where it stops growing
 
     @classmethod
     def from_spec(cls, budget: BudgetSpec) -> WindowBudget:

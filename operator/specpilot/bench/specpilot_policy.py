@@ -1,9 +1,9 @@
-"""The one adapter between the benchmark and specpilot's policy code (re-point it when policy.py changes).
+"""The one adapter between the benchmark and specpilot's policy code (re-point it when decision.py changes).
 
 It does per evaluation what operator/specpilot/autotune/evaluation.py does in the operator: measure through
 `evaluate.measure` (here against the simulated Prometheus of bench.queries), build PolicyInputs with the running
-intent, the rollout state and the config's start time, call `policy.decide`, and when the decision actuates,
-`policy.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
+intent, the rollout state and the config's start time, call `decision.decide`, and when the decision actuates,
+`decision.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
 (interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), vLLM 0.32.0, and
 the scenario's TTFT SLO as latency.ttftDeadline.
 """

@@ -684,7 +684,7 @@ def loses_only_ties(gain: float, settings: FitSettings) -> bool:
 def forgone_rate(gain_at_load: float | None, min_gain: float) -> float:
     """Seconds of serving a refit forgoes per second of waiting: its gain at the load now, or 0 within the fit's
     minimum gain, where the model's error dominates. The one rule for both sides of rent or buy: what the account
-    accrues (policy._accrue_forgone, which also empties it at 0) and whether the account may buy now."""
+    accrues (decision._accrue_forgone, which also empties it at 0) and whether the account may buy now."""
     if gain_at_load is None or gain_at_load < min_gain:
         return 0.0
     return gain_at_load

@@ -12,7 +12,7 @@ the same load, from the best source available:
 
 Mean TPOT (`vllm:request_time_per_output_token_seconds` sum/count) is per token whatever K is, unlike ITL, which is
 per step under speculation. Acceptance stays evidence and an early warning: it is reported with
-every verdict, and it still decides alone where no latency comparison exists (see policy.py).
+every verdict, and it still decides alone where no latency comparison exists (see decision.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ per-token latency objective: 3.7 of 18 windows served almost nothing):
   forgoes gain x time, acting wrongly costs about one restart, so waiting beyond restart / gain costs more than the
   mistake it guards against (the ski-rental break-even; the backlog gate prices its wait the same way). A change with
   no gain figure of its own, or a small one, keeps the full span (an acceptance-only disable carries the refit's
-  figures in its evidence, but they are another change's: policy.prices_its_own_gain); the agreeing evaluations
+  figures in its evidence, but they are another change's: decision.prices_its_own_gain); the agreeing evaluations
   are always required. The gain is the one at the load running now, not over the load record: waiting forgoes what
   the change would win at the load of the wait, while the record says whether the change is worth a restart at
   all. It is the per-request speed-up at the load served now (`predictedGainAtLoad`, schedule.gain_at_same_load):
