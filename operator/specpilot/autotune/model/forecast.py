@@ -2,12 +2,9 @@
 
 Why: a refit is judged by whether its gain over the load record repays one restart within the horizon
 (schedule.plan_threshold). The record is the past, and on a rising load it under-prices the refit exactly while a
-restart is cheapest. Found by the benchmark (diurnal-within-capacity, 70B/4xH100 draft model K = 4, the load 10% ->
-90% of no-SD capacity over 90 minutes): the fitted schedule [[1,14,4],[15,44,3],[45,116,2],[117,256,1]] is the
-running K = 4 at every batch the first 40 minutes reached, so the record priced it near 0% until the batch was
-past 100; the refit went in at 4,440 s at 76% load, and its 300 s restart cost 1.35M of the 1.80M tokens of goodput
-the run lost against that schedule from the start. Rent or buy (schedule.repaid_by_waiting) bounds the cost of
-waiting but cannot see that the price of the restart rises with the load.
+restart is cheapest: a schedule that equals the running K at every batch seen so far prices near 0% until the load
+reaches its lower ranges. Rent or buy (schedule.repaid_by_waiting) bounds the cost of waiting but cannot see that
+the price of the restart rises with the load (docs/design/decisions.md).
 
 The forecast is deliberately narrow:
 

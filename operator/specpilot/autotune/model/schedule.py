@@ -237,9 +237,8 @@ def gain_at_same_load(
     a restart at all stays with the throughput gain over the load record and the fit's minimum gain.
 
     This, not the gain at the same batch (`predicted_gain` at batch_now), is what waiting to install the change
-    forgoes in latency: near capacity the two part far (mixed-temperature, 8B EAGLE-3 K = 3 at batch ~200: +16% at
-    the same batch, the 10-minute payback it gave held the engine past its per-token objective; the batch the refit
-    settles at is smaller, and its per-request speed-up larger).
+    forgoes in latency: near capacity the two part far, since the batch the refit settles at is smaller and its
+    per-request speed-up larger (docs/design/decisions.md).
     """
     now = rate(profile, model, batch_now, k_now(batch_now))
     settled = settled_batch(profile, model, batch_now * now, max_num_seqs, k_new, rate)
@@ -322,11 +321,9 @@ def gain_ahead_in_serving_now(
     A restart happens now and removes the serving now (restart_cost_s seconds of it); the gain comes later, at the
     batches the rise leads to, where each second of the engine serves more. `predicted_gain` over those batches is
     a share of the serving *then*, so a payback of restart_cost_s / that share prices the restart at the load ahead,
-    up to several times what it drops now: on a rise the forecast then installed only once the load, and the
-    restart's price with it, had grown. Found by the benchmark (diurnal, 70B K = 4, 10% -> 133% of capacity): from
-    1,440 s the projection was worth +12% at batches 32-159 against a restart at batch 30, and it went in at
-    2,460 s, at batch 70, with a 300 s restart costing 1.27M tokens of goodput. Each slice here counts its gain
-    times its serving relative to now, over the slices:
+    up to several times what it drops now: on a rise the forecast would install only once the load, and the
+    restart's price with it, had grown (docs/design/decisions.md). Each slice here counts its gain times its
+    serving relative to now, over the slices:
 
         serving gain = (1/n) Σ_i thr_i / thr_now x (rate_new(B_i) / rate_now(B_i) - 1)
 
@@ -437,7 +434,7 @@ def plan_threshold(
     `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
     `drafter_memory` (k0tax.DrafterMemory): the KV the drafter holds, priced in the K = 0 comparison when KV-bound.
     `forgone_s`: seconds of serving already forgone by not installing a refit (the per-request speed-up at the load
-    of each evaluation since the refit first paid, times its interval; policy.PolicyState.forgone_s). A refit is worth
+    of each evaluation since the refit first paid, times its interval; decision.PolicyState.forgone_s). A refit is worth
     a restart when its gain over the load record repays it within the horizon, or once waiting has already cost as
     much as the restart (rent or buy, `repaid_by_waiting`).
     `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
@@ -654,12 +651,11 @@ class Forecast:
 def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settings: FitSettings) -> bool:
     """Rent or buy: has not installing the refit already cost what a restart costs?
 
-    The load record is a forecast from the past, and a rising load outruns it: diurnal (70B, K = 4 at its ramp) read
-    +3.6% over the record (payback 141 minutes at a 300 s restart) while the batch now was worth +84% per request, and
-    the refit went in only at 3,960 s, 10 minutes into a backlog. The ski-rental rule needs no forecast: keep paying
+    The load record is a forecast from the past, and a rising load outruns it (docs/design/decisions.md). The
+    ski-rental rule needs no forecast: keep paying
     the forgone gain until it adds up to the restart, then restart; whatever the load does next, that costs at most
     twice the best choice in hindsight. Waiting only counts while the gain at the load now is past the fit's minimum
-    gain (within it, the model's error dominates; policy.PolicyState.forgone_s), and the refit must not lose over the
+    gain (within it, the model's error dominates; decision.PolicyState.forgone_s), and the refit must not lose over the
     record (a refit is K per batch at its best, so it loses nowhere but within ties and the K = 0 tax:
     `loses_only_ties`)."""
     return (
@@ -675,9 +671,7 @@ def loses_only_ties(gain: float, settings: FitSettings) -> bool:
     The fit takes the smallest K within `prefer_within` of the best at each batch size (a larger K widens P99), so a
     refit can trail the running config by up to that share at a batch where the two K tie, and over a record that
     sits at such batches its gain reads a hair below 0. That is the fit's choice, not a loss; reading it as one made
-    the forecast's refit flip to another proposal and back, and each flip restarted its agreement. Found by the
-    benchmark (diurnal, 70B K = 4): the refit read +0.23% at 1,740 s, -0.04% at 1,800 s and +0.22% at 1,860 s, and
-    the streak that began at 1,620 s started over twice."""
+    the forecast's refit flip to another proposal and back, and each flip restarted its agreement."""
     return gain >= -settings.prefer_within
 
 

@@ -81,9 +81,9 @@ class StepCostModel:
         """The target's forward over B·(k+1) verified tokens plus the prefill chunks that share the step.
 
         The prefill is spread over every step, but the CUDA-graph cliff is not: prompts arrive in some steps, not
-        all (about half of them for 8B at 20 QPS in the simulator). Spread, they would push a decode batch just under
-        the capture limit (K = 1 at batch 255: 510 tokens) over the cliff in every step, pricing it 6% slow; ignored,
-        they price it 4% fast. `_cliff` charges the share of steps that carry one.
+        all. Spread, they would push a decode batch just under the capture limit (K = 1 at batch 255: 510 tokens) over
+        the cliff in every step; ignored, they would never push it. `_cliff` charges the share of steps that carry
+        one.
         """
         verified = batch * (k + 1)
         chunked = self.prefill_tokens_per_step * batch / self.prefill_batch * self.prefill_share(k) if prefill else 0.0
@@ -96,9 +96,8 @@ class StepCostModel:
 
     def _cliff(self, verified: int, chunked: float) -> float:
         """The eager penalty: in every step once the verified tokens pass the capture limit; below it, in the share
-        of steps that carry a prompt chunk over the limit, 1 - exp(-prompts per step) for Poisson arrivals (the
-        simulator at batch 256, K = 1: 512 verified tokens, ~0.7 prompts per step, the cliff in about half the steps;
-        counted in none, the model priced K = 1 4.4% ahead of K = 3 where the simulator measured them level)."""
+        of steps that carry a prompt chunk over the limit, 1 - exp(-prompts per step) for Poisson arrivals
+        (docs/design/decisions.md)."""
         limit = self.capture_limit_tokens
         if limit is None:
             return 0.0
@@ -183,9 +182,8 @@ def decode_context_tokens(mean_prompt_tokens: float, mean_output_tokens: float |
 def with_context_length(model: StepCostModel, mean_context_tokens: float | None) -> StepCostModel:
     """The same model with L̄ measured for this deployment (None or <= 0: unchanged, MEAN_CONTEXT_TOKENS assumed).
 
-    Found by the benchmark (long-context, 8B EAGLE-3 K=3, prompts growing to ~8k tokens): at the assumed 1000
-    tokens the model predicted TPOT 5.4 ms against 16.1 ms measured, so the consistency check refused every fit
-    and every cost-model prediction, and the acceptance gate switched speculation off with nothing to weigh it.
+    At an assumed context the model cannot price long prompts, and the consistency check then refuses every fit
+    (docs/design/decisions.md).
     """
     if mean_context_tokens is None or mean_context_tokens <= 0:
         return model
@@ -210,11 +208,8 @@ def with_prefill(
     measured K, so the measured config keeps its measured prefill exactly). `mean_prompt_tokens` tells how many
     prompts that is per step, for the CUDA-graph cliff of the steps that carry one.
 
-    Found by the benchmark: with the context measured but no prefill, the model read an 8B EAGLE-3 at batch 256
-    and 300-token prompts (about 1,100 prompt tokens per 51 ms step) as purely verify-bound and priced K = 1 +9.6%
-    over K = 3, which the simulator measured 2% slower. And held at the peak's ~380 tokens for every batch size of
-    a day's load mix (not scaled), it priced the low-load hours as compute-bound and hid a 70B refit's gain at the
-    peak (diurnal).
+    Without the prefill a busy engine reads as purely verify-bound and small K looks better than it is; unscaled
+    by the batch, low-load hours read as compute-bound (docs/design/decisions.md).
     """
     if tokens_per_step is None or tokens_per_step <= 0:
         return model
@@ -230,11 +225,9 @@ def with_prefill(
 def with_emission(model: StepCostModel, profile: AcceptanceProfile) -> StepCostModel:
     """The model with the profile's tokens per request per step at each K, so a K's prefill share follows it.
 
-    Found by the benchmark (70B draft model K=4, a day at 10% -> 90% of capacity): at batch 255 K = 4 emitted 2.8
-    tokens per step and its ~50 ms steps carried ~350 prompt tokens; priced with the same 350 in plain's steps
-    (which emit one token each and so carry ~125), plain came out ~45 ms per token where the simulator's plain runs
-    ~35 ms, and K = 4 looked 1.03x faster than plain while it was 2.4x slower at P99: the disable stayed advisory
-    and the refit unpaid for the whole peak.
+    A step emitting E_k tokens per request carries E_k times a plain step's prompt tokens at the same batch
+    (Little's law); priced with a speculating step's prefill, plain looks slower than it is
+    (docs/design/decisions.md).
     """
     if model.prefill_tokens_per_step <= 0:
         return model

@@ -1,17 +1,14 @@
 """When two evaluations propose the same change (pure): the agreement key with a tolerance on fitted boundaries.
 
-Agreement asks K consecutive evaluations to propose the same change. A fitted batch
-schedule is recomputed from each window's acceptance and load, and its boundaries move by a batch size or two between
-windows for no reason but sampling noise ([[1,23,3],[24,256,0]] then [[1,24,3],[25,256,0]]). Comparing the exact
-schedule made consecutive evaluations never agree, so no fitted schedule was ever installed (found by the simulator
-benchmark). Here two proposals agree when they are the same decision: same action, same on/off, same K, the same K
-per range in the same order, and every boundary (and threshold) within BOUNDARY_TOLERANCE of the streak's first
-proposal. Comparing against the first, not the previous one, stops a slow drift from agreeing with itself forever.
+Agreement asks K consecutive evaluations to propose the same change. A fitted batch schedule is recomputed from each
+window's acceptance and load, and its boundaries move by a batch size or two between windows for no reason but sampling
+noise ([[1,23,3],[24,256,0]] then [[1,24,3],[25,256,0]]); compared exactly, consecutive evaluations would never agree
+and no fitted schedule would ever be installed. Here two proposals agree when they are the same decision: same action,
+same on/off, same K, the same K per range in the same order, and every boundary (and threshold) within
+BOUNDARY_TOLERANCE of the streak's first proposal. Comparing against the first, not the previous one, stops a slow drift
+from agreeing with itself forever.
 
-Two rules for a change whose gain is priced (found by the benchmark, drafter-degraded: acceptance fell to 0.45x at
-1,200 s; the fit moved [[1,84,2],[85,256,1]] -> [[1,256,1]] by 1,440 s, restarting the streak at each step, agreed
-3/3 at 1,560 s predicting +19%, and waited until 2,040 s for the 10-minute span while K = 3 held the engine past its
-per-token latency objective: 3.7 of 18 windows served almost nothing):
+Two rules for a change whose gain is priced (the scenarios that show them: docs/design/decisions.md):
 
 - The stabilization span of a change that sheds speculation is no longer than the change takes to repay one restart
   (`stabilization_for`; a change toward more speculation keeps the whole span: fast toward safe): waiting
@@ -22,18 +19,10 @@ per-token latency objective: 3.7 of 18 windows served almost nothing):
   are always required. The gain is the one at the load running now, not over the load record: waiting forgoes what
   the change would win at the load of the wait, while the record says whether the change is worth a restart at
   all. It is the per-request speed-up at the load served now (`predictedGainAtLoad`, schedule.gain_at_same_load):
-  below capacity the arrivals set the throughput, and a faster step shrinks the batch and speeds each step again.
-  Priced at the same batch instead (`predictedGainNow`), mixed-temperature (8B EAGLE-3 K=3 at batch ~200 past its
-  per-token objective) read +16% and waited a 9-minute payback until 600 s; per request at the load it is
-  +90% (the batch settling from ~175 well below) and the refit goes in at 180 s, when 3 evaluations agree
-  (goodput 6,426 -> 7,394; the oracle 7,956).
-  Found by the benchmark (drafter-degraded again): the record was mostly the light batch (~60)
-  from before the collapse, where K = 1 beat the collapsed K = 3 by +12..24%, while the collapse itself pushed the
-  batch to 200+, where K = 1 was worth +46%; the shed waited 6.5 minutes of payback at +24% (installed at 1,740 s)
-  instead of about 3 (1,560 s), with K = 3 past the per-token latency objective all along. The payback is judged
-  by the gain forgone up to the next evaluation (`stabilized`): a hold lasts one interval, so holding while the
-  time stable so far is below the payback overshoots it by up to an interval (drafter-degraded: 3 minutes stable of
-  a 3m11s payback held to 1,560 s; acting at 1,500 s, goodput 7,599 -> 7,685, seed 1).
+  below capacity the arrivals set the throughput, and a faster step shrinks the batch and speeds each step again;
+  priced at the same batch (`predictedGainNow`) near capacity, the gain reads far smaller and the wait far longer.
+  The payback is judged by the gain forgone up to the next evaluation (`stabilized`): a hold lasts one interval, so
+  holding while the time stable so far is below the payback overshoots it by up to an interval.
 - A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
   K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
   step per evaluation; those steps are one decision in the safe direction (less speculation:
@@ -120,10 +109,9 @@ def agree_by_effect(anchor: str, key: str, largest_gain: float | None, min_gain:
     maxNumSeqs: schedule.plan_threshold's `vsAnchor`; None when not priced) within the fit's minimum gain, the
     model's error.
 
-    A boundary sits where two K tie, so it is the least determined number of a fit: as a ramp's measured acceptance
-    and load moved, diurnal-within-capacity's fit went [[1,7,4],[8,34,3],...] -> [[1,12,4],[13,38,3],...] over nine
-    minutes, past the tolerance, and the streak started over (refit at 3,660 s instead of about 3,120 s, seed 1),
-    while the two schedules differed by less than the model's error at every batch size. The comparison is against the
+    A boundary sits where two K tie, so it is the least determined number of a fit: on a ramp it drifts past the
+    tolerance while the two schedules differ by less than the model's error at every batch size
+    (docs/design/decisions.md). The comparison is against the
     streak's first proposal, never the previous one, so a drift that adds up to a real difference still breaks it.
     """
     if largest_gain is None:

@@ -3,8 +3,8 @@
 Every actuation restarts vLLM pods (the speculative config is fixed at engine start): the requests they run and the
 requests queued on them (vLLM's `num_requests_waiting`) are aborted, and the arrivals during the restart find no ready
 endpoint. At low load that is a handful of requests; in a flash crowd it is the whole backlog plus a restart's worth of
-arrivals (the decision benchmark's spike scenario dropped 7,193 requests on one disable). The change itself is worth its
-gain in served requests per second, for as long as it runs. So while requests queue, the restart waits as long as the
+arrivals. The change itself is worth its gain in served requests per second, for as long as it runs. So while requests
+queue, the restart waits as long as the
 gain it would have brought in the meantime is smaller than what it drops now:
 
     dropped  = waiting + running + request rate x restart cost           (requests a restart now loses; see below)
@@ -15,12 +15,11 @@ gain it would have brought in the meantime is smaller than what it drops now:
 
 A hold lasts until the next evaluation, so it forgoes the gain of a whole interval: holding while only the time
 deferred so far is below the bound overshoots it by up to one interval, and a restart that drops less than one
-interval's gain would still wait an interval. Found by the benchmark (spike): 36 requests to drop, a +16% change at
-18 completions/s forgoes 173 in a 60 s interval, and the restart waited a minute anyway.
+interval's gain would still wait an interval.
 
-A backlog is a queue beyond the scheduler's churn: at least BACKLOG_WAITING requests and BACKLOG_SHARE of those
-running. At high concurrency a few requests always wait for the next step's admission (4 waiting beside 141 running
-in the simulated 8B closed loop); holding a restart for them gains nothing, since the load is steady, not a crowd.
+A backlog is a queue beyond the scheduler's churn: at least BACKLOG_WAITING requests and BACKLOG_SHARE of those running.
+At high concurrency a few requests always wait for the next step's admission; holding a restart for them gains nothing,
+since the load is steady, not a crowd.
 
 Only work that could still meet its SLO is a loss. With a TTFT deadline S declared (`ttftDeadline`, or `p99Target`
 when the guarded metric is ttft), a request is worth keeping only if it can still get its first token within S. vLLM
@@ -46,7 +45,7 @@ F is the share of the window's first tokens that came within S: the TTFT histogr
 prices the running requests: a running request has had its first token (vLLM prefills on admission), and a request
 whose first token came after S has missed its SLO whatever happens next: finishing it adds no goodput, aborting it
 loses none. The running gauge does not say which of them came in time, but they are the window's newest first
-tokens: by Little's law a request stays running about running / X seconds (256 / 18 = 14 s in the spike), a
+tokens: by Little's law a request stays running about running / X seconds (256 / 18 = 14 s in a crowd at 256 running), a
 fraction of the window. F is their share if the wait in the queue was the same over the window; a queue growing
 over the window made the newest wait longest, so F then overstates them (toward holding). A queue draining over the
 window made the newest wait less than the window's average, but FIFO bounds that too: the request admitted now had
@@ -57,7 +56,7 @@ too few finished requests) every running request counts, as before.
 
 Each bound errs toward counting a request as in time, that is toward holding the restart. A queue no longer than
 X x S counts whole, as without a deadline; a queue longer than X x (S + C) leaves only the X x S at its head and
-the running requests that got their first token in time. Example, the benchmark's spike after its crowd: 9,490
+the running requests that got their first token in time. Example, a flash crowd past capacity: 9,490
 queued, X = 18/s, S = 2 s (bound 2.5 s), C = 90 s: 36 of them can still start in time, arrivals during a restart
 would wait about 9 minutes behind the rest, and of the window's first tokens none came within 2.5 s (every one
 waited minutes), so a restart drops about 36 instead of 36 + 256 running (9,566 without the deadline). With the
@@ -126,10 +125,7 @@ def arrivals_in_time(
     not measured). The queue drains at the completion rate less the arrivals, so the completion rate alone is the
     fastest it can drain and a measured slower drain only makes the arrivals later. A queue longer than
     completion_rate x deadline that did not shrink (drain_rate <= 0) lets none of them in: the queue ahead of each
-    is at least as long as now. Found by the benchmark (mixed-temperature, 20 QPS past K=3's 18 completions/s): the
-    queue grew by 106 requests a minute while the gate counted 1,014 of a restart's arrivals as in time (the queue
-    draining at 18/s with no arrivals), held an agreed refit from 660 s to 960 s, and every request of those five
-    minutes missed its TTFT deadline.
+    is at least as long as now (docs/design/decisions.md).
     """
     if deadline_s is None or completion_rate <= 0:
         return completion_rate * restart_cost_s
@@ -207,9 +203,7 @@ def restart_seconds_under_backlog(
     A restart costs a pod's capacity for its duration (restart_cost_s). In an overload whose queue is longer than can
     start within the deadline and does not drain, that capacity serves only requests that miss their SLO anyway, so
     the restart costs the goodput of the few it drops in time, not its whole duration. The stabilization of a shed
-    (agreement.stabilization_for) repays this cost, not the nominal one. Found by the benchmark (mixed-temperature, 8B
-    EAGLE-3 K=3 at 20 QPS past its 18 completions/s): the refit agreed 3/3 at 180 s waited its 9.6-minute payback
-    of the nominal 90 s restart while the queue grew past 600 and no request met its 2 s TTFT deadline.
+    (agreement.stabilization_for) repays this cost, not the nominal one (docs/design/decisions.md).
     """
     if ttft_deadline_s is None:
         return None
@@ -248,16 +242,12 @@ def restart_under_backlog(
 
     `dropped_at_deferral`: what a restart would have dropped at the first deferral (kept in the policy state). The
     bound on the wait is priced from it, not from the queue now: a queue that keeps growing while the restart waits
-    shows an overload that is not passing, and must not push its own restart further out. Found by the benchmark
-    (mixed-temperature, 20 QPS past the capacity of K=3): the bound was recomputed from the growing queue at every
-    evaluation, and an agreed change that the gate first held at 660 s (2,519 to drop, +17% predicted, bound 760 s)
-    went in only at 2,460 s, with 3,374 queued.
+    shows an overload that is not passing, and must not push its own restart further out.
 
     `ttft_deadline_s`: the CR's TTFT objective (`ttft_deadline_s()`); only the queued requests and restart-window
-    arrivals that could still start within it count as dropped. Found by the benchmark (spike, 2 s TTFT SLO): an
-    agreed schedule waited for a queue of 7,692 to drain although all but the first few dozen would miss their SLO
-    anyway. The running requests count by the window's share of first tokens within the deadline
-    (`Signal.TTFT_WITHIN_DEADLINE`): in the same spike 256 were running, every one admitted minutes late.
+    arrivals that could still start within it count as dropped: a crowd's queue mostly misses its SLO anyway. The
+    running requests count by the window's share of first tokens within the deadline
+    (`Signal.TTFT_WITHIN_DEADLINE`).
 
     `interval_s`: the evaluation interval; a hold lasts until the next evaluation, so it is priced at the time
     deferred by then (module docstring).

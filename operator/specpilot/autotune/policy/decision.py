@@ -763,9 +763,8 @@ def _advisory_margin(state: PolicyState) -> float:
 
     Entering the advisory takes the model predicting speculation FASTER_MARGIN faster than plain; once the streak is
     advisory it stays so while the model predicts speculation no slower than plain: a dead-band (separate leave and
-    re-enter thresholds). Without it, a prediction hovering at the margin (1.044 to
-    1.061 at one load) alternated between the advisory and an acting disable, and a run of acting ones agreed and
-    switched off a K = 1 that plain then measured 1.09x slower (benchmark, drafter-degraded, seeds 2 and 3).
+    re-enter thresholds). Without it, a prediction hovering at the margin alternates between the advisory and an
+    acting disable, and a run of acting ones agrees (docs/design/decisions.md).
     """
     streak = state.streak
     if streak is not None and streak.key.startswith(_key_prefix(Action.DISABLE, advisory=True)):
@@ -796,10 +795,8 @@ def _fit_beats_off(plan: ThresholdPlan) -> bool:
     """Did the K = 0 comparison (k0tax.compare_with_off) price the fitted schedule above speculation off?
 
     Only a schedule fit runs that comparison, and only with a cost model that matched the measured TPOT (a plan
-    from an inconsistent model proposes nothing). Found by the benchmark (mixed-temperature, 8B EAGLE-3 K=3 at 20
-    QPS): the acceptance gate (0.36 < 0.50, no plain baseline at batch ~250) proposed speculation off for the whole
-    hour, while the fit priced K=1 at that batch 25% above off and 17% above K=3 (goodput, tokens/s within SLO, of
-    the static configs: off 32, K=3 75, K=1 2,983).
+    from an inconsistent model proposes nothing). Where it did, an acceptance-only disable must not act: past
+    capacity a smaller K can serve far more than off (docs/design/decisions.md).
     """
     tax = plan.evidence.get("k0Tax") or {}
     return not plan.disable and tax.get("offWins") is False and float(tax.get("netSeconds", 0.0)) < 0
@@ -1176,11 +1173,11 @@ def _acceptance_gate_misread(
 ) -> SpeedVerdict | None:
     """After an acceptance-driven disable: was speculation, at that low acceptance, faster than plain is now?
 
-    Only a record taken while acceptance was already below disableBelow counts (a record from before a drafter
-    degraded proves nothing about the degraded drafter), and, where the state kept the acceptance the disable acted
-    on, no more than MISREAD_ACCEPTANCE_MARGIN above it: found by the benchmark (drafter-degraded), an EAGLE-3 head
-    healthy at 0.30-0.36, below disableBelow by design, was switched off at 0.11 after an upgrade and switched back
-    on by its healthy record, at 0.11. Plain is this window's mean TPOT at the same load bucket.
+    Only a record taken while acceptance was already below disableBelow counts (a record from before a drafter degraded
+    proves nothing about the degraded drafter), and, where the state kept the acceptance the disable acted on, no more
+    than MISREAD_ACCEPTANCE_MARGIN above it: a head healthy below disableBelow by design must not be switched back on by
+    its healthy record after it degrades further (docs/design/decisions.md). Plain is this window's mean TPOT at the
+    same load bucket.
     """
     if off is None or off.kind is not OffReason.ACCEPTANCE or on_record is None:
         return None
@@ -1563,8 +1560,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
     # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe
     # priced by its own gain only: an acceptance-only disable carries the refit's figures in its evidence, and those
-    # are another change's (prices_its_own_gain). Found by the benchmark (spike: a refit's +87% per-request speed-up
-    # at the crowd shortened an acceptance-only disable's wait to 1m43s; speculation went off and stayed off after it)
+    # are another change's (prices_its_own_gain; docs/design/decisions.md)
     gain, gain_source = (
         proposal_gain(proposal.evidence, 0.0, at_load=True) if prices_its_own_gain(proposal) else (0.0, "")
     )
@@ -1601,8 +1597,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     window, shortened = stabilization_for(window, gain, restart_s) if shed else (window, False)
     # a refit bought by waiting (rent or buy, schedule.repaid_by_waiting) has already forgone a restart's worth of
     # serving at the load now: that was its payback, so it waits only for the agreeing evaluations. Waiting a payback
-    # again from the streak's start would count the same forgone serving twice (diurnal-within-capacity: the refit's
-    # account reached the 300 s restart at 4,380 s and the payback span held it to 4,620 s, K = 4 past off's P99)
+    # again from the streak's start would count the same forgone serving twice
     bought = shed and gain > 0 and bool((proposal.evidence.get("threshold") or {}).get("repaidByWaiting"))
     if bought:
         window, shortened = timedelta(0), True
@@ -1613,9 +1608,7 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     elif state.streak is not None and (agrees or same_by_effect):
         # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
         # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
-        # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window. Found by
-        # the benchmark (mixed-temperature): a change agreed at 660 s and held by the backlog gate drifted from
-        # 38 to 34 by 1,440 s, and the fresh streak cost another 10 minutes past capacity.
+        # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window.
         agreed = state.streak.count >= needed and stabilized(
             now - state.streak.since, window, priced=shortened, interval=interval
         )
@@ -1740,10 +1733,7 @@ def prices_its_own_gain(proposal: Proposal) -> bool:
     (backlog.restart_seconds_under_backlog, and the queue's trend in the backlog gate): past capacity that makes the
     restart nearly free, so the wait rests on the gain alone, and the gain of an acceptance-only disable is not its
     own (the schedule fit's predicted gain is a refit's; the gate's fallback, the regression tolerance, an
-    assumption). Such a change keeps the nominal pricing. Found by the benchmark (diurnal, 70B draft model K=4 at its
-    peak, acceptance 0.46 < 0.50, no plain baseline): priced at the work in time, an acceptance-only disable went in
-    at 4,200 s instead of being held until the refit at 6,360 s, and plain was measured 1.41x slower afterwards
-    (goodput 2,631 -> 1,476)."""
+    assumption). Such a change keeps the nominal pricing (docs/design/decisions.md)."""
     gain, source = proposal_gain(proposal.evidence, 0.0)
     if gain <= 0:
         return False

@@ -20,11 +20,8 @@ crosses the boundary near it, not every boundary of the table (exact when the wi
 reached by fewer than MIN_REACH of the drafts is not measured in this window at all (the load sat above its range):
 the fit must not act on it.
 
-Found by the benchmark (diurnal-within-capacity, seed 2): under [[1,11,4],[12,36,3],[37,92,2],[93,256,1]] at batch
-~56 every draft ran at K = 2 (2.01 draft tokens per draft). Taking the drafts above K = 1 to run at K = 4 read the
-reach of positions 2-4 as 34%: position 2's 0.50 became 0.71, positions 3-4 near 0 counted as measured, and the fit
-proposed K = 2 from batch 1 up, "+11.7% over the record", a second 300 s restart. Around the mean, positions 1-2
-are reached by every draft and 3-4 by 1% and none: not measured, no refit on them.
+Taking the drafts above K_lo to run at the table's largest K instead overstates the later positions and proposes a
+spurious refit, a second restart (docs/design/decisions.md).
 """
 
 from __future__ import annotations
