@@ -6,9 +6,9 @@ operator's autotuner decides from those series. Load rising past the fitted cros
 it) makes the operator install a batch-size schedule once, within budget, and the Deployment's command carries it. When
 the load falls, the schedule moves K back by itself inside the engine: the pod's own counters show ~2 draft tokens per
 draft again, and the operator keeps the installed schedule for a stated reason (a diurnal load wants one schedule
-installed once, no restart per load change). Before reach.py, the windows of the installed schedule read position 2's
-acceptance low (vLLM divides it by every draft, K = 1 drafts included) and a second, spurious schedule was installed in
-some runs ("+3.5% ... install needs >= 3%"); this test is the proof that no longer happens.
+installed once, no restart per load change). The windows of the installed schedule must not read position 2's
+acceptance low (vLLM divides it by every draft, K = 1 drafts included; autotune/signals/reach.py): a second, spurious
+schedule must never be installed.
 """
 
 from __future__ import annotations

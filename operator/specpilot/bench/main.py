@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--seed",
         type=seed_list,
         default=[1],
-        help="seed, or seeds to run and compare paired: 3, 1-5 or 1,3,5 (>= 5 for a paired comparison)",
+        help="seed, or seeds to run and compare paired: 3, 1-5 or 1,3,5 (use at least 5 to see the spread)",
     )
     p.add_argument("--calibration", action="store_true", help="print the simulator against published measurements")
     p.add_argument("--quick", action="store_true", help="time-compressed scenarios (x0.1): a smoke run in seconds")
