@@ -7,7 +7,7 @@
 #         all        (default) both
 #   --path  print the venv's python if it is installed, install nothing (exit 1 if one is missing)
 #
-# Each venv lives at $SPECPILOT_CACHE/vllm/<name>-<hash>, where <hash> covers its lock file (e2e/vllm/lock-<name>.txt),
+# Each venv lives at $SPECPILOT_CACHE/vllm/<name>-<hash>, where <hash> covers its lock file's pins (comments aside),
 # this script's recipe version and the Python minor version: a lock change installs a new venv next to the old one
 # (remove old ones with SPECPILOT_VLLM_PRUNE=1). Wheels are kept in $SPECPILOT_CACHE/pip/wheels (pip's own cache is
 # $SPECPILOT_CACHE/pip), so a reinstall or the second venv downloads nothing; the two locks share ~3 GB of wheels. Only PyPI is needed:
@@ -47,7 +47,7 @@ log() { echo "[vllm-install] $*" >&2; }
 
 venv_dir() {  # name -> path
   local lock=$HERE/lock-$1.txt h
-  h=$({ cat "$lock"; echo "recipe=$RECIPE python=$PYVER"; } | sha256sum | cut -c1-12)
+  h=$({ grep -v "^#" "$lock"; echo "recipe=$RECIPE python=$PYVER"; } | sha256sum | cut -c1-12)
   echo "$CACHE/vllm/$1-$h"
 }
 
