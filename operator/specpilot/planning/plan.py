@@ -380,74 +380,107 @@ def activation_reserve(
 
 def plan_memory(spec: SpeculativeDeploymentSpec) -> MemoryPlan:
     """Plan one replica. Raises catalog.UnknownArchitecture when a model is neither cataloged nor given inline."""
-    engine, speculation, parallelism = spec.engine, spec.speculation, spec.parallelism
-    method = speculation.method
-    tp, pp = parallelism.tensor_parallel_size, parallelism.pipeline_parallel_size
-    ranks = tp * pp
+    engine, speculation = spec.engine, spec.speculation
+    tp, pp = spec.parallelism.tensor_parallel_size, spec.parallelism.pipeline_parallel_size
     version = VllmVersion.parse(engine.version)
-    gpu_bytes = max(1, round(spec.resources.gpu_memory_gi_b * GIB))
-    findings: list[Finding] = []
 
     target_arch = resolve_architecture(spec.target.model, spec.target.architecture, field="spec.target")
     draft_spec = speculation.draft
     draft_arch = (
         resolve_architecture(draft_spec.model, draft_spec.architecture, field="spec.speculation.draft")
-        if draft_spec is not None and method not in (SpeculationMethod.NGRAM, SpeculationMethod.SUFFIX)
+        if draft_spec is not None and speculation.method not in (SpeculationMethod.NGRAM, SpeculationMethod.SUFFIX)
         else None
     )
 
-    kv_bytes = kv_dtype_bytes(engine.kv_cache_dtype, engine.dtype)
-    if kv_bytes is None:
-        kv_bytes = 4 if engine.dtype in (Dtype.FLOAT32, Dtype.FLOAT) else 2
-        findings.append(
-            Finding(
-                Severity.WARNING,
-                "KvCacheDtypeUnknown",
-                "spec.engine.kvCacheDtype",
-                f"kvCacheDtype {engine.kv_cache_dtype!r} is not one the planner knows; KV sized at {kv_bytes:g} B "
-                f"per element (model dtype)",
-            )
-        )
-
-    target_precision = weight_precision(spec.target.quantization, spec.target.weight_bits, engine.dtype)
-    if target_precision.assumed:
-        findings.append(
-            Finding(
-                Severity.INFO,
-                "WeightBitsAssumed",
-                "spec.target.weightBits",
-                f"{target_precision.assumed}; set spec.target.weightBits for an exact plan",
-            )
-        )
-    target_layers_per_rank = math.ceil(target_arch.num_layers / pp)
+    kv_bytes, findings = _kv_element_bytes(spec)
+    target_precision, assumed = _precision(
+        spec.target.quantization, spec.target.weight_bits, engine.dtype, "spec.target.weightBits"
+    )
+    findings += assumed
     target = _model_memory(
         "target",
         target_arch,
         target_precision,
         tp=tp,
         kv_layers=target_arch.num_layers,
-        kv_layers_per_rank=target_layers_per_rank,
+        kv_layers_per_rank=math.ceil(target_arch.num_layers / pp),
         kv_bytes=kv_bytes,
     )
+    requested_draft_tp, draft_tp = _draft_tensor_parallel(spec, version)
+    draft, assumed = _draft_memory(
+        spec, target_arch, target_precision, draft_arch, draft_tp=draft_tp, kv_bytes=kv_bytes
+    )
+    findings += assumed
 
-    # Where the draft runs: vLLM V1 runs EAGLE heads and MTP layers at the target's TP whatever draft TP says;
-    # draft models (and V0 proposers) use the draft TP, which defaults to the target's.
-    requested_draft_tp = draft_spec.tensor_parallel_size if draft_spec and draft_spec.tensor_parallel_size else tp
+    plan = _budget(spec, target_arch, draft_arch, target, draft, draft_tp)
+    findings += _memory_findings(spec, plan)
+    findings += _draft_findings(spec, plan, target_arch, draft_arch, requested_draft_tp, version)
+    findings += _parallelism_findings(spec, target_arch, draft_arch, draft_tp)
+    findings += _context_findings(spec, target_arch, draft_arch)
+    return replace(plan, findings=tuple(findings))
+
+
+def _kv_element_bytes(spec: SpeculativeDeploymentSpec) -> tuple[float, list[Finding]]:
+    """Bytes per KV-cache element; a dtype the planner does not know is sized at the model dtype, with a warning."""
+    engine = spec.engine
+    kv_bytes = kv_dtype_bytes(engine.kv_cache_dtype, engine.dtype)
+    if kv_bytes is not None:
+        return kv_bytes, []
+    kv_bytes = 4 if engine.dtype in (Dtype.FLOAT32, Dtype.FLOAT) else 2
+    unknown = Finding(
+        Severity.WARNING,
+        "KvCacheDtypeUnknown",
+        "spec.engine.kvCacheDtype",
+        f"kvCacheDtype {engine.kv_cache_dtype!r} is not one the planner knows; KV sized at {kv_bytes:g} B "
+        f"per element (model dtype)",
+    )
+    return kv_bytes, [unknown]
+
+
+def _precision(
+    quantization: Quantization, bits: int | None, dtype: Dtype, bits_field: str
+) -> tuple[Precision, list[Finding]]:
+    """The weights' precision, and an Info finding naming `bits_field` when the width is assumed."""
+    precision = weight_precision(quantization, bits, dtype)
+    if not precision.assumed:
+        return precision, []
+    assumed = Finding(
+        Severity.INFO,
+        "WeightBitsAssumed",
+        bits_field,
+        f"{precision.assumed}; set {bits_field} for an exact plan",
+    )
+    return precision, [assumed]
+
+
+def _draft_tensor_parallel(spec: SpeculativeDeploymentSpec, version: VllmVersion) -> tuple[int, int]:
+    """The draft TP the spec asks for, and the one the draft runs at.
+
+    vLLM V1 runs EAGLE heads and MTP layers at the target's TP whatever draft TP says; draft models (and V0
+    proposers) use the draft TP, which defaults to the target's.
+    """
+    tp = spec.parallelism.tensor_parallel_size
+    draft_spec = spec.speculation.draft
+    requested = draft_spec.tensor_parallel_size if draft_spec and draft_spec.tensor_parallel_size else tp
     v1 = version >= V0_ENGINE_REMOVED
-    draft_tp = tp if (v1 and method is not SpeculationMethod.DRAFT_MODEL) else requested_draft_tp
+    return requested, tp if (v1 and spec.speculation.method is not SpeculationMethod.DRAFT_MODEL) else requested
 
-    draft: ModelMemory | None = None
+
+def _draft_memory(
+    spec: SpeculativeDeploymentSpec,
+    target_arch: Architecture,
+    target_precision: Precision,
+    draft_arch: Architecture | None,
+    *,
+    draft_tp: int,
+    kv_bytes: float,
+) -> tuple[ModelMemory | None, list[Finding]]:
+    """The memory of the draft (model, EAGLE head or MTP layers), None for draftless methods."""
+    method, draft_spec = spec.speculation.method, spec.speculation.draft
     if draft_arch is not None and draft_spec is not None:
-        draft_precision = weight_precision(draft_spec.quantization, draft_spec.weight_bits, engine.dtype)
-        if draft_precision.assumed:
-            findings.append(
-                Finding(
-                    Severity.INFO,
-                    "WeightBitsAssumed",
-                    "spec.speculation.draft.weightBits",
-                    f"{draft_precision.assumed}; set spec.speculation.draft.weightBits for an exact plan",
-                )
-            )
+        draft_precision, assumed = _precision(
+            draft_spec.quantization, draft_spec.weight_bits, spec.engine.dtype, "spec.speculation.draft.weightBits"
+        )
         draft = _model_memory(
             "head" if method in (SpeculationMethod.EAGLE, SpeculationMethod.EAGLE3) else "draft",
             draft_arch,
@@ -457,26 +490,42 @@ def plan_memory(spec: SpeculativeDeploymentSpec) -> MemoryPlan:
             kv_layers_per_rank=draft_arch.num_layers,
             kv_bytes=kv_bytes,
         )
-    elif method is SpeculationMethod.MTP and target_arch.mtp_layers:
-        draft = _model_memory(
+        return draft, assumed
+    if method is SpeculationMethod.MTP and target_arch.mtp_layers:
+        mtp = _model_memory(
             "mtp",
             target_arch,
             target_precision,  # vLLM quantizes MTP layers like the target unless told otherwise
-            tp=tp,
+            tp=spec.parallelism.tensor_parallel_size,
             kv_layers=target_arch.mtp_layers,
             kv_layers_per_rank=target_arch.mtp_layers,
             kv_bytes=kv_bytes,
             parameters=target_arch.mtp_parameters,
         )
+        return mtp, []
+    return None, []
 
-    speculative_tokens = speculation.num_speculative_tokens or 1
+
+def _budget(
+    spec: SpeculativeDeploymentSpec,
+    target_arch: Architecture,
+    draft_arch: Architecture | None,
+    target: ModelMemory,
+    draft: ModelMemory | None,
+    draft_tp: int,
+) -> MemoryPlan:
+    """The KV budget of the most loaded rank, and the plan without findings."""
+    engine = spec.engine
+    tp, pp = spec.parallelism.tensor_parallel_size, spec.parallelism.pipeline_parallel_size
+    ranks = tp * pp
+    gpu_bytes = max(1, round(spec.resources.gpu_memory_gi_b * GIB))
     models = [target_arch] + ([draft_arch] if draft_arch is not None else [])
     reserve = activation_reserve(
         models,
         tp=tp,
         batched_tokens=profile_batched_tokens(spec.resources.gpu_memory_gi_b),
         max_num_seqs=engine.max_num_seqs,
-        speculative_tokens=speculative_tokens,
+        speculative_tokens=spec.speculation.num_speculative_tokens or 1,
     )
     # The most loaded rank holds its share of the target and, in the last pipeline stage, its share of the draft.
     draft_bytes_on_rank = math.ceil(draft.weight_bytes / draft_tp) if draft else 0
@@ -485,9 +534,7 @@ def plan_memory(spec: SpeculativeDeploymentSpec) -> MemoryPlan:
     kv_budget_per_rank = usable_per_rank - weights_on_rank - reserve
     kv_per_token_on_rank = target.kv_bytes_per_token_per_rank + (draft.kv_bytes_per_token_per_rank if draft else 0)
     kv_tokens = max(0, kv_budget_per_rank) // max(1, kv_per_token_on_rank)
-    concurrent = kv_tokens // engine.max_model_len
-
-    plan = MemoryPlan(
+    return MemoryPlan(
         gpus_per_replica=spec.resources.gpus_per_replica,
         ranks=ranks,
         gpu_memory_bytes=gpu_bytes,
@@ -498,13 +545,8 @@ def plan_memory(spec: SpeculativeDeploymentSpec) -> MemoryPlan:
         reserve_bytes_per_rank=reserve,
         kv_budget_bytes_per_rank=kv_budget_per_rank,
         kv_tokens=kv_tokens,
-        concurrent_sequences=concurrent,
+        concurrent_sequences=kv_tokens // engine.max_model_len,
     )
-    findings += _memory_findings(spec, plan)
-    findings += _draft_findings(spec, plan, target_arch, draft_arch, requested_draft_tp, version)
-    findings += _parallelism_findings(spec, target_arch, draft_arch, draft_tp)
-    findings += _context_findings(spec, target_arch, draft_arch)
-    return replace(plan, findings=tuple(findings))
 
 
 # ----------------------------------------------------------------------------------------------- the verdicts
@@ -607,29 +649,10 @@ def _draft_findings(
     requested_draft_tp: int,
     version: VllmVersion,
 ) -> list[Finding]:
-    found: list[Finding] = []
+    """Whether the draft (model, EAGLE head or MTP layers) can serve this target, and at which TP."""
     method = spec.speculation.method
     tp = spec.parallelism.tensor_parallel_size
-    if method is SpeculationMethod.MTP:
-        if target.mtp_layers == 0:
-            found.append(
-                Finding(
-                    Severity.ERROR,
-                    "MtpNotAvailable",
-                    "spec.speculation.method",
-                    f"{target.model_id} has no MTP layers (num_nextn_predict_layers is 0 in its config); "
-                    f"use eagle3, draft_model or ngram",
-                )
-            )
-        elif target.mtp_layers is None:
-            found.append(
-                Finding(
-                    Severity.INFO,
-                    "MtpWeightsUnknown",
-                    "spec.target.architecture",
-                    "inline numbers do not describe the MTP module; its weights and KV are not in this plan",
-                )
-            )
+    found = _mtp_findings(target) if method is SpeculationMethod.MTP else []
     draft_spec = spec.speculation.draft
     if draft is None or draft_spec is None:
         return found
@@ -647,38 +670,7 @@ def _draft_findings(
             )
         )
     if method is SpeculationMethod.DRAFT_MODEL:
-        if draft.vocab_size != target.vocab_size:
-            found.append(
-                Finding(
-                    Severity.ERROR,
-                    "VocabSizeMismatch",
-                    "spec.speculation.draft.model",
-                    f"draft vocab_size {draft.vocab_size} differs from the target's {target.vocab_size}; vLLM "
-                    f"rejects draft models with another vocabulary size (use_heterogeneous_vocab aside)",
-                )
-            )
-        if draft.is_draft_head:
-            found.append(
-                Finding(
-                    Severity.ERROR,
-                    "DraftIsEagleHead",
-                    "spec.speculation.method",
-                    f"{draft.model_id} is an EAGLE-3 head, not a standalone model; use method eagle3",
-                )
-            )
-        ratio = plan.draft_to_target_ratio
-        low, high = DRAFT_RATIO_ADVISED
-        if ratio is not None and not low <= ratio <= high:
-            found.append(
-                Finding(
-                    Severity.INFO,
-                    "DraftRatioOutOfRange",
-                    "spec.speculation.draft.model",
-                    f"draft:target parameters are 1:{1 / ratio:.1f} ({draft.parameters / 1e9:.2f}B : "
-                    f"{target.parameters / 1e9:.2f}B); 1:8 to 1:12 is the usual sweet spot between acceptance "
-                    f"and draft cost",
-                )
-            )
+        found += _draft_model_findings(plan, target, draft)
         if version >= DRAFT_MODEL_V1 and requested_draft_tp != tp:
             found.append(
                 Finding(
@@ -690,47 +682,7 @@ def _draft_findings(
                 )
             )
     if method in (SpeculationMethod.EAGLE, SpeculationMethod.EAGLE3):
-        expected_hidden = draft.eagle3.target_hidden_size if draft.eagle3 is not None else draft.hidden_size
-        if expected_hidden != target.hidden_size:
-            found.append(
-                Finding(
-                    Severity.ERROR,
-                    "DraftHiddenSizeMismatch",
-                    "spec.speculation.draft.model",
-                    f"{draft.model_id} reads target hidden states of size {expected_hidden}, the target "
-                    f"{target.model_id} has {target.hidden_size}; pick the head trained for this target",
-                )
-            )
-        elif draft.eagle3 is not None and target.entry is not None:
-            trained = {t.lower() for t in draft.eagle3.trained_for}
-            if target.entry.hf_id.lower() not in trained:
-                found.append(
-                    Finding(
-                        Severity.INFO,
-                        "DraftHeadTrainedForOtherTarget",
-                        "spec.speculation.draft.model",
-                        f"{draft.model_id} was trained for {', '.join(draft.eagle3.trained_for)}; acceptance on "
-                        f"{target.model_id} may be lower",
-                    )
-                )
-        if method is SpeculationMethod.EAGLE and draft.is_draft_head:
-            found.append(
-                Finding(
-                    Severity.WARNING,
-                    "DraftHeadMethodMismatch",
-                    "spec.speculation.method",
-                    f"{draft.model_id} is an EAGLE-3 head; use method eagle3",
-                )
-            )
-        if draft.entry is not None and not draft.is_draft_head:
-            found.append(
-                Finding(
-                    Severity.ERROR,
-                    "DraftIsNotEagleHead",
-                    "spec.speculation.draft.model",
-                    f"{draft.model_id} is a standalone model, not an EAGLE head; use method draft_model",
-                )
-            )
+        found += _eagle_findings(method, target, draft)
     if requested_draft_tp not in (1, tp):
         found.append(
             Finding(
@@ -738,6 +690,115 @@ def _draft_findings(
                 "DraftTensorParallel",
                 "spec.speculation.draft.tensorParallelSize",
                 f"draft TP {requested_draft_tp} must be 1 or the target's {tp} (vLLM accepts no other value)",
+            )
+        )
+    return found
+
+
+def _mtp_findings(target: Architecture) -> list[Finding]:
+    """MTP needs the target's own next-token layers; inline numbers cannot size them."""
+    if target.mtp_layers == 0:
+        return [
+            Finding(
+                Severity.ERROR,
+                "MtpNotAvailable",
+                "spec.speculation.method",
+                f"{target.model_id} has no MTP layers (num_nextn_predict_layers is 0 in its config); "
+                f"use eagle3, draft_model or ngram",
+            )
+        ]
+    if target.mtp_layers is None:
+        return [
+            Finding(
+                Severity.INFO,
+                "MtpWeightsUnknown",
+                "spec.target.architecture",
+                "inline numbers do not describe the MTP module; its weights and KV are not in this plan",
+            )
+        ]
+    return []
+
+
+def _draft_model_findings(plan: MemoryPlan, target: Architecture, draft: Architecture) -> list[Finding]:
+    """A standalone draft model: same vocabulary, not an EAGLE head, of an advised size."""
+    found: list[Finding] = []
+    if draft.vocab_size != target.vocab_size:
+        found.append(
+            Finding(
+                Severity.ERROR,
+                "VocabSizeMismatch",
+                "spec.speculation.draft.model",
+                f"draft vocab_size {draft.vocab_size} differs from the target's {target.vocab_size}; vLLM "
+                f"rejects draft models with another vocabulary size (use_heterogeneous_vocab aside)",
+            )
+        )
+    if draft.is_draft_head:
+        found.append(
+            Finding(
+                Severity.ERROR,
+                "DraftIsEagleHead",
+                "spec.speculation.method",
+                f"{draft.model_id} is an EAGLE-3 head, not a standalone model; use method eagle3",
+            )
+        )
+    ratio = plan.draft_to_target_ratio
+    low, high = DRAFT_RATIO_ADVISED
+    if ratio is not None and not low <= ratio <= high:
+        found.append(
+            Finding(
+                Severity.INFO,
+                "DraftRatioOutOfRange",
+                "spec.speculation.draft.model",
+                f"draft:target parameters are 1:{1 / ratio:.1f} ({draft.parameters / 1e9:.2f}B : "
+                f"{target.parameters / 1e9:.2f}B); 1:8 to 1:12 is the usual sweet spot between acceptance "
+                f"and draft cost",
+            )
+        )
+    return found
+
+
+def _eagle_findings(method: SpeculationMethod, target: Architecture, draft: Architecture) -> list[Finding]:
+    """An EAGLE head: reads this target's hidden states, ideally was trained for it, and is of the method's kind."""
+    found: list[Finding] = []
+    expected_hidden = draft.eagle3.target_hidden_size if draft.eagle3 is not None else draft.hidden_size
+    if expected_hidden != target.hidden_size:
+        found.append(
+            Finding(
+                Severity.ERROR,
+                "DraftHiddenSizeMismatch",
+                "spec.speculation.draft.model",
+                f"{draft.model_id} reads target hidden states of size {expected_hidden}, the target "
+                f"{target.model_id} has {target.hidden_size}; pick the head trained for this target",
+            )
+        )
+    elif draft.eagle3 is not None and target.entry is not None:
+        trained = {t.lower() for t in draft.eagle3.trained_for}
+        if target.entry.hf_id.lower() not in trained:
+            found.append(
+                Finding(
+                    Severity.INFO,
+                    "DraftHeadTrainedForOtherTarget",
+                    "spec.speculation.draft.model",
+                    f"{draft.model_id} was trained for {', '.join(draft.eagle3.trained_for)}; acceptance on "
+                    f"{target.model_id} may be lower",
+                )
+            )
+    if method is SpeculationMethod.EAGLE and draft.is_draft_head:
+        found.append(
+            Finding(
+                Severity.WARNING,
+                "DraftHeadMethodMismatch",
+                "spec.speculation.method",
+                f"{draft.model_id} is an EAGLE-3 head; use method eagle3",
+            )
+        )
+    if draft.entry is not None and not draft.is_draft_head:
+        found.append(
+            Finding(
+                Severity.ERROR,
+                "DraftIsNotEagleHead",
+                "spec.speculation.draft.model",
+                f"{draft.model_id} is a standalone model, not an EAGLE head; use method draft_model",
             )
         )
     return found
