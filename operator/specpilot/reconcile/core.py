@@ -417,28 +417,9 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
         return _finish(inputs, [cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], {}, [])
 
     fields: dict[str, Any] = {}
-    try:
-        memory: MemoryPlan | None = plan_memory(spec)
-    except UnknownArchitecture as err:
-        memory = None
-        fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "Unknown", "ArchitectureUnknown", str(err))
-    if memory is not None:
-        fields["memory"] = memory.to_status()
-        allow_overcommit = inputs.annotations.get(v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT, "").lower() == "true"
-        memory_errors = [f.line() for f in memory.errors if f.code == MEMORY_FINDING]
-        other_errors = [f.line() for f in memory.errors if f.code != MEMORY_FINDING]
-        if memory.fits and not memory_errors:
-            fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "True", "Fits", memory_summary(memory))
-        else:
-            overcommit = " (deploying anyway: specpilot.dev/allow-memory-overcommit)" if allow_overcommit else ""
-            message = "; ".join(memory_errors) or memory_summary(memory)
-            fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "False", "MemoryDoesNotFit", message + overcommit)
-            if not allow_overcommit:
-                ready = cond.ConditionUpdate(cond.READY, "False", "MemoryDoesNotFit", fit_update.message)
-                return _finish(inputs, [fit_update, ready], fields, [])
-        if other_errors:
-            invalid = cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", "; ".join(other_errors))
-            return _finish(inputs, [fit_update, invalid], fields, [])
+    fit_update, refusal = _memory_verdict(inputs, spec, fields)
+    if refusal is not None:
+        return _finish(inputs, [fit_update, refusal], fields, [])
 
     if chosen is None:
         raise ValueError("reconcile: a spec that parses needs a chosen intent (autotune.evaluation.choose_intent)")
@@ -464,31 +445,10 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
         canary=canary,
     )
     canary_key = f"Deployment/{manifests.canary_name(inputs.name)}"
-    apply = []
     refused: dict[str, str] = {}
-    for child in children:
-        key = child_key(child)
-        annotated, digest = _with_applied_hash(child)
-        if key in inputs.conflicts:
-            continue  # someone else's object: never written, reported below
-        failure = inputs.apply_failures.get(key)
-        if failure is not None and failure.digest == digest:
-            refused[key] = failure.message  # the same object would be refused the same way: no retry loop
-            continue
-        live_copy = inputs.canary_deployment if key == canary_key else inputs.deployment
-        fresh = key in inputs.recently_applied
-        drifted = not fresh and (_deployment_drifted(child, live_copy) or _spec_drifted(child, inputs.live_specs))
-        if inputs.live_children.get(key) != digest or drifted:
-            apply.append(annotated)
+    apply = _children_to_apply(inputs, children, canary_key, refused)
     wanted = {child_key(c) for c in children}
-    removable = [k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN or k == canary_key]
-    delete = []
-    for key in sorted(k for k in removable if k not in wanted):
-        failure = inputs.apply_failures.get(key)
-        if failure is not None and failure.digest == DELETE_DIGEST:
-            refused[key] = failure.message
-        else:
-            delete.append(key)
+    delete = _children_to_delete(inputs, wanted, canary_key, refused)
     applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
     want = manifests.main_replicas(spec, with_canary=canary is not None)
     clock = RolloutClock.of(inputs.status.get("effective") or {}, rendered.config_hash, inputs.now)
@@ -501,24 +461,120 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
     halt = inputs.autotune_fields.get("autotuneHalt", inputs.status.get("autotuneHalt")) or {}
     spec_message = _speculation_message(spec, chosen, halt.get("reason"))
-    threshold = (
-        cond.ConditionUpdate(cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered))
-        if rendered.threshold_support == ThresholdSupport.UNSUPPORTED
-        else cond.ConditionUpdate(
-            cond.THRESHOLD_SUPPORTED, "True", rendered.threshold_support.value, describe_threshold(rendered)
-        )
-    )
     updates = [
         fit_update,
         *rollout,
-        threshold,
+        _threshold_condition(rendered),
         cond.ConditionUpdate(cond.SPECULATION_ACTIVE, "True" if speculating else "False", spec_reason, spec_message),
         *_write_problems(inputs.name, {k: who for k, who in inputs.conflicts.items() if k in wanted}, refused),
     ]
-    fields["effective"] = {
+    fields["effective"] = _effective(inputs, spec, chosen, rendered, clock, canary)
+    live = inputs.deployment
+    fields["replicas"] = live.replicas if live else 0
+    fields["readyReplicas"] = live.ready_replicas if live else 0
+    fields["updatedReplicas"] = live.updated_replicas if live else 0
+    return _finish(inputs, updates, fields, apply, rendered, delete)
+
+
+def _memory_verdict(
+    inputs: ReconcileInputs, spec: v1alpha1.SpeculativeDeploymentSpec, fields: dict[str, Any]
+) -> tuple[cond.ConditionUpdate, cond.ConditionUpdate | None]:
+    """The MemoryFit condition, and the Ready=False that stops the reconcile when the plan forbids deploying.
+
+    Records the plan in `fields["memory"]` when the models are known. A plan that does not fit stops the reconcile
+    unless the allow-memory-overcommit annotation is set; any other error in the plan always stops it.
+    """
+    try:
+        memory = plan_memory(spec)
+    except UnknownArchitecture as err:
+        return cond.ConditionUpdate(cond.MEMORY_FIT, "Unknown", "ArchitectureUnknown", str(err)), None
+    fields["memory"] = memory.to_status()
+    allow_overcommit = inputs.annotations.get(v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT, "").lower() == "true"
+    memory_errors = [f.line() for f in memory.errors if f.code == MEMORY_FINDING]
+    other_errors = [f.line() for f in memory.errors if f.code != MEMORY_FINDING]
+    if memory.fits and not memory_errors:
+        fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "True", "Fits", memory_summary(memory))
+    else:
+        overcommit = " (deploying anyway: specpilot.dev/allow-memory-overcommit)" if allow_overcommit else ""
+        message = "; ".join(memory_errors) or memory_summary(memory)
+        fit_update = cond.ConditionUpdate(cond.MEMORY_FIT, "False", "MemoryDoesNotFit", message + overcommit)
+        if not allow_overcommit:
+            return fit_update, cond.ConditionUpdate(cond.READY, "False", "MemoryDoesNotFit", fit_update.message)
+    if other_errors:
+        return fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", "; ".join(other_errors))
+    return fit_update, None
+
+
+def _children_to_apply(
+    inputs: ReconcileInputs, children: Sequence[dict[str, Any]], canary_key: str, refused: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The children that differ from (or drifted away from) what was last applied, with their applied hash.
+
+    Objects someone else owns are never written. A child the API server refused, unchanged since, is not retried:
+    it goes into `refused` with the server's message.
+    """
+    apply = []
+    for child in children:
+        key = child_key(child)
+        annotated, digest = _with_applied_hash(child)
+        if key in inputs.conflicts:
+            continue  # someone else's object: never written, reported by the caller
+        failure = inputs.apply_failures.get(key)
+        if failure is not None and failure.digest == digest:
+            refused[key] = failure.message  # the same object would be refused the same way: no retry loop
+            continue
+        live_copy = inputs.canary_deployment if key == canary_key else inputs.deployment
+        fresh = key in inputs.recently_applied
+        drifted = not fresh and (_deployment_drifted(child, live_copy) or _spec_drifted(child, inputs.live_specs))
+        if inputs.live_children.get(key) != digest or drifted:
+            apply.append(annotated)
+    return apply
+
+
+def _children_to_delete(
+    inputs: ReconcileInputs, wanted: set[str], canary_key: str, refused: dict[str, str]
+) -> list[str]:
+    """Optional children (and the canary) that live but are no longer wanted, in key order.
+
+    A deletion the API server refused before is not retried: it goes into `refused` with the server's message.
+    """
+    removable = [k for k in inputs.live_children if k.split("/")[0] in OPTIONAL_CHILDREN or k == canary_key]
+    delete = []
+    for key in sorted(k for k in removable if k not in wanted):
+        failure = inputs.apply_failures.get(key)
+        if failure is not None and failure.digest == DELETE_DIGEST:
+            refused[key] = failure.message
+        else:
+            delete.append(key)
+    return delete
+
+
+def _threshold_condition(rendered: RenderedCommand) -> cond.ConditionUpdate:
+    """ThresholdSupported: whether this vLLM honours the batch-size threshold the intent asks for."""
+    if rendered.threshold_support == ThresholdSupport.UNSUPPORTED:
+        return cond.ConditionUpdate(
+            cond.THRESHOLD_SUPPORTED, "False", "ThresholdUnsupported", describe_threshold(rendered)
+        )
+    return cond.ConditionUpdate(
+        cond.THRESHOLD_SUPPORTED, "True", rendered.threshold_support.value, describe_threshold(rendered)
+    )
+
+
+def _effective(
+    inputs: ReconcileInputs,
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    chosen: ChosenIntent,
+    rendered: RenderedCommand,
+    clock: RolloutClock,
+    canary: manifests.CanaryCommand | None,
+) -> dict[str, Any]:
+    """status.effective: what runs, its rollout clock and the canary's mode."""
+    intent = chosen.intent
+    speculating = intent.enabled
+    return {
         "speculation": speculating,
-        # The lossless record of what runs: the autotuner decides from it and reverts to it (issue: a lossy copy
-        # rebuilt "on" without K). The display fields below show what the rendered command does.
+        # The lossless record of what runs: the autotuner decides from it and reverts to it, so it keeps every
+        # field of the intent. The display fields below show what the rendered command does.
         "intent": intent_to_dict(intent),
         "method": spec.speculation.method.value if speculating else None,
         "numSpeculativeTokens": intent.num_speculative_tokens if speculating else None,
@@ -537,11 +593,6 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
             "readyReplicas": inputs.canary_deployment.ready_replicas if inputs.canary_deployment else 0,
         },
     }
-    live = inputs.deployment
-    fields["replicas"] = live.replicas if live else 0
-    fields["readyReplicas"] = live.ready_replicas if live else 0
-    fields["updatedReplicas"] = live.updated_replicas if live else 0
-    return _finish(inputs, updates, fields, apply, rendered, delete)
 
 
 def canary_command(
