@@ -19,6 +19,7 @@ from enum import StrEnum
 from specpilot.report.queries import HISTOGRAMS, Series
 
 Point = tuple[float, float]
+LatencyWindows = tuple[tuple[float, float | None, float | None], ...]  # (window time, P50, P99)
 
 # Verdict thresholds: a median per-token latency change smaller than this is noise on a shared node; a tail that
 # grows more than TAIL_TOLERANCE cancels a median gain (the seed: judge P99, not only P50).
@@ -110,7 +111,7 @@ class Report:
     acceptance: Distribution | None
     mean_acceptance_length: float | None
     latency: Mapping[Series, Mapping[Mode, LatencyStats]]
-    latency_windows: Mapping[Series, Mapping[Mode, tuple[tuple[float, float | None, float | None], ...]]]
+    latency_windows: Mapping[Series, Mapping[Mode, LatencyWindows]]
     load: Mapping[Mode, LoadStats]
     load_windows: Mapping[Mode, Mapping[Series, tuple[Point, ...]]]
     actuations: tuple[Actuation, ...]
@@ -214,34 +215,79 @@ def analyse(
     """Classify each config hash, aggregate per mode, and decide whether speculation helps at the load seen."""
     drafted = _by_config(data.get(Series.DRAFTED, ()), config_label)
     accepted = _by_config(data.get(Series.ACCEPTED, ()), config_label)
+    seen = _first_seen(data, config_label)
+    modes = {cfg: Mode.SPECULATING if sum(drafted.get(cfg, {}).values()) > 0 else Mode.PLAIN for cfg in seen}
+
+    # Acceptance across windows: all speculating configs of a window together (numerator and denominator summed).
+    acc_mode, drafted_mode = _per_mode(accepted, modes)[Mode.SPECULATING], _per_mode(drafted, modes)[Mode.SPECULATING]
+    windows, distribution = _acceptance(acc_mode, drafted_mode)
+    drafts = sum(_per_mode(_by_config(data.get(Series.DRAFTS, ()), config_label), modes)[Mode.SPECULATING].values())
+    mean_length = 1 + sum(acc_mode.values()) / drafts if drafts > 0 else None
+
+    latency, latency_windows = _latency(data, config_label, modes)
+    load, load_windows = _load(data, config_label, modes, step_s)
+    switches = tuple(
+        Actuation(t, f"config {cfg} ({modes[cfg].value}) starts")
+        for cfg, t in sorted(seen.items(), key=lambda kv_: kv_[1])[1:]
+    )
+    verdict = decide(latency, load, distribution, mean_length)
+    return Report(
+        namespace=namespace,
+        name=name,
+        start=start,
+        end=end,
+        step_s=step_s,
+        modes=modes,
+        first_seen=seen,
+        acceptance_windows=windows,
+        acceptance=distribution,
+        mean_acceptance_length=mean_length,
+        latency=latency,
+        latency_windows=latency_windows,
+        load=load,
+        load_windows=load_windows,
+        actuations=tuple(sorted((*actuations, *switches), key=lambda a: a.at)),
+        verdict=verdict,
+    )
+
+
+def _first_seen(data: Mapping[Series, Sequence[Sample]], config_label: str) -> dict[str, float]:
+    """config hash -> the earliest time any series shows it."""
     seen: dict[str, float] = {}
     for series in data.values():
         for sample in series:
             cfg = sample.labels.get(config_label, "")
             for t, _ in sample.points:
                 seen[cfg] = min(seen.get(cfg, t), t)
-    modes = {cfg: Mode.SPECULATING if sum(drafted.get(cfg, {}).values()) > 0 else Mode.PLAIN for cfg in seen}
+    return seen
 
-    # Acceptance across windows: all speculating configs of a window together (numerator and denominator summed).
-    acc_mode, drafted_mode = _per_mode(accepted, modes)[Mode.SPECULATING], _per_mode(drafted, modes)[Mode.SPECULATING]
-    windows = tuple(sorted((t, acc_mode.get(t, 0.0) / d) for t, d in drafted_mode.items() if d > 0))
-    distribution = None
-    if windows:
-        rates = [r for _, r in windows]
-        total_drafted = sum(drafted_mode.values())
-        distribution = Distribution(
-            p10=percentile(rates, 0.1),
-            p50=percentile(rates, 0.5),
-            p90=percentile(rates, 0.9),
-            overall=sum(acc_mode.values()) / total_drafted,
-            windows=len(windows),
-            draft_tokens=total_drafted,
-        )
-    drafts = sum(_per_mode(_by_config(data.get(Series.DRAFTS, ()), config_label), modes)[Mode.SPECULATING].values())
-    mean_length = 1 + sum(acc_mode.values()) / drafts if drafts > 0 else None
 
+def _acceptance(
+    accepted: Mapping[float, float], drafted: Mapping[float, float]
+) -> tuple[tuple[Point, ...], Distribution | None]:
+    """The acceptance rate of each window that drafted, and their distribution (None without any)."""
+    windows = tuple(sorted((t, accepted.get(t, 0.0) / d) for t, d in drafted.items() if d > 0))
+    if not windows:
+        return windows, None
+    rates = [r for _, r in windows]
+    total_drafted = sum(drafted.values())
+    distribution = Distribution(
+        p10=percentile(rates, 0.1),
+        p50=percentile(rates, 0.5),
+        p90=percentile(rates, 0.9),
+        overall=sum(accepted.values()) / total_drafted,
+        windows=len(windows),
+        draft_tokens=total_drafted,
+    )
+    return windows, distribution
+
+
+def _latency(
+    data: Mapping[Series, Sequence[Sample]], config_label: str, modes: Mapping[str, Mode]
+) -> tuple[dict[Series, dict[Mode, LatencyStats]], dict[Series, dict[Mode, LatencyWindows]]]:
+    """Per histogram and mode: quantiles of the buckets summed over every window, and each window's P50 and P99."""
     latency: dict[Series, dict[Mode, LatencyStats]] = {}
-    latency_windows: dict[Series, dict[Mode, tuple[tuple[float, float | None, float | None], ...]]] = {}
+    latency_windows: dict[Series, dict[Mode, LatencyWindows]] = {}
     for hist in HISTOGRAMS:
         if hist not in data:
             continue
@@ -260,7 +306,13 @@ def analyse(
             latency_windows[hist][mode] = tuple(
                 (t, histogram_quantile(0.5, w), histogram_quantile(0.99, w)) for t, w in sorted(by_window.items())
             )
+    return latency, latency_windows
 
+
+def _load(
+    data: Mapping[Series, Sequence[Sample]], config_label: str, modes: Mapping[str, Mode], step_s: float
+) -> tuple[dict[Mode, LoadStats], dict[Mode, dict[Series, tuple[Point, ...]]]]:
+    """Per mode that ran: the load it served (running requests, tokens and requests per second, KV use)."""
     load: dict[Mode, LoadStats] = {}
     load_windows: dict[Mode, dict[Series, tuple[Point, ...]]] = {}
     running = _per_mode(_by_config(data.get(Series.RUNNING, ()), config_label), modes)
@@ -287,29 +339,7 @@ def analyse(
             Series.GENERATED: tuple(sorted((t, v / step_s) for t, v in generated[mode].items())),
             Series.KV_CACHE: tuple(sorted(kv[mode].items())),
         }
-    switches = tuple(
-        Actuation(t, f"config {cfg} ({modes[cfg].value}) starts")
-        for cfg, t in sorted(seen.items(), key=lambda kv_: kv_[1])[1:]
-    )
-    verdict = decide(latency, load, distribution, mean_length)
-    return Report(
-        namespace=namespace,
-        name=name,
-        start=start,
-        end=end,
-        step_s=step_s,
-        modes=modes,
-        first_seen=seen,
-        acceptance_windows=windows,
-        acceptance=distribution,
-        mean_acceptance_length=mean_length,
-        latency=latency,
-        latency_windows=latency_windows,
-        load=load,
-        load_windows=load_windows,
-        actuations=tuple(sorted((*actuations, *switches), key=lambda a: a.at)),
-        verdict=verdict,
-    )
+    return load, load_windows
 
 
 def decide(
