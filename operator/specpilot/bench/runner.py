@@ -19,7 +19,7 @@ import copy
 import math
 import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -446,6 +446,65 @@ def run_scenario(
     fitted = oracles.fitted_schedules(scenario, items, preset)
     theta = oracles.candidates(k, scenario.max_num_seqs, fitted)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
+    statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say)
+    scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+    totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+    best = oracles.best_static(scores)
+    fitted_labels = {oracles.label(i) for i in fitted}
+    best_unfitted = oracles.best_static({n: v for n, v in scores.items() if n not in fitted_labels})
+    by_name = {oracles.label(i): i for i in theta}
+    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, totals)
+    say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
+    reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best])
+    runs: list[PolicyRun] = []
+
+    runs.append(replace(statics["off"], policy="off"))
+    runs.append(replace(statics[oracles.label(oracles.static(k))], policy="always-on"))
+    threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
+    runs.append(replace(statics[threshold_32], policy="static-threshold"))
+    runs.append(replace(statics[best], policy="best-static"))
+    oracle, budgeted = refs.oracle, refs.budgeted
+    oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(refs.oracle_plan)), oracle.outcomes,
+                           oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
+                           refs.wall_s)  # fmt: skip
+    runs.append(oracle_run)
+    runs.append(PolicyRun(scenario.name, "oracle-within-budget", "/".join(dict.fromkeys(refs.budgeted_plan)),
+                          budgeted.outcomes, budgeted.actuations, budgeted.timeline, budgeted.series,
+                          scenario.duration_s, refs.wall_s))  # fmt: skip
+    runs.append(reachable)
+    plans = {"oracle": oracle_run, "specpilot": mine}
+    runs.extend(_restart_controls(scenario, seed, statics[best], by_name[best], plans, workers))
+    runs.append(mine)
+    runs.append(lenient)
+    meta = {
+        "scenario": scenario.name,
+        "seed": seed,
+        "description": scenario.description,
+        "static_goodput": {n: round(g, 2) for n, g in totals.items()},
+        "best_static": best,
+        "best_static_without_fitted_schedules": best_unfitted,
+        "fitted_schedules": sorted(fitted_labels),
+        "oracle_plan": refs.oracle_plan,
+        "oracle_within_budget_plan": refs.budgeted_plan,
+        "oracle_candidates": {kind: round(g, 2) for kind, g in refs.candidate_goodput.items()},
+        "dynamic": scenario.dynamic,
+        "actuation_reasons": mine.notes,
+        "lenient_actuation_reasons": lenient.notes,
+        "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
+        "window_s": scenario.window_s,
+        "client_timeout_s": scenario.client_timeout_s,
+    }
+    return runs, meta
+
+
+def _theta_and_closed_loop_runs(
+    scenario: Scenario, seed: int, theta: Sequence[SpeculationIntent], workers: int, say: Callable[[str], None]
+) -> tuple[dict[str, PolicyRun], PolicyRun, PolicyRun]:
+    """Every static configuration of Theta (by label, in Theta's order), specpilot's and the lenient closed loop.
+
+    The fixed configurations and both closed loops run first; a schedule table that never leaves one static K within
+    the batch sizes that static run reached replays it step for step, so it reuses that run instead of a new one.
+    """
     tables = [i for i in theta if i.batch_schedule]
     fixed = [i for i in theta if not i.batch_schedule]
     jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in fixed]
@@ -454,7 +513,6 @@ def run_scenario(
     done = _run_jobs(jobs, workers)
     mine, lenient = done[-2], done[-1]
     statics = {r.policy: r for r in done[:-2]}
-    # A table that never leaves one static K within the batch sizes that static run reached replays it step for step.
     reused: dict[str, PolicyRun] = {}
     for t in tables:
         for i in fixed:
@@ -471,32 +529,46 @@ def run_scenario(
             f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s"
             + (" (same steps as K, reused)" if r.policy in reused else "")
         )
-    scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
-    totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
-    best = oracles.best_static(scores)
-    fitted_labels = {oracles.label(i) for i in fitted}
-    best_unfitted = oracles.best_static({n: v for n, v in scores.items() if n not in fitted_labels})
+    return statics, mine, lenient
+
+
+@dataclass(frozen=True)
+class OracleReferences:
+    """The switching oracle, unbounded and within the deployment's budget: plans, replays and their goodput."""
+
+    oracle_plan: list[str]  # configuration label per window
+    oracle: Replica
+    budgeted_plan: list[str]
+    budgeted: Replica
+    candidate_goodput: dict[str, float]  # replayed goodput of each candidate plan, by kind
+    replayed_plans: int
+    wall_s: float  # the replays' time, the DP's own left out
+
+
+def _oracle_references(
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    preset: Preset,
+    statics: Mapping[str, PolicyRun],
+    by_name: Mapping[str, SpeculationIntent],
+    totals: Mapping[str, float],
+) -> OracleReferences:
+    """O_DP, and the same held to the deployment's actuation budget, which every closed-loop actuation must pass.
+
+    The budgeted one is a reference: how much of the oracle's margin is switching more often than the deployment
+    allows. The DP prices each window from each configuration's own run (its own queue state): an estimate, blind to
+    what a restart does to the queue. So every candidate plan is replayed through the simulator, restarts included,
+    and each reference is the best replay among its candidates: the budgeted plans are in the oracle's search space
+    too, and so is the best constant plan, so neither falls below any member of Theta.
+    """
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     per_window = {
         n: oracles.window_scores(r.outcomes, scenario.window_s, scenario.duration_s, tpot_slo, ttft_slo)
         for n, r in statics.items()
     }
     switching = oracles.switching_plan(per_window, preset.restart_s, scenario.window_s)
-    by_name = {oracles.label(i): i for i in theta}
     started = time.monotonic()
-
-    def constant_plan(name: str) -> Replica:
-        """A plan that never switches is that static run (same seed, same requests): its outcomes, not a rerun."""
-        source = statics[name]
-        replica = Replica(scenario, preset, by_name[name], seed)
-        replica.outcomes, replica.timeline, replica.series = source.outcomes, source.timeline, source.series
-        return replica
-
-    # O_DP and the same held to the deployment's actuation budget, which every closed-loop
-    # actuation must pass (a reference: how much of the oracle's margin is switching more often than the deployment
-    # allows). The DP prices each window from each configuration's own run (its own queue state): an estimate, blind
-    # to what a restart does to the queue. So every candidate plan is replayed through the simulator, restarts
-    # included, and each reference is the best replay among its candidates: the budgeted plans are in the oracle's
-    # search space too, and so is the best constant plan, so neither falls below any member of Theta.
     budget = oracles.WindowBudget.from_spec(closed_loop_spec(scenario).autotune.budget)
     constant = max(totals, key=lambda n: totals[n])
     candidates = {
@@ -509,7 +581,7 @@ def run_scenario(
     for plan in candidates.values():
         if tuple(plan) not in replays:
             replays[tuple(plan)] = (
-                constant_plan(plan[0])
+                _constant_plan(scenario, preset, by_name[plan[0]], seed, statics[plan[0]])
                 if len(set(plan)) == 1
                 else run_plan(scenario, [by_name[n] for n in plan], seed, items)
             )
@@ -524,44 +596,14 @@ def run_scenario(
 
     plan_names, oracle = best_of(list(candidates))
     budgeted_names, budgeted = best_of([k for k in candidates if k != "switching DP"])
-    oracle_s = time.monotonic() - started
-    say(f"{scenario.name}: oracles done in {oracle_s:.1f}s ({len(replays)} plans replayed)")
-    reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best])
-    runs: list[PolicyRun] = []
+    wall_s = time.monotonic() - started
+    return OracleReferences(plan_names, oracle, budgeted_names, budgeted, replayed, len(replays), wall_s)
 
-    runs.append(replace(statics["off"], policy="off"))
-    runs.append(replace(statics[oracles.label(oracles.static(k))], policy="always-on"))
-    threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
-    runs.append(replace(statics[threshold_32], policy="static-threshold"))
-    runs.append(replace(statics[best], policy="best-static"))
-    oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(plan_names)), oracle.outcomes,
-                           oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
-                           oracle_s)  # fmt: skip
-    runs.append(oracle_run)
-    runs.append(PolicyRun(scenario.name, "oracle-within-budget", "/".join(dict.fromkeys(budgeted_names)),
-                          budgeted.outcomes, budgeted.actuations, budgeted.timeline, budgeted.series,
-                          scenario.duration_s, oracle_s))  # fmt: skip
-    runs.append(reachable)
-    plans = {"oracle": oracle_run, "specpilot": mine}
-    runs.extend(_restart_controls(scenario, seed, statics[best], by_name[best], plans, workers))
-    runs.append(mine)
-    runs.append(lenient)
-    meta = {
-        "scenario": scenario.name,
-        "seed": seed,
-        "description": scenario.description,
-        "static_goodput": {n: round(g, 2) for n, g in totals.items()},
-        "best_static": best,
-        "best_static_without_fitted_schedules": best_unfitted,
-        "fitted_schedules": sorted(fitted_labels),
-        "oracle_plan": plan_names,
-        "oracle_within_budget_plan": budgeted_names,
-        "oracle_candidates": {kind: round(g, 2) for kind, g in replayed.items()},
-        "dynamic": scenario.dynamic,
-        "actuation_reasons": mine.notes,
-        "lenient_actuation_reasons": lenient.notes,
-        "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
-        "window_s": scenario.window_s,
-        "client_timeout_s": scenario.client_timeout_s,
-    }
-    return runs, meta
+
+def _constant_plan(
+    scenario: Scenario, preset: Preset, intent: SpeculationIntent, seed: int, source: PolicyRun
+) -> Replica:
+    """A plan that never switches is that static run (same seed, same requests): its outcomes, not a rerun."""
+    replica = Replica(scenario, preset, intent, seed)
+    replica.outcomes, replica.timeline, replica.series = source.outcomes, source.timeline, source.series
+    return replica
