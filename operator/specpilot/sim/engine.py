@@ -155,6 +155,19 @@ class StepReport:
     preempted: int
 
 
+@dataclass(slots=True)
+class _StepPlan:
+    """What one step schedules: decodes with their proposal, prefill chunks, and the work they add up to."""
+
+    budget: int  # batched tokens still free
+    decodes: list[tuple[SimRequest, int]]
+    prefills: list[tuple[SimRequest, int]]
+    tokens: int
+    kv_read: int
+    k_used: int  # the longest proposal scheduled
+    preempted: int
+
+
 class Engine:
     """The stepped replica. `submit` requests, call `step` while `has_work`; `metrics` is what /metrics shows."""
 
@@ -389,20 +402,56 @@ class Engine:
         """Schedule, run and account one engine step; `now` advances by its duration."""
         c = self.config
         spec = c.speculation
-        drafter = c.drafter
         start = self.now
-        budget = c.max_num_batched_tokens
         batch = len(self.running)
         if batch > self.peak_running:
             self.peak_running = batch
         k_step = spec.k_for(c.version, batch, batch) if spec else 0
+        plan = self._schedule_running(k_step)
+        self._admit(plan, start)
+        if len(self.running) > self.peak_running:
+            self.peak_running = len(self.running)
+        decodes = plan.decodes
+        scheduled = len(decodes) + len(plan.prefills)
+        if scheduled == 0:
+            self._gauges()
+            return StepReport(start, 0.0, 0, 0, k_step, 0, (), (), plan.preempted)
+        dt = self.step_ms(plan.tokens, plan.kv_read, len(decodes), plan.k_used, scheduled) / 1000.0
+        end = start + dt
+        self.now = end
+        emitted: list[tuple[SimRequest, int]] = []
+        done: list[SimRequest] = []  # reached their target this step, in emission order
+        emitted_total = self._emit_decodes(decodes, self._accept_drafts(decodes), end, emitted, done)
+        prefill_tokens, first_tokens = self._complete_prefills(plan.prefills, end, emitted, done)
+        emitted_total += first_tokens
+        self.metrics.observe("vllm:iteration_tokens_total", float(prefill_tokens + emitted_total))
+        finished: list[SimRequest] = []
+        for r in done:
+            if r.finished_at is None:
+                self._finish(r, end)
+                finished.append(r)
+        self._gauges()
+        emitted_steps, finished_steps = tuple(emitted), tuple(finished)
+        return StepReport(
+            start, dt, scheduled, len(decodes), plan.k_used, plan.tokens, emitted_steps, finished_steps, plan.preempted
+        )
+
+    def _schedule_running(self, k_step: int) -> _StepPlan:
+        """Phase 1: running requests, oldest first, within the token budget; preempt the newest when KV is full.
+
+        A decode takes 1 + its proposal in budget tokens (the proposal drops to 0 when that does not fit) and
+        reserves the KV slots of every proposed token; an unfinished prefill takes the next chunk. A request that
+        has to preempt itself to grow ends the phase.
+        """
+        c = self.config
+        drafter = c.drafter
+        budget = c.max_num_batched_tokens
         decodes: list[tuple[SimRequest, int]] = []
         prefills: list[tuple[SimRequest, int]] = []
         preempted = 0
         bursty = drafter is not None and drafter.kind is DrafterKind.LOOKUP
         block = c.block_size
         tokens = kv_read = k_used = 0
-        # 1. running requests, oldest first; preempt the newest when the cache is full
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
@@ -452,10 +501,14 @@ class Engine:
                 k_used = max(k_used, proposal)
                 decodes.append((r, proposal))
             i += 1
-        # 2. admissions, FCFS, none in a step that preempted
-        while self.waiting and not preempted and budget > 0 and len(self.running) < c.max_num_seqs:
+        return _StepPlan(budget, decodes, prefills, tokens, kv_read, k_used, preempted)
+
+    def _admit(self, plan: _StepPlan, start: float) -> None:
+        """Phase 2: admissions, FCFS, while budget, max_num_seqs and KV allow; none in a step that preempted."""
+        c = self.config
+        while self.waiting and not plan.preempted and plan.budget > 0 and len(self.running) < c.max_num_seqs:
             r = self.waiting[0]
-            chunk = min(r.prefill_goal - r.prefilled, budget)
+            chunk = min(r.prefill_goal - r.prefilled, plan.budget)
             if not self._grow(r, chunk):
                 break
             self.waiting.popleft()
@@ -463,62 +516,84 @@ class Engine:
                 r.scheduled_at = start
                 self.metrics.inc("vllm:prefix_cache_queries", float(r.prompt_tokens))
             self.running.append(r)
-            prefills.append((r, chunk))
-            budget -= chunk
-            tokens += chunk
-            kv_read += r.prefilled + chunk
-        if len(self.running) > self.peak_running:
-            self.peak_running = len(self.running)
-        scheduled = len(decodes) + len(prefills)
-        if scheduled == 0:
-            self._gauges()
-            return StepReport(start, 0.0, 0, 0, k_step, 0, (), (), preempted)
-        dt = self.step_ms(tokens, kv_read, len(decodes), k_used, scheduled) / 1000.0
-        end = start + dt
-        self.now = end
-        # 3. outcomes
-        m = self.metrics
-        emitted: list[tuple[SimRequest, int]] = []
-        finished: list[SimRequest] = []
-        emitted_total = 0
-        prefill_tokens = 0
-        gen_name = self.names.generation_tokens.removesuffix("_total")
-        itl = m.histograms.get(self.names.inter_token_latency)
+            plan.prefills.append((r, chunk))
+            plan.budget -= chunk
+            plan.tokens += chunk
+            plan.kv_read += r.prefilled + chunk
+
+    def _accept_drafts(self, decodes: list[tuple[SimRequest, int]]) -> list[int]:
+        """Phase 3a: verify each decode's proposal; the tokens each decode yields (accepted + 1, or 1 without one).
+
+        Counts drafts, draft tokens and accepted tokens (in total and per position) in the spec-decode counters.
+        """
+        drafter = self.config.drafter
+        spec = self.config.speculation
         drafts = draft_tokens = accepted_total = 0
         k_max = spec.num_speculative_tokens if spec else 0
         accepted_hist = [0] * (k_max + 1)  # decodes by accepted length; per-position counts are its tail sums
-        block = c.block_size
-        positional = drafter is not None and not bursty
+        positional = drafter is not None and drafter.kind is not DrafterKind.LOOKUP
         rho = drafter.rho if drafter is not None else 1.0
+        yields: list[int] = []
+        for r, proposal in decodes:
+            if proposal <= 0:
+                yields.append(1)
+                continue
+            accepted = 0
+            if positional:  # acceptance.accept, inlined: the hot loop of every benchmark
+                a = r.accept_state.alpha  # type: ignore[union-attr]
+                u = r.rng.random()
+                survival = 1.0
+                for _ in range(proposal):
+                    survival *= a
+                    if survival <= u:
+                        break
+                    accepted += 1
+                    a *= rho
+            else:
+                accepted = acc.accept(drafter, r.accept_state, proposal, r.rng)  # type: ignore[arg-type]
+            drafts += 1
+            draft_tokens += proposal
+            accepted_total += accepted
+            accepted_hist[accepted] += 1
+            yields.append(accepted + 1)
+        if drafts:
+            m = self.metrics
+            m.inc("vllm:spec_decode_num_drafts", float(drafts))
+            m.inc("vllm:spec_decode_num_draft_tokens", float(draft_tokens))
+            m.inc("vllm:spec_decode_num_accepted_tokens", float(accepted_total))
+            tail = 0
+            per_pos = [0] * k_max
+            for pos in range(k_max - 1, -1, -1):
+                tail += accepted_hist[pos + 1]
+                per_pos[pos] = tail
+            for pos, count in enumerate(per_pos):
+                if count:
+                    m.inc("vllm:spec_decode_num_accepted_tokens_per_pos", float(count), (str(pos),))
+        return yields
+
+    def _emit_decodes(
+        self,
+        decodes: list[tuple[SimRequest, int]],
+        yields: list[int],
+        end: float,
+        emitted: list[tuple[SimRequest, int]],
+        done: list[SimRequest],
+    ) -> int:
+        """Phase 3b: emit each decode's tokens (up to its target), observe inter-token gaps, release rejected slots.
+
+        Appends to `emitted` and `done` in decode order; returns the tokens emitted.
+        """
+        m = self.metrics
+        itl = m.histograms.get(self.names.inter_token_latency)
+        block = self.config.block_size
         itl_counts = itl.counts if itl is not None else None
         itl_bounds = itl.bounds if itl is not None else ()
         itl_sum, itl_n = 0.0, 0
         last_seen: float | None = None  # requests decoded in the previous step share one gap: one bisect for all
         bucket = 0
-        done: list[SimRequest] = []  # reached their target this step, in emission order
+        emitted_total = 0
         emit = emitted.append
-        for r, proposal in decodes:
-            if proposal > 0:
-                accepted = 0
-                if positional:  # acceptance.accept, inlined: the hot loop of every benchmark
-                    a = r.accept_state.alpha  # type: ignore[union-attr]
-                    u = r.rng.random()
-                    survival = 1.0
-                    for _ in range(proposal):
-                        survival *= a
-                        if survival <= u:
-                            break
-                        accepted += 1
-                        a *= rho
-                else:
-                    accepted = acc.accept(drafter, r.accept_state, proposal, r.rng)  # type: ignore[arg-type]
-                drafts += 1
-                draft_tokens += proposal
-                accepted_total += accepted
-                accepted_hist[accepted] += 1
-                n = accepted + 1
-            else:
-                n = 1
+        for (r, _), n in zip(decodes, yields, strict=True):
             generated = r.generated
             target_len = r.target_len
             if n > target_len - generated:
@@ -546,20 +621,25 @@ class Engine:
         if itl is not None:
             itl.total += itl_sum
             itl.count += itl_n
-        if drafts:
-            m.inc("vllm:spec_decode_num_drafts", float(drafts))
-            m.inc("vllm:spec_decode_num_draft_tokens", float(draft_tokens))
-            m.inc("vllm:spec_decode_num_accepted_tokens", float(accepted_total))
-            tail = 0
-            per_pos = [0] * k_max
-            for pos in range(k_max - 1, -1, -1):
-                tail += accepted_hist[pos + 1]
-                per_pos[pos] = tail
-            for pos, count in enumerate(per_pos):
-                if count:
-                    m.inc("vllm:spec_decode_num_accepted_tokens_per_pos", float(count), (str(pos),))
         if emitted_total:
-            m.inc(gen_name, float(emitted_total))
+            m.inc(self.names.generation_tokens.removesuffix("_total"), float(emitted_total))
+        return emitted_total
+
+    def _complete_prefills(
+        self,
+        prefills: list[tuple[SimRequest, int]],
+        end: float,
+        emitted: list[tuple[SimRequest, int]],
+        done: list[SimRequest],
+    ) -> tuple[int, int]:
+        """Phase 4: advance each prefill by its chunk; a completed prefill emits a token.
+
+        That is the request's first token, or after a preemption (recompute) its next one. Returns the prefill tokens
+        and the tokens emitted.
+        """
+        m = self.metrics
+        gen_name = self.names.generation_tokens.removesuffix("_total")
+        prefill_tokens = first_tokens = 0
         for r, chunk in prefills:
             r.prefilled += chunk
             prefill_tokens += chunk
@@ -574,19 +654,11 @@ class Engine:
                 r.generated += 1
                 r.last_token_at = end
                 emitted.append((r, 1))
-                emitted_total += 1
+                first_tokens += 1
                 m.inc(gen_name, 1.0)
                 if r.generated >= r.target_len:
                     done.append(r)
-        m.observe("vllm:iteration_tokens_total", float(prefill_tokens + emitted_total))
-        for r in done:
-            if r.finished_at is None:
-                self._finish(r, end)
-                finished.append(r)
-        self._gauges()
-        return StepReport(
-            start, dt, scheduled, len(decodes), k_used, tokens, tuple(emitted), tuple(finished), preempted
-        )
+        return prefill_tokens, first_tokens
 
     def _finish(self, r: SimRequest, end: float) -> None:
         self.running.remove(r)
