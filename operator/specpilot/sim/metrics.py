@@ -14,7 +14,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from specpilot.vllm.metrics import TTFT_BUCKETS, metric_names_for
+from specpilot.vllm.metrics import TTFT_BUCKETS, MetricNames, metric_names_for
 from specpilot.vllm.versions import VllmVersion, v
 
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
@@ -72,25 +72,50 @@ CACHE_CONFIG_LABELS = (
 )  # fmt: skip
 
 
+_CACHE_CONFIG_INFO = Family(
+    "vllm:cache_config_info",
+    Kind.GAUGE,
+    "Information of the LLMEngine CacheConfig",
+    CACHE_CONFIG_LABELS,
+    base_labels=("engine",),
+)
+
+
 def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> tuple[Family, ...]:
     """Every vllm: family one engine of this version exports, in vLLM's order."""
     names = metric_names_for(version)
     tokens = one_two_five(max_model_len)
-    out: list[Family] = []
-    if speculation:
-        out += [
-            Family("vllm:spec_decode_num_drafts", Kind.COUNTER, "Number of spec decoding drafts."),
-            Family("vllm:spec_decode_num_draft_tokens", Kind.COUNTER, "Number of draft tokens."),
-            Family("vllm:spec_decode_num_accepted_tokens", Kind.COUNTER, "Number of accepted tokens."),
-            Family(
-                "vllm:spec_decode_num_accepted_tokens_per_pos",
-                Kind.COUNTER,
-                "Accepted tokens per draft position.",
-                ("position",),
-            ),
-        ]
+    return (
+        *(_spec_decode_families() if speculation else ()),
+        *_flops_families(),
+        *_scheduler_families(names),
+        *_cache_families(),
+        *_token_counter_families(names),
+        *_request_histograms(names, tokens),
+        *_phase_histograms(version, tokens),
+        _CACHE_CONFIG_INFO,
+    )
+
+
+def _spec_decode_families() -> list[Family]:
+    """Draft and acceptance counters: exported only when speculation is configured."""
+    return [
+        Family("vllm:spec_decode_num_drafts", Kind.COUNTER, "Number of spec decoding drafts."),
+        Family("vllm:spec_decode_num_draft_tokens", Kind.COUNTER, "Number of draft tokens."),
+        Family("vllm:spec_decode_num_accepted_tokens", Kind.COUNTER, "Number of accepted tokens."),
+        Family(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            Kind.COUNTER,
+            "Accepted tokens per draft position.",
+            ("position",),
+        ),
+    ]
+
+
+def _flops_families() -> list[Family]:
+    """The model-FLOPs-utilization estimates (counters)."""
     mfu = "(for Model Flops Utilization calculations)."
-    out += [
+    return [
         Family(
             "vllm:estimated_flops_per_gpu", Kind.COUNTER, f"Estimated number of floating point operations per GPU {mfu}"
         ),
@@ -104,6 +129,12 @@ def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> 
             Kind.COUNTER,
             f"Estimated number of bytes written to memory per GPU {mfu}",
         ),
+    ]
+
+
+def _scheduler_families(names: MetricNames) -> list[Family]:
+    """The scheduler's state: running and waiting requests, sleep state and KV-cache usage (gauges)."""
+    return [
         Family(names.running_requests, Kind.GAUGE, "Number of requests in model execution batches."),
         Family(names.waiting_requests, Kind.GAUGE, "Number of requests waiting to be processed."),
         Family(
@@ -122,6 +153,12 @@ def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> 
             ("sleep_state",),
         ),
         Family(names.kv_cache_usage, Kind.GAUGE, "KV-cache usage. 1 means 100 percent usage."),
+    ]
+
+
+def _cache_families() -> list[Family]:
+    """Prefix (local and external) and multi-modal cache queries and hits (counters)."""
+    return [
         Family(
             "vllm:prefix_cache_queries", Kind.COUNTER, "Prefix cache queries, in terms of number of queried tokens."
         ),
@@ -142,6 +179,12 @@ def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> 
             "vllm:mm_cache_queries", Kind.COUNTER, "Multi-modal cache queries, in terms of number of queried items."
         ),
         Family("vllm:mm_cache_hits", Kind.COUNTER, "Multi-modal cache hits, in terms of number of cached items."),
+    ]
+
+
+def _token_counter_families(names: MetricNames) -> list[Family]:
+    """Preemptions, prompt and generation tokens, finished requests and admission rejections (counters)."""
+    return [
         Family(
             names.preemptions.removesuffix("_total"), Kind.COUNTER, "Cumulative number of preemption from the engine."
         ),
@@ -170,6 +213,12 @@ def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> 
             ("reason",),
             base_labels=("model_name",),
         ),
+    ]
+
+
+def _request_histograms(names: MetricNames, tokens: tuple[float, ...]) -> list[Family]:
+    """Per-request and per-step token counts, request parameters and latencies (histograms)."""
+    out = [
         Family("vllm:request_prompt_tokens", Kind.HISTOGRAM, "Number of prefill tokens processed.", (), tokens),
         Family("vllm:request_generation_tokens", Kind.HISTOGRAM, "Number of generation tokens processed.", (), tokens),
         Family(
@@ -222,21 +271,26 @@ def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> 
     out.append(
         Family(names.e2e_latency, Kind.HISTOGRAM, "Histogram of e2e request latency in seconds.", (), LATENCY_BUCKETS)
     )
-    for phase, what in (
-        ("queue", "WAITING"),
-        ("inference", "RUNNING"),
-        ("prefill", "PREFILL"),
-        ("decode", "DECODE"),
-    ):
-        out.append(
-            Family(
-                f"vllm:request_{phase}_time_seconds",
-                Kind.HISTOGRAM,
-                f"Histogram of time spent in {what} phase for request.",
-                (),
-                LATENCY_BUCKETS,
-            )
+    return out
+
+
+def _phase_histograms(version: VllmVersion, tokens: tuple[float, ...]) -> list[Family]:
+    """Time per request phase, preemptions per request and (0.11+) KV tokens computed in prefill (histograms)."""
+    out = [
+        Family(
+            f"vllm:request_{phase}_time_seconds",
+            Kind.HISTOGRAM,
+            f"Histogram of time spent in {what} phase for request.",
+            (),
+            LATENCY_BUCKETS,
         )
+        for phase, what in (
+            ("queue", "WAITING"),
+            ("inference", "RUNNING"),
+            ("prefill", "PREFILL"),
+            ("decode", "DECODE"),
+        )
+    ]
     out.append(
         Family(
             "vllm:request_num_preemptions",
@@ -256,16 +310,7 @@ def families(version: VllmVersion, *, speculation: bool, max_model_len: int) -> 
                 tokens,
             )
         )
-    out.append(
-        Family(
-            "vllm:cache_config_info",
-            Kind.GAUGE,
-            "Information of the LLMEngine CacheConfig",
-            CACHE_CONFIG_LABELS,
-            base_labels=("engine",),
-        )
-    )
-    return tuple(out)
+    return out
 
 
 @dataclass
