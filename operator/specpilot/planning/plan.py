@@ -553,7 +553,12 @@ def _budget(
 
 
 def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[Finding]:
-    found: list[Finding] = []
+    """Whether the KV cache holds a sequence (and how many), how much of the VRAM each model takes, idle GPUs."""
+    return [*_fit_findings(spec, plan), *_share_findings(plan), *_rank_findings(plan)]
+
+
+def _fit_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[Finding]:
+    """At most one verdict on the KV cache: none left, less than one sequence, or fewer sequences than maxNumSeqs."""
     engine, resources = spec.engine, spec.resources
     layout = (
         f"{plan.ranks} x {resources.gpu_memory_gi_b:g} GiB x {engine.gpu_memory_utilization:g}"
@@ -563,7 +568,7 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
     )
     if plan.kv_budget_bytes_per_rank <= 0:
         shortfall = -plan.kv_budget_bytes_per_rank * plan.ranks
-        found.append(
+        return [
             Finding(
                 Severity.ERROR,
                 "DoesNotFit",
@@ -572,9 +577,9 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
                 f"{_fmt(plan.usable_bytes)} ({layout}) by {_fmt(shortfall)}, leaving nothing for the KV cache; "
                 f"add GPUs, quantize (spec.target.quantization) or use a smaller model",
             )
-        )
-    elif plan.kv_tokens < engine.max_model_len:
-        found.append(
+        ]
+    if plan.kv_tokens < engine.max_model_len:
+        return [
             Finding(
                 Severity.ERROR,
                 "DoesNotFit",
@@ -583,9 +588,9 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
                 f"{plan.kv_bytes_per_token} B per token), fewer than one sequence of maxModelLen "
                 f"{engine.max_model_len}; lower maxModelLen, use kvCacheDtype fp8 or add GPUs",
             )
-        )
-    elif plan.concurrent_sequences < engine.max_num_seqs:
-        found.append(
+        ]
+    if plan.concurrent_sequences < engine.max_num_seqs:
+        return [
             Finding(
                 Severity.INFO,
                 "KvLimitsConcurrency",
@@ -594,7 +599,13 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
                 f"{engine.max_model_len}, fewer than maxNumSeqs {engine.max_num_seqs}; shorter requests share the "
                 f"rest, long ones queue or are preempted",
             )
-        )
+        ]
+    return []
+
+
+def _share_findings(plan: MemoryPlan) -> list[Finding]:
+    """A draft or a target whose weights take more of the replica's VRAM than advised."""
+    found: list[Finding] = []
     if plan.draft is not None and plan.draft_share_of_vram > DRAFT_SHARE_WARN:
         what = "MTP layers" if plan.draft.role == "mtp" else "draft"
         found.append(
@@ -618,8 +629,13 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
                 f"above {TARGET_SHARE_WARN:.0%}: little room for KV cache and batching",
             )
         )
+    return found
+
+
+def _rank_findings(plan: MemoryPlan) -> list[Finding]:
+    """TP x PP ranks against the replica's GPUs: more is an error, fewer leaves GPUs idle."""
     if plan.ranks > plan.gpus_per_replica:
-        found.append(
+        return [
             Finding(
                 Severity.ERROR,
                 "ParallelismExceedsGpus",
@@ -627,9 +643,9 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
                 f"tensorParallelSize x pipelineParallelSize = {plan.ranks} needs more GPUs than "
                 f"spec.resources.gpusPerReplica {plan.gpus_per_replica}",
             )
-        )
-    elif plan.ranks < plan.gpus_per_replica:
-        found.append(
+        ]
+    if plan.ranks < plan.gpus_per_replica:
+        return [
             Finding(
                 Severity.WARNING,
                 "GpusIdle",
@@ -637,8 +653,8 @@ def _memory_findings(spec: SpeculativeDeploymentSpec, plan: MemoryPlan) -> list[
                 f"vLLM uses tensorParallelSize x pipelineParallelSize = {plan.ranks} GPUs; "
                 f"{plan.gpus_per_replica - plan.ranks} of the {plan.gpus_per_replica} requested stay idle",
             )
-        )
-    return found
+        ]
+    return []
 
 
 def _draft_findings(
