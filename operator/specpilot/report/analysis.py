@@ -356,13 +356,7 @@ def decide(
     metric = Series.TPOT if Series.TPOT in latency else Series.E2E
     by_mode = latency.get(metric, {})
     spec, plain = by_mode.get(Mode.SPECULATING), by_mode.get(Mode.PLAIN)
-    acc = (
-        f"acceptance P50 {acceptance.p50:.0%} (P10 {acceptance.p10:.0%}, P90 {acceptance.p90:.0%}) over "
-        f"{acceptance.windows} windows"
-        + (f", mean acceptance length {mean_length:.2f} tokens/step" if mean_length else "")
-        if acceptance
-        else "no draft tokens in the period"
-    )
+    acc = _acceptance_line(acceptance, mean_length)
     if spec is None:
         return Verdict(
             VerdictKind.NO_SPECULATION, "No speculating configuration served requests in this period.", (acc,)
@@ -389,25 +383,47 @@ def decide(
         f"{label} P99 {_ms(spec.quantiles[0.99])} vs {_ms(plain.quantiles[0.99])} ({_pct(p99)}); P99/P50 gap "
         f"{_x(spec.gap)} speculating vs {_x(plain.gap)} plain",
         acc,
+        *_context_lines(latency, load),
     ]
+    if p50 is None or p99 is None:
+        return Verdict(VerdictKind.TOO_FEW, f"{label} quantiles are missing for one mode.", tuple(reasons))
+    return _judge(label, p50, p99, tuple(reasons))
+
+
+def _acceptance_line(acceptance: Distribution | None, mean_length: float | None) -> str:
+    if acceptance is None:
+        return "no draft tokens in the period"
+    return (
+        f"acceptance P50 {acceptance.p50:.0%} (P10 {acceptance.p10:.0%}, P90 {acceptance.p90:.0%}) over "
+        f"{acceptance.windows} windows"
+        + (f", mean acceptance length {mean_length:.2f} tokens/step" if mean_length else "")
+    )
+
+
+def _context_lines(latency: Mapping[Series, Mapping[Mode, LatencyStats]], load: Mapping[Mode, LoadStats]) -> list[str]:
+    """TTFT and load of both modes, where both were measured; a load mismatch is named as a confound."""
+    lines = []
     ttft = latency.get(Series.TTFT, {})
     if Mode.SPECULATING in ttft and Mode.PLAIN in ttft:
         t_s, t_p = ttft[Mode.SPECULATING].quantiles[0.5], ttft[Mode.PLAIN].quantiles[0.5]
-        reasons.append(f"TTFT P50 {_ms(t_s)} vs {_ms(t_p)} ({_pct(_change(t_s, t_p))})")
+        lines.append(f"TTFT P50 {_ms(t_s)} vs {_ms(t_p)} ({_pct(_change(t_s, t_p))})")
     ls, lp = load.get(Mode.SPECULATING), load.get(Mode.PLAIN)
     if ls and lp and ls.running_mean is not None and lp.running_mean is not None:
         line = f"load: {ls.running_mean:.2f} running requests speculating vs {lp.running_mean:.2f} plain"
         high = max(ls.running_mean, lp.running_mean)
         if high > 0 and abs(ls.running_mean - lp.running_mean) / high > LOAD_MISMATCH:
             line += " — the modes saw different load, so the comparison is confounded; a canary compares at equal load"
-        reasons.append(line)
-    if p50 is None or p99 is None:
-        return Verdict(VerdictKind.TOO_FEW, f"{label} quantiles are missing for one mode.", tuple(reasons))
+        lines.append(line)
+    return lines
+
+
+def _judge(label: str, p50: float, p99: float, reasons: tuple[str, ...]) -> Verdict:
+    """Helping, hurting or neutral from the relative change of the median and the tail."""
     if p50 <= -MEDIAN_EFFECT and p99 <= TAIL_TOLERANCE:
         return Verdict(
             VerdictKind.HELPING,
             f"Speculation is helping at this load: {label} P50 {_pct(p50)} and P99 {_pct(p99)} against plain decoding.",
-            tuple(reasons),
+            reasons,
         )
     if p50 >= MEDIAN_EFFECT or p99 > TAIL_TOLERANCE:
         what = "the tail (P99)" if p99 > TAIL_TOLERANCE and p50 < MEDIAN_EFFECT else "per-token latency"
@@ -415,13 +431,13 @@ def decide(
             VerdictKind.HURTING,
             f"Speculation is hurting at this load: {what} is worse ({label} P50 {_pct(p50)}, P99 {_pct(p99)}). "
             "Switch it off above this load (disableAboveBatchSize) or let autotune do it.",
-            tuple(reasons),
+            reasons,
         )
     return Verdict(
         VerdictKind.NEUTRAL,
         f"No clear difference at this load ({label} P50 {_pct(p50)}, P99 {_pct(p99)}): speculation costs draft "
         "compute and KV cache for no measurable gain.",
-        tuple(reasons),
+        reasons,
     )
 
 
