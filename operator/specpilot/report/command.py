@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.api import v1alpha1
-from specpilot.api.durations import parse_duration
+from specpilot.api.durations import parse_duration, parse_span
 from specpilot.api.loading import STDIN, load_documents, speculative_deployments
 from specpilot.api.timestamps import parse_time
 from specpilot.autotune.signals.promql import Scope, Window
@@ -35,7 +35,7 @@ def add_report_command(sub: Any) -> None:
     p.add_argument("target", metavar="FILE|NAME", help="a SpeculativeDeployment YAML file, or the name of a live one")
     p.add_argument("-n", "--namespace", help="namespace of NAME (and of FILE's series if it has none)")
     p.add_argument("--prometheus", help="Prometheus base URL (default: spec.autotune.prometheus.url)")
-    p.add_argument("--since", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--since", default="7d", help="how far back to look, e.g. 90m, 36h, 7d, 2w (default 7d)")
     p.add_argument("--until", help="end of the period, RFC 3339 (default: now)")
     p.add_argument("--step", help="window length (default: the period / 240, at least 4 scrape intervals)")
     p.add_argument("-o", "--output-dir", type=Path, help="where to write report.md and the PNGs")
@@ -104,9 +104,9 @@ def run_report(args: argparse.Namespace) -> int:
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url")
         end = parse_time(args.until) if args.until else datetime.now(UTC)
-        span = parse_duration(args.since)
+        span = parse_span(args.since)
         scrape = parse_duration(spec.autotune.scrape_interval)
-        step_s = int(max(parse_duration(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
+        step_s = int(max(parse_span(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
         headers = dict(h.split("=", 1) for h in args.header if "=" in h)
         if len(headers) != len(args.header):
             raise ValueError("--header takes NAME=VALUE")
