@@ -46,6 +46,12 @@ def test_validate_accepts_every_example(capsys: pytest.CaptureFixture[str]) -> N
         (BAD, ["spec.engine.maxModelLen: Input should be greater than or equal to 16"]),
         (BAD.replace("maxModelLen: 0", "maxModelLen: 4096"), ["spec.speculation.draft is required"]),
         (TOO_BIG, ["spec.resources.gpusPerReplica: weights 131.4 GiB", "DoesNotFit"]),
+        (
+            BAD.replace("maxModelLen: 0", "maxModelLen: 4096")
+            .replace('version: "0.33.0"', 'version: "0.32.0"')
+            .replace("method: draft_model", "method: ngram"),
+            ["bad: spec.engine.image: the tag 'v0.33.0' names vLLM 0.33.0 but spec.engine.version is 0.32.0"],
+        ),
     ],
 )
 def test_validate_reports_one_line_per_problem_naming_the_field(

@@ -20,6 +20,7 @@ from specpilot.planning.catalog import UnknownArchitecture
 from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
 from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
+from specpilot.vllm.versions import image_version_problem
 
 # The plan finding the operator lets an annotation override (reconcile.MEMORY_FINDING): render follows the same rule.
 MEMORY_DOES_NOT_FIT = "DoesNotFit"
@@ -85,6 +86,9 @@ def validate_document(
         problems.append(f"metadata.name: {crd.NAME_RULE['message']} (got {name!r})")
     problems.extend(v1alpha1.metadata_problems(resource.metadata))
     problems.extend(v1alpha1.duration_problems(spec))
+    image_problem = image_version_problem(spec.engine.image, spec.engine.version) if vllm_version is None else None
+    if image_problem is not None:  # with --vllm-version the caller renders for another release on purpose
+        problems.append(f"spec.engine.image: {image_problem}")
     overcommit = allow_overcommit or _allows_overcommit(resource)
     try:
         plan = plan_memory(spec)

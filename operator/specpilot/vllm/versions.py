@@ -25,7 +25,7 @@ class VllmVersion:
         """Parse "0.33.0", "v0.8.5.post1", "0.24.0rc1", "0.24.0.rc1", "0.32.0+cpu"; raise ValueError naming the form."""
         match = _RELEASE.match(text.strip())
         if not match:
-            raise ValueError(f"{text!r} is not a vLLM version; expected MAJOR.MINOR.PATCH such as 0.33.0 (PEP 440)")
+            raise ValueError(f"{text!r} is not a vLLM version; expected MAJOR.MINOR.PATCH such as 0.33.0")
         try:
             return cls(Version(Version(text.strip()).public))
         except InvalidVersion:
@@ -42,6 +42,28 @@ class VllmVersion:
 
 def v(text: str) -> VllmVersion:
     return VllmVersion.parse(text)
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (registry[:port]/path/name[:tag][@digest]), None when it has none."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.split(":", 1)[1] if ":" in name else None
+
+
+def image_version_problem(image: str, version: str) -> str | None:
+    """Why an image whose tag names a vLLM release (v0.33.0, 0.32.0-cpu, v0.24.0rc1) cannot run as `version`: the
+    command line is rendered for `version`, so a different release in the image gets flags it may not have. A tag
+    that names no release (latest, a build name, a digest only) is not checked."""
+    tag = image_tag(image)
+    if tag is None or not _RELEASE.match(tag):
+        return None
+    in_image, declared = VllmVersion.parse(tag), VllmVersion.parse(version)
+    if in_image == declared:
+        return None
+    return (
+        f"the tag {tag!r} names vLLM {in_image} but spec.engine.version is {declared}, which selects the command "
+        "line; make them agree (or pin the image by a tag without a version, or a digest)"
+    )
 
 
 class Engine(StrEnum):
