@@ -65,6 +65,56 @@ def test_validate_reports_one_line_per_problem_naming_the_field(
         assert any(fragment in line for line in out), out
 
 
+SMALL = """
+apiVersion: specpilot.dev/v1alpha1
+kind: SpeculativeDeployment
+metadata: {name: chat%s}
+spec:
+  engine: {image: vllm/vllm-openai:v0.33.0, version: "0.33.0", maxModelLen: 4096}
+  target: {model: meta-llama/Llama-3.1-8B-Instruct}
+  speculation: {method: ngram, numSpeculativeTokens: 3}
+"""
+CONFIG_MAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: chat}\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "between", "refusal"),
+    [
+        ("", "", CONFIG_MAP, "metadata.name: document 3 names the same object (chat) as document 1"),
+        (
+            ", namespace: ml",
+            ", namespace: ml",
+            "",
+            "metadata.name: document 2 names the same object (chat in namespace ml) as document 1",
+        ),
+        ("", ", namespace: ml", "", None),  # another namespace: another object
+        (", namespace: a", ", namespace: b", CONFIG_MAP, None),
+    ],
+)
+def test_validate_refuses_two_documents_naming_one_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], first: str, second: str, between: str, refusal: str | None
+) -> None:
+    path = tmp_path / "crs.yaml"
+    path.write_text("---\n".join(part for part in (SMALL % first, between, SMALL % second) if part))
+    assert main(["validate", str(path)]) == (1 if refusal else 0)
+    out = [line for line in capsys.readouterr().out.splitlines() if ": warning: " not in line]
+    if refusal is None:
+        assert out == [f"{path}: chat: valid"] * 2
+    else:
+        assert out == [f"{path}: chat: valid", f"{path}: chat: {refusal}; applying both keeps only the last"]
+
+
+def test_validate_names_the_other_file_of_a_duplicate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(SMALL % "")
+    (tmp_path / "b.yaml").write_text(CONFIG_MAP + "---\n" + SMALL % "")
+    assert main(["validate", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"{tmp_path / 'b.yaml'}: chat: metadata.name: document 2 names the same object (chat) as document 1 of "
+        f"{tmp_path / 'a.yaml'}; applying both keeps only the last" in out
+    )
+
+
 def test_render_prints_children_with_the_rendered_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(EXAMPLE)]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))

@@ -227,3 +227,33 @@ def load_documents(source: str) -> list[Document]:
 
 def speculative_deployments(documents: list[Document], kind: str) -> list[Document]:
     return [d for d in documents if d.kind == kind]
+
+
+def _identity(document: Document) -> tuple[str, str] | None:
+    """(namespace, name) as the API server keys the object; "" for a namespace left to the client's context."""
+    meta = document.body.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        return None
+    namespace = meta.get("namespace")
+    return (namespace if isinstance(namespace, str) else "", meta["name"])
+
+
+def duplicate_problems(documents: list[Document]) -> dict[int, str]:
+    """For each document (by position in `documents`) that names the same object as an earlier one, why: applying
+    both keeps only the last, so one of them never runs. Documents of one kind are compared; positions are 1-based."""
+    first: dict[tuple[str, str], Document] = {}
+    problems: dict[int, str] = {}
+    for position, document in enumerate(documents):
+        identity = _identity(document)
+        if identity is None:
+            continue
+        earlier = first.setdefault(identity, document)
+        if earlier is document:
+            continue
+        namespace = f" in namespace {identity[0]}" if identity[0] else ""
+        where = "" if earlier.source == document.source else f" of {earlier.source}"
+        problems[position] = (
+            f"metadata.name: document {document.index + 1} names the same object ({identity[1]}{namespace}) as "
+            f"document {earlier.index + 1}{where}; applying both keeps only the last"
+        )
+    return problems

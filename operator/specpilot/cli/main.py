@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from specpilot.api import crd, v1alpha1
-from specpilot.api.loading import Document, LoadError, load_documents
+from specpilot.api.loading import Document, LoadError, duplicate_problems, load_documents
 from specpilot.cli.evaluate import add_evaluate_command
 from specpilot.planning.catalog import UnknownArchitecture
 from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
@@ -108,8 +108,11 @@ def validate_document(
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     documents, failed = _inputs(args.files)
-    for doc in documents:
+    duplicates = duplicate_problems(documents)
+    for position, doc in enumerate(documents):
         problems, warnings = validate_document(doc.body)
+        if position in duplicates:
+            problems = [duplicates[position], *problems]
         for line in warnings:
             print(f"{doc.source}: {doc.name}: warning: {line}")
         for line in problems:
