@@ -115,6 +115,31 @@ def test_validate_names_the_other_file_of_a_duplicate(tmp_path: Path, capsys: py
     )
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["validate"], ["render"], ["plan"], ["plan", "-o", "json"], ["report", "--prometheus", "http://127.0.0.1:9"]],
+)
+def test_names_and_paths_with_control_characters_are_printed_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A name or file name carrying a terminal escape sequence (or a bidirectional override) never reaches the
+    terminal as one: every line that names them shows the characters escaped."""
+    path = tmp_path / "cr\x1b]0;owned\x07.yaml"
+    path.write_text((SMALL % "").replace("name: chat", 'name: "chat\\e[2J\\u202e"'))
+    main([command[0], str(path), *command[1:]])
+    out, err = capsys.readouterr()
+    for stream in (out, err):
+        assert not any(c in stream for c in "\x1b\x07\u202e"), stream
+    shown = {
+        "validate": ["cr\\x1b]0;owned\\x07.yaml: chat\\x1b[2J\\u202e: metadata.name"],
+        "render": ["cr\\x1b]0;owned\\x07.yaml: chat\\x1b[2J\\u202e: metadata.name"],
+        "plan": ["== chat\\x1b[2J\\u202e"] if len(command) == 1 else ['"chat\\u001b[2J\\u202e"'],
+        "report": ["error: Prometheus http://127.0.0.1:9"],  # the name goes no further than the queries
+    }[command[0]]
+    for line in shown:
+        assert line in out + err, out + err
+
+
 def test_render_prints_children_with_the_rendered_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(EXAMPLE)]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))

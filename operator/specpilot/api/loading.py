@@ -12,6 +12,7 @@ documents.
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,17 @@ class LoadError(ValueError):
         super().__init__(f"{source}: {problem}")
         self.source = source
         self.problem = problem
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control and format characters (ESC of a terminal escape sequence, CR,
+    newline, bidirectional overrides, ...) are shown as Python escapes (\\x1b, \\u202e) instead of acting."""
+    return "".join(_escaped(c) if unicodedata.category(c) in ("Cc", "Cf") else c for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 @dataclass(frozen=True)

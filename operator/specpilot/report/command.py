@@ -16,7 +16,7 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration, parse_span
-from specpilot.api.loading import STDIN, load_documents, speculative_deployments
+from specpilot.api.loading import STDIN, load_documents, printable, speculative_deployments
 from specpilot.api.timestamps import parse_time
 from specpilot.autotune.signals.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
@@ -113,10 +113,10 @@ def run_report(args: argparse.Namespace) -> int:
         if args.bearer_token_file:
             headers["Authorization"] = f"Bearer {args.bearer_token_file.read_text().strip()}"
     except v1alpha1.InvalidSpec as err:
-        print("\n".join(f"{args.target}: {p}" for p in err.problems), file=sys.stderr)
+        print("\n".join(printable(f"{args.target}: {p}") for p in err.problems), file=sys.stderr)
         return 1
     except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}"), file=sys.stderr)
         return 1
     # Align windows to the step so reruns over the same period give the same windows.
     end_s = int(end.timestamp()) // step_s * step_s
@@ -131,7 +131,7 @@ def run_report(args: argparse.Namespace) -> int:
             source, queries, datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), step_s
         )
     except ReportQueryError as err:
-        print(f"error: Prometheus {url}: {err}", file=sys.stderr)
+        print(printable(f"error: Prometheus {url}: {err}"), file=sys.stderr)
         return 1
     report = analyse(
         data,
@@ -150,6 +150,7 @@ def run_report(args: argparse.Namespace) -> int:
     markdown = render_markdown(report, [p.name for p in plots])
     (out_dir / "report.md").write_text(markdown)
     print(f"{report.verdict.headline}\n")
-    print(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range queries, "
-          f"{(end_s - start_s) // step_s} windows of {step_s} s, {time.monotonic() - started:.1f} s)")  # fmt: skip
+    print(printable(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range "
+                    f"queries, {(end_s - start_s) // step_s} windows of {step_s} s, "
+                    f"{time.monotonic() - started:.1f} s)"))  # fmt: skip
     return 0
