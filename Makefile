@@ -26,8 +26,8 @@ lint: deps ## ruff, formatting and the import-linter contract (pure core does no
 typecheck: deps ## mypy --strict over the package, tests and e2e helpers
 	$(RUN) mypy operator/specpilot tests e2e
 
-unit: deps ## fast tests without external components
-	$(RUN) pytest -q -m "not cluster and not vllm and not prometheus"
+unit: deps ## fast tests without external components (not the Go-built Argo CD VM either)
+	$(RUN) pytest -q -m "not cluster and not vllm and not prometheus and not argocd"
 
 toolchain: ## build (or reuse) kube-apiserver & co., etcd, kwok, helm from the Go module proxy; Prometheus from Debian
 	bash e2e/toolchain/build-all.sh

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from specpilot.api import crd, v1alpha1
-from specpilot.api.durations import format_duration, parse_duration
+from specpilot.api.durations import format_duration, parse_duration, parse_span
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,6 +121,33 @@ def test_enum_error_lists_allowed_values() -> None:
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("7d", 604800), ("2w", 1209600), ("1d12h", 129600), ("90m", 5400), ("250ms", 0.25)]
+)
+def test_parse_span_takes_days_and_weeks(text: str, seconds: float) -> None:
+    assert parse_span(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("7d", "'7d' is not a duration; use a number with a unit ms, s, m or h"),  # the CR keeps the CRD's spellings
+        ("5 m", "is not a duration"),
+        ("-5m", "is not a duration"),
+        ("9999999999999h", "'9999999999999h' is out of range for a duration"),
+    ],
+)
+def test_parse_duration_refuses_with_the_accepted_form(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        parse_duration(text)
+
+
+def test_parse_span_names_its_units() -> None:
+    expected = "'7 days' is not a duration; use a number with a unit ms, s, m, h, d or w"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        parse_span("7 days")
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(90, "1m30s"), (300, "5m"), (5400, "1h30m"), (0.25, "250ms")])

@@ -1,5 +1,6 @@
 """The Argo CD resource actions (pause, resume, reevaluate), run the way Argo CD runs them: Lua 5.1, in Argo CD's
-default VM (no string/math library) and with open libraries, from the upstream layout and its action_test.yaml.
+default VM (no string/math library, no global os: only require("os") with time and date) and with open libraries,
+from the upstream layout and its action_test.yaml. tests/argocd/test_argocd_lua_vm.py runs them in Argo CD's own VM.
 
 Argo CD calls discovery.lua with the live object as `obj` and lists the actions it returns; an action.lua returns the
 modified object, which Argo CD then patches. The clock is frozen so the reevaluate token is reproducible.
@@ -33,7 +34,8 @@ def _runtime(obj: dict[str, Any], open_libs: bool) -> Any:
     if not open_libs:
         runtime.execute(
             "local t,d=os.time,os.date; debug.setmetatable('',nil); "
-            "string,math,io,debug,coroutine,dofile,loadfile=nil,nil,nil,nil,nil,nil,nil; os={time=t,date=d}"
+            "string,math,io,debug,coroutine,dofile,loadfile=nil,nil,nil,nil,nil,nil,nil; "
+            "os=nil; package.loaded.os={time=t,date=d}"
         )
     runtime.globals().obj = runtime.table_from(obj, recursive=True)
     return runtime

@@ -30,7 +30,8 @@ def run_health(script: str, obj: dict[str, Any], open_libs: bool) -> dict[str, s
     if not open_libs:
         runtime.execute(
             "local t,d=os.time,os.date; debug.setmetatable('',nil); "
-            "string,math,io,debug,coroutine,dofile,loadfile=nil,nil,nil,nil,nil,nil,nil; os={time=t,date=d}"
+            "string,math,io,debug,coroutine,dofile,loadfile=nil,nil,nil,nil,nil,nil,nil; "
+            "os=nil; package.loaded.os={time=t,date=d}"
         )
     runtime.globals().obj = runtime.table_from(obj, recursive=True)
     result = runtime.execute(script)

@@ -91,3 +91,19 @@ def test_values_schema_refuses_broken_security_settings(values: dict[str, object
 )
 def test_values_schema_on_replicas_and_leader_election(values: dict[str, object], valid: bool) -> None:
     assert (_schema_errors(values) == []) is valid, _schema_errors(values)
+
+
+# The operator's peak resident memory with 1,000 SpeculativeDeployments created in one burst, from `make bench`
+# (e2e/bench/operator_scale.py, VmHWM; README, Status and limits). Re-measure and update it with the bench.
+PEAK_RSS_MIB_AT_1000 = 250.5
+MEMORY_MARGIN = 0.5
+
+
+def test_the_memory_limit_keeps_its_margin_over_the_measured_peak() -> None:
+    """An operator OOM-killed at its limit stops reconciling every namespace: the limit stays 50% above the peak."""
+    limit = yaml.safe_load((CHART / "values.yaml").read_text())["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi"), limit
+    assert int(limit.removesuffix("Mi")) >= (1 + MEMORY_MARGIN) * PEAK_RSS_MIB_AT_1000, (
+        f"resources.limits.memory {limit} is less than {MEMORY_MARGIN:.0%} above the measured peak "
+        f"{PEAK_RSS_MIB_AT_1000} MiB"
+    )

@@ -46,6 +46,12 @@ def test_validate_accepts_every_example(capsys: pytest.CaptureFixture[str]) -> N
         (BAD, ["spec.engine.maxModelLen: Input should be greater than or equal to 16"]),
         (BAD.replace("maxModelLen: 0", "maxModelLen: 4096"), ["spec.speculation.draft is required"]),
         (TOO_BIG, ["spec.resources.gpusPerReplica: weights 131.4 GiB", "DoesNotFit"]),
+        (
+            BAD.replace("maxModelLen: 0", "maxModelLen: 4096")
+            .replace('version: "0.33.0"', 'version: "0.32.0"')
+            .replace("method: draft_model", "method: ngram"),
+            ["bad: spec.engine.image: the tag 'v0.33.0' names vLLM 0.33.0 but spec.engine.version is 0.32.0"],
+        ),
     ],
 )
 def test_validate_reports_one_line_per_problem_naming_the_field(
@@ -57,6 +63,81 @@ def test_validate_reports_one_line_per_problem_naming_the_field(
     out = capsys.readouterr().out.splitlines()
     for fragment in expected_lines:
         assert any(fragment in line for line in out), out
+
+
+SMALL = """
+apiVersion: specpilot.dev/v1alpha1
+kind: SpeculativeDeployment
+metadata: {name: chat%s}
+spec:
+  engine: {image: vllm/vllm-openai:v0.33.0, version: "0.33.0", maxModelLen: 4096}
+  target: {model: meta-llama/Llama-3.1-8B-Instruct}
+  speculation: {method: ngram, numSpeculativeTokens: 3}
+"""
+CONFIG_MAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: chat}\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "between", "refusal"),
+    [
+        ("", "", CONFIG_MAP, "metadata.name: document 3 names the same object (chat) as document 1"),
+        (
+            ", namespace: ml",
+            ", namespace: ml",
+            "",
+            "metadata.name: document 2 names the same object (chat in namespace ml) as document 1",
+        ),
+        ("", ", namespace: ml", "", None),  # another namespace: another object
+        (", namespace: a", ", namespace: b", CONFIG_MAP, None),
+    ],
+)
+def test_validate_refuses_two_documents_naming_one_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], first: str, second: str, between: str, refusal: str | None
+) -> None:
+    path = tmp_path / "crs.yaml"
+    path.write_text("---\n".join(part for part in (SMALL % first, between, SMALL % second) if part))
+    assert main(["validate", str(path)]) == (1 if refusal else 0)
+    out = [line for line in capsys.readouterr().out.splitlines() if ": warning: " not in line]
+    if refusal is None:
+        assert out == [f"{path}: chat: valid"] * 2
+    else:
+        assert out == [f"{path}: chat: valid", f"{path}: chat: {refusal}; applying both keeps only the last"]
+
+
+def test_validate_names_the_other_file_of_a_duplicate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(SMALL % "")
+    (tmp_path / "b.yaml").write_text(CONFIG_MAP + "---\n" + SMALL % "")
+    assert main(["validate", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"{tmp_path / 'b.yaml'}: chat: metadata.name: document 2 names the same object (chat) as document 1 of "
+        f"{tmp_path / 'a.yaml'}; applying both keeps only the last" in out
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["validate"], ["render"], ["plan"], ["plan", "-o", "json"], ["report", "--prometheus", "http://127.0.0.1:9"]],
+)
+def test_names_and_paths_with_control_characters_are_printed_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A name or file name carrying a terminal escape sequence (or a bidirectional override) never reaches the
+    terminal as one: every line that names them shows the characters escaped."""
+    path = tmp_path / "cr\x1b]0;owned\x07.yaml"
+    path.write_text((SMALL % "").replace("name: chat", 'name: "chat\\e[2J\\u202e"'))
+    main([command[0], str(path), *command[1:]])
+    out, err = capsys.readouterr()
+    for stream in (out, err):
+        assert not any(c in stream for c in "\x1b\x07\u202e"), stream
+    shown = {
+        "validate": ["cr\\x1b]0;owned\\x07.yaml: chat\\x1b[2J\\u202e: metadata.name"],
+        "render": ["cr\\x1b]0;owned\\x07.yaml: chat\\x1b[2J\\u202e: metadata.name"],
+        "plan": ["== chat\\x1b[2J\\u202e"] if len(command) == 1 else ['"chat\\u001b[2J\\u202e"'],
+        "report": ["error: Prometheus http://127.0.0.1:9"],  # the name goes no further than the queries
+    }[command[0]]
+    for line in shown:
+        assert line in out + err, out + err
 
 
 def test_render_prints_children_with_the_rendered_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -167,6 +167,9 @@ CEL_REFUSALS = [
     ("autotune.prometheus", {"url": "http://p:9090", "timeout": "0s"}, "spec.autotune.prometheus.timeout must be"),
     ("autotune.interval", "0s", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline must be greater"),
     ("autotune.rolloutDeadline", "0ms", "spec.autotune.interval, window, scrapeInterval and rolloutDeadline"),
+    ("autotune.rolloutDeadline", "24h1s", "spec.autotune.rolloutDeadline must be at most 24h"),
+    ("autotune.rolloutDeadline", "2000000h", "spec.autotune.rolloutDeadline must be at most 24h"),
+    ("autotune.rolloutDeadline", "9999999999999h", "spec.autotune.rolloutDeadline must be at most 24h"),
     ("autotune.latency", {"p99Target": "0s"}, "spec.autotune.latency.p99Target must be greater than 0s"),
     ("autotune.latency", {"ttftDeadline": "0s"}, "spec.autotune.latency.ttftDeadline must be greater than 0s"),
     (
@@ -215,6 +218,7 @@ ACCEPTED = [
     ("autotune.prometheus", {"url": "http://thanos-query.monitoring.svc.cluster.local:10902"}),
     ("autotune.prometheus", {"connection": "monitoring"}),
     ("autotune.probeInterval", "0s"),
+    ("autotune.rolloutDeadline", "24h"),
     ("speculation.acceptance", {"method": "Relaxed", "posteriorThreshold": 0.2, "posteriorAlpha": 0.4}),
     ("speculation.acceptance", {"method": "Block", "draftSampling": "Probabilistic"}),
     ("autotune.workload", {"shortOutputTokens": 100, "shortOutputFraction": 0.8, "tailWideningTolerance": 0.5}),

@@ -176,7 +176,9 @@ def test_a_canary_is_its_own_deployment_behind_the_same_service() -> None:
     assert canary_pod["specpilot.dev/deployment"] == main_pod["specpilot.dev/deployment"] == "llama"
 
 
-@pytest.mark.parametrize(("deadline", "seconds"), [(None, 1800), ("20m", 1200), ("65s", 65), ("10s", 60)])
+@pytest.mark.parametrize(
+    ("deadline", "seconds"), [(None, 1800), ("20m", 1200), ("65s", 65), ("10s", 60), ("24h", 86400)]
+)
 def test_startup_probe_budget_equals_the_rollout_deadline(deadline: str | None, seconds: int) -> None:
     """A pod is neither killed while its rollout may still succeed, nor left loading after it was declared failed."""
     made = deployment(spec(autotune={"rolloutDeadline": deadline} if deadline else {}))

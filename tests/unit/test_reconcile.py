@@ -134,7 +134,7 @@ def test_reconcile_completes_rollout_then_goes_quiet() -> None:
         ({"speculation__enabled": False}, True),
         ({"autotune__interval": "2m"}, False),
         ({"autotune__acceptance": {"disableBelow": 0.4, "enableAbove": 0.6}}, False),
-        ({"engine__image": "vllm/vllm-openai:v0.33.1"}, True),
+        ({"engine__image": "registry.example.com/vllm/vllm-openai:v0.33.0"}, True),
     ],
 )
 def test_reconcile_rolls_only_when_the_pod_template_changes(change: dict[str, Any], rolls: bool) -> None:
@@ -164,6 +164,29 @@ def test_reconcile_invalid_spec_sets_condition_and_applies_nothing() -> None:
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
     assert "spec.speculation.draft is required" in ready["message"]
     assert [(e.type, e.reason) for e in result.events] == [("Warning", "InvalidSpec")]
+
+
+@pytest.mark.parametrize(
+    ("image", "version", "applies"),
+    [
+        ("vllm/vllm-openai:v0.32.0", "0.33.0", False),
+        ("vllm/vllm-openai:v0.33.0rc1", "0.33.0", False),
+        ("vllm/vllm-openai:v0.33.0", "0.33.0", True),
+        ("registry.example.com:5000/vllm/vllm-openai:0.33.0-cu128", "0.33.0", True),
+        ("vllm/vllm-openai:latest", "0.32.0", True),
+        ("registry.example.com:5000/vllm@sha256:" + "a" * 64, "0.32.0", True),
+    ],
+)
+def test_reconcile_refuses_an_image_tag_naming_another_vllm_version(image: str, version: str, applies: bool) -> None:
+    """The command line is rendered for spec.engine.version; an image tag naming another release would run it."""
+    result = reconcile_chosen(inputs(spec_with(engine={**BASE_SPEC["engine"], "image": image, "version": version})))
+    assert ("Deployment" in [c["kind"] for c in result.apply]) == applies
+    assert result.status_patch is not None
+    ready = condition(result.status_patch, cond.READY)
+    if not applies:
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+        assert ready["message"].startswith("spec.engine.image: the tag "), ready["message"]
+        assert f"spec.engine.version is {version}" in ready["message"]
 
 
 def too_big() -> dict[str, Any]:
@@ -312,7 +335,9 @@ def test_reconcile_intent_precedence(
 
 
 def test_reconcile_reports_threshold_unsupported_on_versions_that_cannot_express_it() -> None:
-    spec = spec_with(engine__version="0.20.0", speculation__disableAboveBatchSize=32)
+    spec = spec_with(
+        engine__version="0.20.0", engine__image="vllm/vllm-openai:v0.20.0", speculation__disableAboveBatchSize=32
+    )
     result = reconcile_chosen(inputs(spec))
     assert result.status_patch is not None
     threshold = condition(result.status_patch, cond.THRESHOLD_SUPPORTED)

@@ -184,6 +184,24 @@ def test_report_explains_an_unreachable_prometheus(tmp_path: Path, capsys: pytes
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("since", [None, "7d", "2w", "36h"])
+def test_report_reads_its_documented_periods(
+    since: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default --since 7d (and the other Prometheus-style spellings) get as far as asking Prometheus."""
+    spec = {
+        "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0"},
+        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+    }
+    doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
+    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": spec}))
+    period = [] if since is None else ["--since", since]
+    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9", *period]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: Prometheus http://127.0.0.1:9: "), err
+
+
 def test_report_names_the_file_and_field_of_a_bad_resource(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
     (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": {"target": {"model": "m"}}}))

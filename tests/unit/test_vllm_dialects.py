@@ -463,12 +463,45 @@ def test_schedule_needs_k_where_the_draft_config_would_supply_it() -> None:
         render(raw, "0.24.0")
 
 
+# Every spelling vLLM's parser reads as data parallel 2 (tests/vllm/test_extra_args_hygiene.py shows it with vLLM's
+# own parser); the last occurrence wins.
+DATA_PARALLEL_2 = [
+    ["--data-parallel-size", "2"],
+    ["--data-parallel-size=2"],
+    ["--data_parallel_size", "2"],
+    ["--data_parallel_size=2"],
+    ["-dp", "2"],
+    ["-dp=2"],
+    ["--seed", "7", "--data_parallel_size", "2", "--enforce-eager"],
+    ["--data-parallel-size", "1", "--data_parallel_size=2"],
+]
+# Not data parallel > 1: another flag with the same prefix, a size of 1 given last, no value.
+DATA_PARALLEL_1 = [
+    ["--data-parallel-size-local", "2"],
+    ["-dpl", "2"],
+    ["--data-parallel-size", "2", "-dp", "1"],
+    ["--data-parallel-size"],
+    ["--seed", "2"],
+]
+
+
+@pytest.mark.parametrize("extra", DATA_PARALLEL_1, ids=" ".join)
+def test_no_data_parallel_keeps_the_schedule(extra: list[str]) -> None:
+    command = render({**NGRAM, "engine": {**NGRAM["engine"], "extraArgs": extra}}, "0.33.0")
+    assert command.threshold_support is render(NGRAM, "0.33.0").threshold_support, describe_threshold(command)
+    assert command.threshold_support is not ThresholdSupport.UNSUPPORTED
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
         ({**NGRAM, "speculation": {"method": "suffix", "disableAboveBatchSize": 16}}, "suffix"),
         ({**NGRAM, "engine": {**NGRAM["engine"], "extraArgs": ["--data-parallel-size", "2"]}}, "data parallel 2"),
         ({**NGRAM, "engine": {**NGRAM["engine"], "extraArgs": ["-dp=4"]}}, "data parallel 4"),
+        *(
+            ({**NGRAM, "engine": {**NGRAM["engine"], "extraArgs": extra}}, "data parallel 2")
+            for extra in DATA_PARALLEL_2
+        ),
     ],
 )
 def test_schedule_is_not_claimed_where_vllm_switches_it_off(raw: dict[str, Any], reason: str) -> None:

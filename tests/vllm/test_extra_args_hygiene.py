@@ -20,6 +20,7 @@ from e2e.vllm import sample_configs as sc
 from e2e.vllm.venvs import VllmVenv, validate_argv_cases
 from specpilot.api import v1alpha1
 from specpilot.vllm.dialects import UnsupportedCombination, extra_arg_problem, render_command
+from tests.unit.test_vllm_dialects import DATA_PARALLEL_1, DATA_PARALLEL_2
 
 pytestmark = pytest.mark.vllm
 
@@ -75,6 +76,11 @@ def outcome(vllm_validator_venv: VllmVenv, tmp_path_factory: pytest.TempPathFact
     # what an unchecked served model name starting with "-" would do: become a flag
     flagged = [*base[:3], "--served-model-name", "--enforce-eager", *base[5:]]
     cases.append({"id": "name-as-flag", "argv": flagged, "configs": sc.configs_for(sc.LLAMA_3_1_8B)})
+    for size, spellings in ((2, DATA_PARALLEL_2), (1, DATA_PARALLEL_1)):
+        for extra in spellings:
+            cases.append(
+                {"id": f"dp{size}: {' '.join(extra)}", "argv": base + extra, "configs": sc.configs_for(sc.LLAMA_3_1_8B)}
+            )
     cases.append({"id": "options", "options": True})
     results = validate_argv_cases(cases, python=vllm_validator_venv.python)
     return {r["id"]: r for r in results}
@@ -120,6 +126,18 @@ def test_accepted_extra_args_leave_rendered_values_alone(
     rendered = outcome["rendered"]["engine"]
     for key in ("max_model_len", "max_num_seqs", "tensor_parallel_size", "served_model_name", "speculative"):
         assert result["engine"][key] == rendered[key], key
+
+
+def test_data_parallel_spellings_are_what_vllm_reads(outcome: dict[str, dict[str, Any]]) -> None:
+    """The spellings specpilot reads as data parallel 2 (the batch-size schedule is then off) are exactly those vLLM's
+    parser reads as 2; the others are not data parallel > 1 there (a parse error or an engine refusal counts too)."""
+    for extra in DATA_PARALLEL_2:
+        result = outcome[f"dp2: {' '.join(extra)}"]
+        assert result["ok"], (extra, result["stage"], result["error"])
+        assert result["engine"]["data_parallel_size"] == 2, extra
+    for extra in DATA_PARALLEL_1:
+        result = outcome[f"dp1: {' '.join(extra)}"]
+        assert not result["ok"] or result["engine"]["data_parallel_size"] == 1, (extra, result["engine"])
 
 
 def test_kv_cache_dtype_enum_is_exactly_vllms_closed_set(outcome: dict[str, dict[str, Any]]) -> None:

@@ -1,24 +1,37 @@
-"""Kubernetes-style duration strings ("90s", "5m", "1h30m", "250ms").
+"""Duration strings: Kubernetes-style in the CR ("90s", "5m", "1h30m", "250ms"), Prometheus-style on the command line
+(also "7d", "2w").
 
 The CR carries durations as strings, like the rest of the Kubernetes ecosystem (Argo Rollouts, Flagger, KEDA), so a
-user reads "5m" in git rather than 300. The regex is shared with the CRD schema so the API server and the operator
-accept exactly the same spellings.
+user reads "5m" in git rather than 300. DURATION_PATTERN is shared with the CRD schema so the API server and the
+operator accept exactly the same spellings; SPAN_PATTERN adds days and weeks for look-back periods such as
+`specpilot report --since 7d`. The arithmetic is durationpy's (Go's duration syntax, the Kubernetes client's own
+dependency); the patterns only decide which spellings each place accepts.
 """
 
 from __future__ import annotations
 
 import re
 
+import durationpy
+
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
-_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+SPAN_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d|w))+$"
+_UNITS = {DURATION_PATTERN: "ms, s, m or h, e.g. 90s, 5m, 1h30m", SPAN_PATTERN: "ms, s, m, h, d or w, e.g. 90m, 7d, 2w"}
 
 
-def parse_duration(text: str) -> float:
-    """Return the duration in seconds; raise ValueError naming the accepted form."""
-    if not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{text!r} is not a duration; use a number with a unit ms, s, m or h, e.g. 90s, 5m, 1h30m")
-    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART.findall(text))
+def parse_duration(text: str, pattern: str = DURATION_PATTERN) -> float:
+    """Return the duration in seconds; raise ValueError naming the accepted form (or that it is out of range)."""
+    if not re.fullmatch(pattern, text):
+        raise ValueError(f"{text!r} is not a duration; use a number with a unit {_UNITS[pattern]}")
+    try:
+        return durationpy.from_str(text).total_seconds()
+    except durationpy.DurationError:
+        raise ValueError(f"{text!r} is out of range for a duration") from None
+
+
+def parse_span(text: str) -> float:
+    """A look-back period or step on the command line: a duration that may also use days (d) and weeks (w)."""
+    return parse_duration(text, SPAN_PATTERN)
 
 
 def format_duration(seconds: float) -> str:

@@ -12,6 +12,7 @@ documents.
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,17 @@ class LoadError(ValueError):
         super().__init__(f"{source}: {problem}")
         self.source = source
         self.problem = problem
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control and format characters (ESC of a terminal escape sequence, CR,
+    newline, bidirectional overrides, ...) are shown as Python escapes (\\x1b, \\u202e) instead of acting."""
+    return "".join(_escaped(c) if unicodedata.category(c) in ("Cc", "Cf") else c for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 @dataclass(frozen=True)
@@ -227,3 +239,33 @@ def load_documents(source: str) -> list[Document]:
 
 def speculative_deployments(documents: list[Document], kind: str) -> list[Document]:
     return [d for d in documents if d.kind == kind]
+
+
+def _identity(document: Document) -> tuple[str, str] | None:
+    """(namespace, name) as the API server keys the object; "" for a namespace left to the client's context."""
+    meta = document.body.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        return None
+    namespace = meta.get("namespace")
+    return (namespace if isinstance(namespace, str) else "", meta["name"])
+
+
+def duplicate_problems(documents: list[Document]) -> dict[int, str]:
+    """For each document (by position in `documents`) that names the same object as an earlier one, why: applying
+    both keeps only the last, so one of them never runs. Documents of one kind are compared; positions are 1-based."""
+    first: dict[tuple[str, str], Document] = {}
+    problems: dict[int, str] = {}
+    for position, document in enumerate(documents):
+        identity = _identity(document)
+        if identity is None:
+            continue
+        earlier = first.setdefault(identity, document)
+        if earlier is document:
+            continue
+        namespace = f" in namespace {identity[0]}" if identity[0] else ""
+        where = "" if earlier.source == document.source else f" of {earlier.source}"
+        problems[position] = (
+            f"metadata.name: document {document.index + 1} names the same object ({identity[1]}{namespace}) as "
+            f"document {earlier.index + 1}{where}; applying both keeps only the last"
+        )
+    return problems

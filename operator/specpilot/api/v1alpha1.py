@@ -7,6 +7,7 @@ Python check `specpilot validate` runs offline, so the two can never disagree ab
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ ANNOTATION_ALLOW_OVERCOMMIT = f"{GROUP}/allow-memory-overcommit"
 
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+([.+-][0-9A-Za-z.+-]*)?$"
 Duration = str  # validated against DURATION_PATTERN by Field(pattern=...)
+# The longest rollout a config may take: a day covers loading the largest checkpoints from slow storage, and keeps the
+# rendered progressDeadlineSeconds and startup-probe failureThreshold (int32 in the Deployment) far from overflow.
+MAX_ROLLOUT_DEADLINE = "24h"
 
 # Patterns are written with ASCII ranges only, so Python, pydantic's Rust engine, the API server's Go regexp (CRD
 # `pattern`) and CEL's matches() read them the same way.
@@ -602,7 +606,7 @@ class AutotuneSpec(_Spec):
     rollout_deadline: Duration = _duration(
         "30m",
         "A config rollout slower than this is reverted (progressDeadlineSeconds); each vLLM container's startup "
-        "probe gets the same budget to load its weights. At least 1m.",
+        f"probe gets the same budget to load its weights. At least 1m, at most {MAX_ROLLOUT_DEADLINE}.",
     )
 
 
@@ -821,8 +825,16 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
 )
 
 
+def _seconds(duration: str) -> float:
+    """A duration that matched DURATION_PATTERN, in seconds; one too large to represent reads as infinite."""
+    try:
+        return parse_duration(duration)
+    except ValueError:
+        return math.inf
+
+
 def _positive(duration: str | None) -> bool:
-    return duration is None or parse_duration(duration) > 0
+    return duration is None or _seconds(duration) > 0
 
 
 def _header_name_ok(name: str) -> bool:
@@ -933,6 +945,13 @@ FIELD_RULES: tuple[CrossFieldRule, ...] = (
             _positive(d)
             for d in (s.autotune.interval, s.autotune.window, s.autotune.scrape_interval, s.autotune.rollout_deadline)
         ),
+    ),
+    CrossFieldRule(
+        at=("autotune",),
+        cel=f"duration(self.rolloutDeadline) <= duration('{MAX_ROLLOUT_DEADLINE}')",
+        message=f"spec.autotune.rolloutDeadline must be at most {MAX_ROLLOUT_DEADLINE} (it becomes the Deployment's "
+        "progressDeadlineSeconds and the startup probe's budget)",
+        holds=lambda s: _seconds(s.autotune.rollout_deadline) <= parse_duration(MAX_ROLLOUT_DEADLINE),
     ),
     CrossFieldRule(
         at=("autotune", "latency"),

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.durations import parse_duration
-from specpilot.api.loading import LoadError, load_documents
+from specpilot.api.loading import LoadError, load_documents, printable
 from specpilot.api.v1alpha1 import (
     InvalidSpec,
     SpeculativeDeploymentSpec,
@@ -169,12 +169,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         loaded = _load(args.file)
         headers = dict(_header(h) for h in args.header)
     except LoadError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}"), file=sys.stderr)
         return EXIT_INVALID_INPUT
     except (InvalidSpec, ValueError) as err:
         problems = err.problems if isinstance(err, InvalidSpec) else [str(err)]
         for line in problems:
-            print(f"error: {args.file}: {line}", file=sys.stderr)
+            print(printable(f"error: {args.file}: {line}"), file=sys.stderr)
         return EXIT_INVALID_INPUT
     spec = loaded.spec
     notes = list(loaded.notes)
@@ -218,7 +218,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print("warning: TLS verification is off for Prometheus", file=sys.stderr)
     state = _policy_state(status, notes)
     for note in notes:
-        print(f"warning: {args.file}: {note}", file=sys.stderr)
+        print(printable(f"warning: {args.file}: {note}"), file=sys.stderr)
     stored = from_status(status.model_dump(by_alias=True, exclude_none=True) if status else {}, spec, scope, state)
     with PrometheusClient(connection) as client:
         result = evaluate_once(
@@ -241,7 +241,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(result))
+        sys.stdout.write("\n".join(printable(line) for line in render_text(result).split("\n")))
     if failure is not None:
         print(f"error: {failure}", file=sys.stderr)
         return EXIT_PROMETHEUS_FAILED

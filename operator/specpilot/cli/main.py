@@ -10,19 +10,31 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 
 from specpilot.api import crd, v1alpha1
-from specpilot.api.loading import Document, LoadError, load_documents
+from specpilot.api.loading import Document, LoadError, duplicate_problems, load_documents, printable
 from specpilot.cli.evaluate import add_evaluate_command
 from specpilot.planning.catalog import UnknownArchitecture
 from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
 from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import UnsupportedCombination, render_command
+from specpilot.vllm.versions import image_version_problem
 
 # The plan finding the operator lets an annotation override (reconcile.MEMORY_FINDING): render follows the same rule.
 MEMORY_DOES_NOT_FIT = "DoesNotFit"
+
+
+def _say(line: str, stream: TextIO | None = None) -> None:
+    """Print one line that may carry user-supplied names or paths, its control characters escaped."""
+    print(printable(line), file=stream or sys.stdout)
+
+
+def _say_each(lines: Sequence[str], stream: TextIO | None = None) -> None:
+    for line in lines:
+        _say(line, stream)
 
 
 def _inputs(sources: Sequence[str]) -> tuple[list[Document], bool]:
@@ -36,12 +48,12 @@ def _inputs(sources: Sequence[str]) -> tuple[list[Document], bool]:
         try:
             documents = load_documents(source)
         except LoadError as err:
-            print(str(err), file=sys.stderr)
+            _say(str(err), sys.stderr)
             failed = True
             continue
         mine = [d for d in documents if d.kind == v1alpha1.KIND]
         if not mine:
-            print(f"{source}: no {v1alpha1.KIND} documents found (kind: {v1alpha1.KIND})", file=sys.stderr)
+            _say(f"{source}: no {v1alpha1.KIND} documents found (kind: {v1alpha1.KIND})", sys.stderr)
             failed = True
         found.extend(mine)
     return found, failed
@@ -85,6 +97,9 @@ def validate_document(
         problems.append(f"metadata.name: {crd.NAME_RULE['message']} (got {name!r})")
     problems.extend(v1alpha1.metadata_problems(resource.metadata))
     problems.extend(v1alpha1.duration_problems(spec))
+    image_problem = image_version_problem(spec.engine.image, spec.engine.version) if vllm_version is None else None
+    if image_problem is not None:  # with --vllm-version the caller renders for another release on purpose
+        problems.append(f"spec.engine.image: {image_problem}")
     overcommit = allow_overcommit or _allows_overcommit(resource)
     try:
         plan = plan_memory(spec)
@@ -104,15 +119,18 @@ def validate_document(
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     documents, failed = _inputs(args.files)
-    for doc in documents:
+    duplicates = duplicate_problems(documents)
+    for position, doc in enumerate(documents):
         problems, warnings = validate_document(doc.body)
+        if position in duplicates:
+            problems = [duplicates[position], *problems]
         for line in warnings:
-            print(f"{doc.source}: {doc.name}: warning: {line}")
+            _say(f"{doc.source}: {doc.name}: warning: {line}")
         for line in problems:
-            print(f"{doc.source}: {doc.name}: {line}")
+            _say(f"{doc.source}: {doc.name}: {line}")
         failed = failed or bool(problems)
         if not problems:
-            print(f"{doc.source}: {doc.name}: valid")
+            _say(f"{doc.source}: {doc.name}: valid")
     return 1 if failed else 0
 
 
@@ -126,7 +144,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
             doc.body, vllm_version=args.vllm_version, allow_overcommit=args.allow_memory_overcommit
         )
         if problems:
-            print("\n".join(f"{doc.source}: {doc.name}: {p}" for p in problems), file=sys.stderr)
+            _say_each([f"{doc.source}: {doc.name}: {p}" for p in problems], sys.stderr)
             return 1
         resource = v1alpha1.parse_resource(doc.body)
         spec = _with_version(resource.spec, args.vllm_version)
@@ -149,7 +167,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
             )
         )
         for note in rendered.notes:
-            print(f"# {doc.name}: {note}", file=sys.stderr)
+            _say(f"# {doc.name}: {note}", sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=120))
     return 0
 
@@ -163,18 +181,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         try:
             resource = v1alpha1.parse_resource(doc.body)
         except v1alpha1.InvalidSpec as err:
-            print("\n".join(f"{doc.source}: {doc.name}: {p}" for p in err.problems), file=sys.stderr)
+            _say_each([f"{doc.source}: {doc.name}: {p}" for p in err.problems], sys.stderr)
             return 1
         try:
             plans.append((doc.name, plan_memory(resource.spec)))
         except UnknownArchitecture as err:
-            print(f"{doc.source}: {doc.name}: {err}", file=sys.stderr)
+            _say(f"{doc.source}: {doc.name}: {err}", sys.stderr)
             return 1
     if args.output == "json":
         print(json.dumps({name: plan.to_json() for name, plan in plans}, indent=2))
     else:
         for name, plan in plans:
-            print(f"== {name}")
+            _say(f"== {name}")
             print(format_table(plan))
     return 0 if all(plan.fits for _, plan in plans) else 1
 
@@ -185,7 +203,7 @@ def _cmd_crd(args: argparse.Namespace) -> int:
         try:
             Path(args.output).write_text(text)
         except OSError as err:
-            print(f"{args.output}: cannot write: {err.strerror or err}", file=sys.stderr)
+            _say(f"{args.output}: cannot write: {err.strerror or err}", sys.stderr)
             return 1
     else:
         sys.stdout.write(text)
@@ -377,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except OSError as err:
         where = f" ({err.filename})" if err.filename else ""
-        print(f"specpilot {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
+        _say(f"specpilot {args.command}: error: {err.strerror or err}{where}", sys.stderr)
         with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

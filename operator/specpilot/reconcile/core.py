@@ -28,6 +28,7 @@ from specpilot.vllm.dialects import (
     render_command,
 )
 from specpilot.vllm.intent import ChosenIntent, IntentSource, SpeculationIntent, complete_intent, intent_to_dict
+from specpilot.vllm.versions import image_version_problem
 
 ANNOTATION_APPLIED_HASH = f"{v1alpha1.GROUP}/applied-hash"
 
@@ -420,6 +421,11 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     fit_update, refusal = _memory_verdict(inputs, spec, fields)
     if refusal is not None:
         return _finish(inputs, [fit_update, refusal], fields, [])
+
+    image_problem = image_version_problem(spec.engine.image, spec.engine.version)
+    if image_problem is not None:
+        invalid = cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", f"spec.engine.image: {image_problem}")
+        return _finish(inputs, [fit_update, invalid], fields, [])
 
     if chosen is None:
         raise ValueError("reconcile: a spec that parses needs a chosen intent (autotune.evaluation.choose_intent)")

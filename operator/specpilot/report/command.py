@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.api import v1alpha1
-from specpilot.api.durations import parse_duration
-from specpilot.api.loading import STDIN, load_documents, speculative_deployments
+from specpilot.api.durations import parse_duration, parse_span
+from specpilot.api.loading import STDIN, load_documents, printable, speculative_deployments
 from specpilot.api.timestamps import parse_time
 from specpilot.autotune.signals.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
@@ -35,7 +35,7 @@ def add_report_command(sub: Any) -> None:
     p.add_argument("target", metavar="FILE|NAME", help="a SpeculativeDeployment YAML file, or the name of a live one")
     p.add_argument("-n", "--namespace", help="namespace of NAME (and of FILE's series if it has none)")
     p.add_argument("--prometheus", help="Prometheus base URL (default: spec.autotune.prometheus.url)")
-    p.add_argument("--since", default="7d", help="how far back to look (default 7d)")
+    p.add_argument("--since", default="7d", help="how far back to look, e.g. 90m, 36h, 7d, 2w (default 7d)")
     p.add_argument("--until", help="end of the period, RFC 3339 (default: now)")
     p.add_argument("--step", help="window length (default: the period / 240, at least 4 scrape intervals)")
     p.add_argument("-o", "--output-dir", type=Path, help="where to write report.md and the PNGs")
@@ -104,19 +104,19 @@ def run_report(args: argparse.Namespace) -> int:
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url")
         end = parse_time(args.until) if args.until else datetime.now(UTC)
-        span = parse_duration(args.since)
+        span = parse_span(args.since)
         scrape = parse_duration(spec.autotune.scrape_interval)
-        step_s = int(max(parse_duration(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
+        step_s = int(max(parse_span(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
         headers = dict(h.split("=", 1) for h in args.header if "=" in h)
         if len(headers) != len(args.header):
             raise ValueError("--header takes NAME=VALUE")
         if args.bearer_token_file:
             headers["Authorization"] = f"Bearer {args.bearer_token_file.read_text().strip()}"
     except v1alpha1.InvalidSpec as err:
-        print("\n".join(f"{args.target}: {p}" for p in err.problems), file=sys.stderr)
+        print("\n".join(printable(f"{args.target}: {p}") for p in err.problems), file=sys.stderr)
         return 1
     except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}"), file=sys.stderr)
         return 1
     # Align windows to the step so reruns over the same period give the same windows.
     end_s = int(end.timestamp()) // step_s * step_s
@@ -131,7 +131,7 @@ def run_report(args: argparse.Namespace) -> int:
             source, queries, datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), step_s
         )
     except ReportQueryError as err:
-        print(f"error: Prometheus {url}: {err}", file=sys.stderr)
+        print(printable(f"error: Prometheus {url}: {err}"), file=sys.stderr)
         return 1
     report = analyse(
         data,
@@ -150,6 +150,7 @@ def run_report(args: argparse.Namespace) -> int:
     markdown = render_markdown(report, [p.name for p in plots])
     (out_dir / "report.md").write_text(markdown)
     print(f"{report.verdict.headline}\n")
-    print(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range queries, "
-          f"{(end_s - start_s) // step_s} windows of {step_s} s, {time.monotonic() - started:.1f} s)")  # fmt: skip
+    print(printable(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range "
+                    f"queries, {(end_s - start_s) // step_s} windows of {step_s} s, "
+                    f"{time.monotonic() - started:.1f} s)"))  # fmt: skip
     return 0

@@ -352,12 +352,17 @@ def _check_extra_args(extra_args: list[str]) -> None:
 
 
 def _data_parallel_size(extra_args: list[str]) -> int:
+    """The data parallel size vLLM reads from extraArgs: every spelling its parser accepts (`--data-parallel-size`,
+    `--data_parallel_size`, `-dp`, each with the value as the next token or after "="), the last one winning as
+    argparse's does. Prefixes are ambiguous there (--data-parallel-size-local, -dpl, ...), so only these count."""
+    size = 1
     for index, arg in enumerate(extra_args):
-        flag, _, inline = arg.partition("=")
+        name, equals, inline = arg.partition("=")
+        flag = _long_flag(arg) if arg.startswith("--") else name
         if flag in _DATA_PARALLEL_FLAGS:
-            value = inline or (extra_args[index + 1] if index + 1 < len(extra_args) else "")
-            return int(value) if value.isdigit() else 1
-    return 1
+            value = inline if equals else (extra_args[index + 1] if index + 1 < len(extra_args) else "")
+            size = int(value) if value.isdigit() else 1
+    return size
 
 
 def _check_spec(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: Engine) -> None:

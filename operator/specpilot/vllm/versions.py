@@ -7,41 +7,63 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import total_ordering
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?")
+from packaging.version import InvalidVersion, Version
+
+_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+)")
 
 
 @total_ordering
 @dataclass(frozen=True)
 class VllmVersion:
-    major: int
-    minor: int
-    patch: int
-    post: int = 0
+    """A vLLM release in PEP 440 order: 0.24.0rc1 < 0.24.0 < 0.24.0.post1. The local label (+cpu, +cu128) names a
+    build, not a release, and is ignored; a suffix that is not PEP 440 (a vendor's tag) reads as its X.Y.Z release."""
+
+    release: Version
 
     @classmethod
     def parse(cls, text: str) -> VllmVersion:
-        """Parse "0.33.0", "v0.8.5.post1", "0.32.0+cpu"; raise ValueError naming the expected form."""
-        match = _VERSION.match(text.strip())
+        """Parse "0.33.0", "v0.8.5.post1", "0.24.0rc1", "0.24.0.rc1", "0.32.0+cpu"; raise ValueError naming the form."""
+        match = _RELEASE.match(text.strip())
         if not match:
             raise ValueError(f"{text!r} is not a vLLM version; expected MAJOR.MINOR.PATCH such as 0.33.0")
-        major, minor, patch, post = match.groups()
-        return cls(int(major), int(minor), int(patch), int(post or 0))
-
-    def _key(self) -> tuple[int, int, int, int]:
-        return (self.major, self.minor, self.patch, self.post)
+        try:
+            return cls(Version(Version(text.strip()).public))
+        except InvalidVersion:
+            return cls(Version(match.group(1)))
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, VllmVersion):
             return NotImplemented
-        return self._key() < other._key()
+        return self.release < other.release
 
     def __str__(self) -> str:
-        base = f"{self.major}.{self.minor}.{self.patch}"
-        return f"{base}.post{self.post}" if self.post else base
+        return str(self.release)
 
 
 def v(text: str) -> VllmVersion:
     return VllmVersion.parse(text)
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (registry[:port]/path/name[:tag][@digest]), None when it has none."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.split(":", 1)[1] if ":" in name else None
+
+
+def image_version_problem(image: str, version: str) -> str | None:
+    """Why an image whose tag names a vLLM release (v0.33.0, 0.32.0-cpu, v0.24.0rc1) cannot run as `version`: the
+    command line is rendered for `version`, so a different release in the image gets flags it may not have. A tag
+    that names no release (latest, a build name, a digest only) is not checked."""
+    tag = image_tag(image)
+    if tag is None or not _RELEASE.match(tag):
+        return None
+    in_image, declared = VllmVersion.parse(tag), VllmVersion.parse(version)
+    if in_image == declared:
+        return None
+    return (
+        f"the tag {tag!r} names vLLM {in_image} but spec.engine.version is {declared}, which selects the command "
+        "line; make them agree (or pin the image by a tag without a version, or a digest)"
+    )
 
 
 class Engine(StrEnum):

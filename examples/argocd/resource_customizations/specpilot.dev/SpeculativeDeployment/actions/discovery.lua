@@ -1,5 +1,5 @@
 -- Argo CD resource actions for specpilot.dev/SpeculativeDeployment: pause, resume, reevaluate.
--- They only set annotations on the CR (the break-glass and one-shot user overrides, which win over automation); the
+-- They only set annotations on the CR (the break-glass and one-shot overrides); the
 -- operator reads them and never writes them. Plain table logic: Argo CD's default Lua VM has no string library.
 local actions = {}
 local annotations = {}
