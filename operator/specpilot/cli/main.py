@@ -19,7 +19,7 @@ from specpilot.cli.evaluate import add_evaluate_command
 from specpilot.planning.catalog import UnknownArchitecture
 from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
 from specpilot.reconcile import manifests
-from specpilot.vllm.dialects import UnsupportedCombination, render_command
+from specpilot.vllm.dialects import UnsupportedCombination, drain_note, render_command
 
 # The plan finding the operator lets an annotation override (reconcile.MEMORY_FINDING): render follows the same rule.
 MEMORY_DOES_NOT_FIT = "DoesNotFit"
@@ -97,6 +97,9 @@ def validate_document(
     try:
         rendered = render_command(spec)
         warnings.extend(f"spec.speculation: {note}" for note in rendered.notes)
+        lossy = drain_note(rendered)
+        if lossy is not None:
+            warnings.append(f"spec.engine.version: {lossy}")
     except UnsupportedCombination as err:
         problems.append(str(err))
     return problems, warnings
@@ -148,8 +151,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
                 speculation=spec.speculation.enabled,
             )
         )
-        for note in rendered.notes:
-            print(f"# {doc.name}: {note}", file=sys.stderr)
+        for note in (*rendered.notes, drain_note(rendered)):
+            if note is not None:
+                print(f"# {doc.name}: {note}", file=sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=120))
     return 0
 
