@@ -597,6 +597,13 @@ def test_config_hash_is_ten_hex_and_tracks_the_argv() -> None:
     assert render_command(resized).config_hash == on.config_hash
 
 
+def test_config_hash_covers_the_image() -> None:
+    spec = parse_spec(DRAFT_70B)
+    other_image = parse_spec({**DRAFT_70B, "engine": {**DRAFT_70B["engine"], "image": "vllm/vllm-openai:v0.33.1"}})
+    assert render_command(other_image).argv == render_command(spec).argv
+    assert render_command(other_image).config_hash != render_command(spec).config_hash
+
+
 # ------------------------------------------------------------------------------------------------- drain
 
 

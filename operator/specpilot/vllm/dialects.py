@@ -104,6 +104,7 @@ class RenderedCommand:
     notes: tuple[str, ...] = ()
     # --shutdown-timeout rendered: how long a SIGTERM'd server finishes its in-flight requests; 0 = aborts them
     drain_seconds: int = 0
+    image: str = ""  # the container image that runs argv: part of the configuration
 
     @property
     def speculating(self) -> bool:
@@ -111,8 +112,9 @@ class RenderedCommand:
 
     @property
     def config_hash(self) -> str:
-        """Pod-template label: changes exactly when the command line does, so only real changes roll the pods."""
-        return hashlib.sha256("\0".join(self.argv).encode()).hexdigest()[:CONFIG_HASH_LENGTH]
+        """Pod-template label: changes exactly when the image or the command line does, so only real changes roll
+        the pods, and pods of another image are never measured as the same configuration."""
+        return hashlib.sha256("\0".join((self.image, *self.argv)).encode()).hexdigest()[:CONFIG_HASH_LENGTH]
 
     @property
     def metric_names(self) -> MetricNames:
@@ -742,6 +744,7 @@ def render_command(
     argv += spec.engine.extra_args
     return RenderedCommand(
         argv=tuple(argv),
+        image=spec.engine.image,
         drain_seconds=rendered_drain_seconds(spec, version),
         version=version,
         engine=engine,
