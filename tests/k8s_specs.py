@@ -119,6 +119,13 @@ def valid_resources(draw: st.DrawFn) -> dict[str, Any]:
             "canary": {"enabled": canary},
         },
     }
+    if draw(st.booleans()):
+        surge = draw(st.integers(0, 2))
+        spec["rollout"] = {
+            "maxSurge": surge,
+            "maxUnavailable": draw(st.integers(0 if surge else 1, 2)),
+            "drainSeconds": draw(st.integers(0, 3600)),
+        }
     return {
         "apiVersion": v1alpha1.API_VERSION,
         "kind": v1alpha1.KIND,

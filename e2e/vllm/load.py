@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import ipaddress
 import json
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -193,6 +194,86 @@ def run_load(
         mean_latency_s=round(sum(r[0] for r in ok) / len(ok), 3) if ok else 0.0,
         first_error=errors[0] if errors else None,
     )
+
+
+MAX_STREAM_BYTES = 4 * 1024 * 1024
+MAX_SSE_LINE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """One streamed completion as the client saw it."""
+
+    chunks: int  # SSE events that carried generated text
+    completion_tokens: int | None  # from the final usage chunk; None if the stream ended before it
+    finish_reason: str | None  # "length", "stop", "abort", ... of the last choice that had one
+    done: bool  # the stream ended with data: [DONE]
+    error: str | None = None  # HTTP status or connection error, when the request failed or broke off
+
+    @property
+    def complete(self) -> bool:
+        return self.done and self.error is None and self.finish_reason in ("length", "stop")
+
+
+def stream_completion(
+    url: str,
+    *,
+    model: str = "tiny",
+    prompt: str = DEFAULT_PROMPTS[0],
+    max_tokens: int = 64,
+    timeout_s: float = 120.0,
+    first_chunk: threading.Event | None = None,
+) -> StreamResult:
+    """POST a streaming /v1/completions (ignore_eos, temperature 0) and read it to its end or its failure.
+
+    ``first_chunk`` is set once text arrives. Bounded: ``timeout_s`` per read and in total, 4 MiB and 64 KiB a line.
+    """
+    check_loopback(url)
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        url.rstrip("/") + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    chunks, tokens, finish, done, received = 0, None, None, False, 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            while not done and time.monotonic() < deadline and received < MAX_STREAM_BYTES:
+                line = resp.readline(MAX_SSE_LINE_BYTES)
+                if not line:
+                    break
+                received += len(line)
+                payload = line.decode("utf-8", "replace").strip().removeprefix("data:").strip()
+                if not line.startswith(b"data:") or not payload:
+                    continue
+                if payload == "[DONE]":
+                    done = True
+                    continue
+                event = json.loads(payload)
+                for choice in event.get("choices") or []:
+                    if choice.get("text"):
+                        chunks += 1
+                        if first_chunk is not None:
+                            first_chunk.set()
+                    finish = choice.get("finish_reason") or finish
+                usage = event.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    tokens = usage["completion_tokens"]
+    except urllib.error.HTTPError as exc:
+        return StreamResult(chunks, tokens, finish, done, f"HTTP {exc.code}: {exc.read(300).decode(errors='replace')}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return StreamResult(chunks, tokens, finish, done, f"{type(exc).__name__}: {exc}")
+    return StreamResult(chunks, tokens, finish, done, None if done else "stream ended without [DONE]")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,6 +158,54 @@ def test_render_for_an_older_vllm_uses_its_dialect(capsys: pytest.CaptureFixture
     assert "--speculative-config" not in command
 
 
+TWO_REPLICAS = """
+apiVersion: specpilot.dev/v1alpha1
+kind: SpeculativeDeployment
+metadata: {name: chat}
+spec:
+  replicas: 2
+  engine: {image: vllm/vllm-openai:v0.33.0, version: "0.33.0"}
+  target: {model: meta-llama/Llama-3.1-8B-Instruct}
+  speculation: {method: ngram, numSpeculativeTokens: 3}
+"""
+
+
+def test_render_of_two_replicas_drains_within_the_grace_period(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cr.yaml"
+    path.write_text(TWO_REPLICAS)
+    assert main(["render", str(path)]) == 0
+    deployment, *_ = yaml.safe_load_all(capsys.readouterr().out)
+    pod = deployment["spec"]["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    drain = int(command[command.index("--shutdown-timeout") + 1])
+    pre_stop = pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert drain > 0
+    assert pre_stop > 0
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + drain
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_validate_warns_that_a_version_without_drain_aborts_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cr.yaml"
+    path.write_text(TWO_REPLICAS.replace('"0.33.0"', '"0.17.1"'))
+    assert main(["validate", str(path)]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "--shutdown-timeout" in line]
+    assert len(warnings) == 1
+    assert "warning: spec.engine.version:" in warnings[0]
+    assert "aborts" in warnings[0]
+    path.write_text(
+        TWO_REPLICAS.replace('"0.33.0"', '"0.17.1"').replace(
+            "replicas: 2", "replicas: 2\n  rollout: {drainSeconds: 30}"
+        )
+    )
+    assert main(["validate", str(path)]) == 1
+    assert "spec.rollout.drainSeconds: vLLM 0.17.1 cannot drain" in capsys.readouterr().out
+
+
 def test_plan_json_has_the_memory_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(EXAMPLE), "-o", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)["llama-70b-draft"]

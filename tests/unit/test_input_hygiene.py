@@ -187,6 +187,12 @@ CEL_REFUSALS = [
         {"method": "ngram", "numSpeculativeTokens": 3, "adaptiveVerification": True},
         "spec.speculation.adaptiveVerification needs method draft_model, eagle, eagle3, mtp, dflash, dspark",
     ),
+    ("rollout", {"maxUnavailable": 0}, "spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0"),
+    (
+        "rollout",
+        {"maxSurge": 0, "maxUnavailable": 0, "drainSeconds": 30},
+        "spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0",
+    ),
     ("speculation", {"method": "dflash", "numSpeculativeTokens": 3}, "spec.speculation.draft is required"),
     ("speculation", {"method": "ngram_gpu"}, "spec.speculation.numSpeculativeTokens is required"),
     (
@@ -219,6 +225,9 @@ ACCEPTED = [
     ("autotune.prometheus", {"connection": "monitoring"}),
     ("autotune.probeInterval", "0s"),
     ("autotune.rolloutDeadline", "24h"),
+    ("rollout", {"maxSurge": 1}),
+    ("rollout", {"maxSurge": 1, "maxUnavailable": 0, "drainSeconds": 0}),
+    ("rollout", {"maxUnavailable": 2, "drainSeconds": 3600}),
     ("speculation.acceptance", {"method": "Relaxed", "posteriorThreshold": 0.2, "posteriorAlpha": 0.4}),
     ("speculation.acceptance", {"method": "Block", "draftSampling": "Probabilistic"}),
     ("autotune.workload", {"shortOutputTokens": 100, "shortOutputFraction": 0.8, "tailWideningTolerance": 0.5}),

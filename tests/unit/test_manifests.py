@@ -70,9 +70,57 @@ def test_build_deployment_requests_gpus(resources: dict[str, Any], expected_limi
     assert container["resources"] == {"limits": expected_limits, "requests": expected_limits}
 
 
-def test_build_deployment_rolls_without_spare_gpus() -> None:
-    strategy = deployment(spec())["spec"]["strategy"]
-    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+@pytest.mark.parametrize(
+    ("rollout", "surge", "unavailable", "budget"),
+    [
+        ({}, 0, 1, 1),  # default: no spare GPUs, one pod at a time
+        ({"maxSurge": 1}, 1, 0, 1),  # surge: a new pod first; a node drain still cannot surge, so the PDB allows 1
+        ({"maxSurge": 2, "maxUnavailable": 1}, 2, 1, 1),
+        ({"maxUnavailable": 2}, 0, 2, 2),
+    ],
+)
+def test_rollout_strategy_and_disruption_budget_agree(
+    rollout: dict[str, Any], surge: int, unavailable: int, budget: int
+) -> None:
+    made = spec(replicas=4, rollout=rollout)
+    strategy = deployment(made)["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
+    pdb = manifests.build_pod_disruption_budget(made, OWNER)
+    assert pdb is not None
+    assert pdb["spec"]["maxUnavailable"] == budget
+
+
+def test_both_surge_and_unavailability_zero_is_refused() -> None:
+    with pytest.raises(v1alpha1.InvalidSpec, match=r"spec\.rollout\.maxSurge and spec\.rollout\.maxUnavailable"):
+        spec(rollout={"maxUnavailable": 0})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "drain", "grace"),
+    [
+        ({}, 300, 340),  # 8192 tokens x 50 ms, capped at 300; + preStop 10 + margin 30
+        ({"rollout": {"drainSeconds": 45}}, 45, 85),
+        ({"rollout": {"drainSeconds": 0}}, 0, 40),
+        ({"engine": {"image": "i", "version": "0.33.0", "maxModelLen": 1024}}, 52, 92),  # 51.2 s rounded up
+    ],
+)
+def test_pods_drain_within_their_grace_period(overrides: dict[str, Any], drain: int, grace: int) -> None:
+    pod = deployment(spec(**overrides))["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": manifests.PRE_STOP_SECONDS}}}
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert grace > manifests.PRE_STOP_SECONDS + drain
+
+
+@pytest.mark.parametrize(
+    ("replicas", "rollout", "waves"),
+    [(0, {}, 1), (1, {}, 1), (4, {}, 4), (4, {"maxSurge": 1}, 4), (4, {"maxSurge": 1, "maxUnavailable": 1}, 2),
+     (5, {"maxUnavailable": 2}, 3), (40, {}, 40)],
+)  # fmt: skip
+def test_the_rollout_budget_scales_with_the_waves_of_pods(replicas: int, rollout: dict[str, Any], waves: int) -> None:
+    made = spec(replicas=replicas, rollout=rollout)
+    assert manifests.rollout_waves(made, replicas) == waves
+    assert manifests.rollout_budget_seconds(made, replicas) == waves * manifests.pod_replacement_seconds(made)
 
 
 def test_build_deployment_probes_vllm_health() -> None:
@@ -95,8 +143,9 @@ def test_build_deployment_user_env_overrides_defaults() -> None:
     assert [e for e in entries if e["name"] == "DO_NOT_TRACK"] == [{"name": "DO_NOT_TRACK", "value": "0"}]
 
 
-def test_build_deployment_progress_deadline_follows_rollout_deadline() -> None:
-    assert deployment(spec(autotune={"rolloutDeadline": "20m"}))["spec"]["progressDeadlineSeconds"] == 1200
+def test_build_deployment_progress_deadline_is_one_pod_stopping_then_loading() -> None:
+    made = deployment(spec(autotune={"rolloutDeadline": "20m"}, rollout={"drainSeconds": 60}))
+    assert made["spec"]["progressDeadlineSeconds"] == (10 + 60 + 30) + 1200  # grace period + rolloutDeadline
 
 
 @pytest.mark.parametrize(("replicas", "has_pdb"), [(0, False), (1, False), (2, True), (5, True)])
@@ -181,8 +230,8 @@ def test_a_canary_is_its_own_deployment_behind_the_same_service() -> None:
 )
 def test_startup_probe_budget_equals_the_rollout_deadline(deadline: str | None, seconds: int) -> None:
     """A pod is neither killed while its rollout may still succeed, nor left loading after it was declared failed."""
-    made = deployment(spec(autotune={"rolloutDeadline": deadline} if deadline else {}))
-    startup = made["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
-    assert made["spec"]["progressDeadlineSeconds"] == seconds
+    made = spec(autotune={"rolloutDeadline": deadline} if deadline else {})
+    startup = deployment(made)["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert manifests.rollout_deadline_seconds(made) == seconds
     budget = startup["periodSeconds"] * startup["failureThreshold"]
     assert seconds <= budget < seconds + startup["periodSeconds"]

@@ -38,6 +38,7 @@ from specpilot.autotune.policy.decision import (
 )
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
 from specpilot.autotune.signals.promql import Signal, Window
+from specpilot.reconcile import manifests
 from specpilot.vllm.intent import ChosenIntent, IntentSource, SpeculationIntent, intent_to_dict
 
 VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
@@ -966,6 +967,14 @@ def test_a_probe_without_acceptance_evidence_ends_at_its_deadline() -> None:
     late = run(spec, [silent] * 5, state=started, start=T0 + 2 * MINUTE)
     assert late.decisions[0].proposal is Action.DISABLE
     assert "found no acceptance evidence within" in late.decisions[0].reason
+
+
+def test_a_probe_deadline_allows_the_rollout_of_every_replica() -> None:
+    """The probe's rollout is one pod replacement per pod: eight replicas get seven more than one replica does."""
+    one = make_spec()
+    eight = one.model_copy(update={"replicas": 8})
+    replacement = manifests.pod_replacement_seconds(one)
+    assert probe_deadline(eight) - probe_deadline(one) == timedelta(seconds=7 * replacement)
 
 
 def test_a_paused_object_consumes_a_new_reevaluate_token() -> None:

@@ -232,17 +232,25 @@ def test_reconcile_progress_deadline_exceeded_is_degraded() -> None:
 
 
 @pytest.mark.parametrize(
-    ("minutes_later", "completed_once", "progressing"),
+    ("replicas", "minutes_later", "completed_once", "progressing"),
     [
-        (10, False, "RolloutStarted"),  # inside the 30m deadline: still rolling
-        (31, False, "RolloutFailed"),  # past it and never available, although the Deployment never says so
-        (31, True, "RolloutStarted"),  # it was available once: a later crash is not a failed rollout
+        # One pod at a time; each may stop for its grace period (10 s preStop + 300 s drain + 30 s) and then load
+        # for the 30m rolloutDeadline: 35m40s a pod.
+        (2, 10, False, "RolloutStarted"),  # inside the budget of two pods: still rolling
+        (2, 72, False, "RolloutFailed"),  # past it and never available, although the Deployment never says so
+        (2, 72, True, "RolloutStarted"),  # it was available once: a later crash is not a failed rollout
+        (1, 36, False, "RolloutFailed"),  # one pod's budget
+        (3, 72, False, "RolloutStarted"),  # a third pod extends the budget to 107 minutes
     ],
 )
-def test_the_operators_own_rollout_deadline(minutes_later: int, completed_once: bool, progressing: str) -> None:
+def test_the_operators_own_rollout_deadline(
+    replicas: int, minutes_later: int, completed_once: bool, progressing: str
+) -> None:
     """A return to an earlier ReplicaSet never gets ProgressDeadlineExceeded from Kubernetes (its Progressing
-    condition keeps NewReplicaSetAvailable), so the operator times the rollout from status.effective.rolloutStarted."""
-    created = reconcile_chosen(inputs(BASE_SPEC, now="2026-11-26T00:00:00Z"))
+    condition keeps NewReplicaSetAvailable), so the operator times the rollout from status.effective.rolloutStarted,
+    and allows one pod replacement per pod to roll."""
+    spec = {**BASE_SPEC, "replicas": replicas}
+    created = reconcile_chosen(inputs(spec, now="2026-11-26T00:00:00Z"))
     assert created.status_patch is not None
     status = copy.deepcopy(created.status_patch)
     assert status["effective"]["rolloutStarted"] == "2026-11-26T00:00:00Z"
@@ -252,11 +260,11 @@ def test_the_operators_own_rollout_deadline(minutes_later: int, completed_once: 
     crash_looping = settled_deployment(created, available_replicas=0, ready_replicas=0)
     result = reconcile_chosen(
         inputs(
-            BASE_SPEC,
+            spec,
             status=status,
             live_children=live_of(created),
             deployment=crash_looping,
-            now=f"2026-11-26T00:{minutes_later:02d}:00Z",
+            now=f"2026-11-26T{minutes_later // 60:02d}:{minutes_later % 60:02d}:00Z",
         )
     )
     assert result.status_patch is not None

@@ -141,10 +141,15 @@ def test_an_autotune_rollout_that_misses_its_deadline_is_reverted_and_automation
 def test_a_reenable_kubernetes_never_times_out_is_timed_out_by_the_operator() -> None:
     """The probe returns to the config that ran first, so the Deployment reuses its old ReplicaSet and Kubernetes
     never reports ProgressDeadlineExceeded; the operator's own clock (status.effective.rolloutStarted) fails the
-    rollout after rolloutDeadline, the autotuner reverts to off and halts, with one RolloutFailed warning each."""
+    rollout after its budget (one pod: its 1m grace period, then the 5m rolloutDeadline to load), the autotuner
+    reverts to off and halts, with one RolloutFailed warning each."""
     from tests.seams import Cluster, evaluate_until_actuated, window_measurements
 
-    spec = {**ROUND_TRIP_SPEC, "autotune": {**ROUND_TRIP_SPEC["autotune"], "rolloutDeadline": "5m"}}
+    spec = {
+        **ROUND_TRIP_SPEC,
+        "autotune": {**ROUND_TRIP_SPEC["autotune"], "rolloutDeadline": "5m"},
+        "rollout": {"drainSeconds": 20},  # grace period 10 s preStop + 20 s + 30 s = 1m
+    }
     cluster = Cluster(json.loads(json.dumps(spec)))
     cluster.reconcile()
     cluster.settle()
@@ -157,14 +162,14 @@ def test_a_reenable_kubernetes_never_times_out_is_timed_out_by_the_operator() ->
     cluster.unavailable_silently = True  # the re-enabled pods crash-loop
     assert "--speculative-config" in cluster.argv()
     started = cluster.status["effective"]["rolloutStarted"]
-    for _ in range(4):  # inside the deadline: still rolling out, nothing decided
+    for _ in range(5):  # inside the budget: still rolling out, nothing decided
         cluster.advance(1)
         cluster.evaluate(plain)
         assert cluster.status["effective"]["rolloutStarted"] == started
         degraded = next(c for c in cluster.status["conditions"] if c["type"] == "Degraded")
         assert degraded["status"] == "False"
-    cluster.advance(2)  # past rolloutDeadline since the probe's rollout began
-    assert cluster.now - probe_at > timedelta(minutes=5)
+    cluster.advance(2)  # past the budget since the probe's rollout began
+    assert cluster.now - probe_at > timedelta(minutes=6)
     cluster.reconcile()
     degraded = next(c for c in cluster.status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "RolloutFailed")

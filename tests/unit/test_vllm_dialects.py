@@ -26,14 +26,23 @@ from specpilot.vllm.dialects import (
     ThresholdSupport,
     UnsupportedCombination,
     describe_threshold,
+    drain_note,
     methods_available,
     render_command,
 )
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.versions import Engine, v
 
-BOUNDARIES: tuple[str, ...] = ("0.7.3", "0.8.1", "0.8.2", "0.8.3", "0.9.2", "0.10.0", "0.16.0", "0.17.0", "0.23.0")
-BOUNDARIES += ("0.24.0", "0.32.0", "0.33.0")
+BOUNDARIES: tuple[str, ...] = ("0.7.3", "0.8.1", "0.8.2", "0.8.3", "0.9.2", "0.10.0", "0.16.0", "0.17.0", "0.18.0")
+BOUNDARIES += ("0.23.0", "0.24.0", "0.32.0", "0.33.0")
+# Versions whose parser has no --shutdown-timeout; from 0.18.0 every spec below drains for 300 s (the default: 8192
+# tokens at 50 ms is more than the 300 s cap).
+WITHOUT_DRAIN = frozenset(BOUNDARIES[:8])
+DRAIN = ("--shutdown-timeout", "300")
+
+
+def drain(version: str) -> tuple[str, ...]:
+    return () if version in WITHOUT_DRAIN else DRAIN
 
 
 def with_version(raw: dict[str, Any], version: str) -> dict[str, Any]:
@@ -153,7 +162,7 @@ EAGLE3: dict[str, Any] = {
         "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
     },
 }
-EAGLE3_ARGV = (
+EAGLE3_BASE = (
     "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
     "--served-model-name", "meta-llama/Llama-3.1-8B-Instruct",
     "--port", "8000",
@@ -163,9 +172,12 @@ EAGLE3_ARGV = (
     "--max-model-len", "8192",
     "--gpu-memory-utilization", "0.92",
     "--max-num-seqs", "256",
-    "--speculative-config",
-    '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",' '"num_speculative_tokens":3}',
 )  # fmt: skip
+EAGLE3_JSON = (
+    "--speculative-config",
+    '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}',
+)
+EAGLE3_ARGV = EAGLE3_BASE + DRAIN + EAGLE3_JSON
 
 # ------------------------------------------------------------------------------------------------------- MTP
 
@@ -210,26 +222,35 @@ RENDERED = [
     # (spec, version, exact argv, threshold support, engine)
     *[("draft", ver, DRAFT_70B_BASE + DRAFT_70B_LEGACY, DS, Engine.V0) for ver in ("0.7.3", "0.8.1", "0.8.2")],
     *[("draft", ver, DRAFT_70B_BASE + DRAFT_70B_V0_JSON, DS, Engine.V0) for ver in ("0.8.3", "0.9.2")],
-    *[("draft", ver, DRAFT_70B_BASE + DRAFT_70B_PLAIN_JSON, UN, Engine.V1) for ver in ("0.16.0", "0.17.0", "0.23.0")],
     *[
-        ("draft", ver, DRAFT_70B_BASE + DRAFT_70B_SCHEDULE_JSON, BS, Engine.V1)
+        ("draft", ver, DRAFT_70B_BASE + drain(ver) + DRAFT_70B_PLAIN_JSON, UN, Engine.V1)
+        for ver in ("0.16.0", "0.17.0", "0.18.0", "0.23.0")
+    ],
+    *[
+        ("draft", ver, DRAFT_70B_BASE + DRAIN + DRAFT_70B_SCHEDULE_JSON, BS, Engine.V1)
         for ver in ("0.24.0", "0.32.0", "0.33.0")
     ],
     *[("ngram", ver, NGRAM_BASE + NGRAM_LEGACY + SEED, DS, Engine.V0) for ver in ("0.7.3", "0.8.1", "0.8.2")],
     ("ngram", "0.8.3", NGRAM_BASE + NGRAM_V0_JSON + SEED, DS, Engine.V0),
     *[
-        ("ngram", ver, NGRAM_BASE + NGRAM_PLAIN_JSON + SEED, UN, Engine.V1)
-        for ver in ("0.9.2", "0.10.0", "0.16.0", "0.17.0", "0.23.0")
+        ("ngram", ver, NGRAM_BASE + drain(ver) + NGRAM_PLAIN_JSON + SEED, UN, Engine.V1)
+        for ver in ("0.9.2", "0.10.0", "0.16.0", "0.17.0", "0.18.0", "0.23.0")
     ],
-    *[("ngram", ver, NGRAM_BASE + NGRAM_SCHEDULE_JSON + SEED, BS, Engine.V1) for ver in ("0.24.0", "0.32.0", "0.33.0")],
     *[
-        ("eagle3", ver, EAGLE3_ARGV, NR, Engine.V1)
-        for ver in ("0.9.2", "0.10.0", "0.16.0", "0.17.0", "0.23.0", "0.24.0", "0.32.0", "0.33.0")
+        ("ngram", ver, NGRAM_BASE + DRAIN + NGRAM_SCHEDULE_JSON + SEED, BS, Engine.V1)
+        for ver in ("0.24.0", "0.32.0", "0.33.0")
     ],
-    *[("mtp", ver, MTP_BASE + MTP_PLAIN_JSON, UN, Engine.V1) for ver in ("0.16.0", "0.17.0", "0.23.0")],
-    *[("mtp", ver, MTP_BASE + MTP_SCHEDULE_JSON, BS, Engine.V1) for ver in ("0.24.0", "0.32.0", "0.33.0")],
+    *[
+        ("eagle3", ver, EAGLE3_BASE + drain(ver) + EAGLE3_JSON, NR, Engine.V1)
+        for ver in ("0.9.2", "0.10.0", "0.16.0", "0.17.0", "0.18.0", "0.23.0", "0.24.0", "0.32.0", "0.33.0")
+    ],
+    *[
+        ("mtp", ver, MTP_BASE + drain(ver) + MTP_PLAIN_JSON, UN, Engine.V1)
+        for ver in ("0.16.0", "0.17.0", "0.18.0", "0.23.0")
+    ],
+    *[("mtp", ver, MTP_BASE + DRAIN + MTP_SCHEDULE_JSON, BS, Engine.V1) for ver in ("0.24.0", "0.32.0", "0.33.0")],
     ("disabled", "0.7.3", NGRAM_BASE + SEED, NR, Engine.V0),
-    *[("disabled", ver, NGRAM_BASE + SEED, NR, Engine.V1) for ver in BOUNDARIES[1:]],
+    *[("disabled", ver, NGRAM_BASE + drain(ver) + SEED, NR, Engine.V1) for ver in BOUNDARIES[1:]],
 ]
 REJECTED = [
     # (spec, version, field, words the message must contain)
@@ -607,6 +628,81 @@ def test_config_hash_is_ten_hex_and_tracks_the_argv() -> None:
     # Settings that are not on the command line (replicas, autotune policy) must not roll the pods.
     resized = parse_spec({**DRAFT_70B, "replicas": 5, "autotune": {"interval": "2m"}})
     assert render_command(resized).config_hash == on.config_hash
+
+
+def test_config_hash_covers_the_image() -> None:
+    spec = parse_spec(DRAFT_70B)
+    other_image = parse_spec({**DRAFT_70B, "engine": {**DRAFT_70B["engine"], "image": "vllm/vllm-openai:v0.33.1"}})
+    assert render_command(other_image).argv == render_command(spec).argv
+    assert render_command(other_image).config_hash != render_command(spec).config_hash
+
+
+# ------------------------------------------------------------------------------------------------- drain
+
+
+def _drain_spec(version: str, **rollout: Any) -> dict[str, Any]:
+    raw = with_version(EAGLE3, version)
+    return {**raw, "rollout": rollout} if rollout else raw
+
+
+def _flag(argv: tuple[str, ...], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+@pytest.mark.parametrize(
+    ("version", "rollout", "engine", "shutdown_timeout"),
+    [
+        ("0.17.1", {}, {}, None),  # the last version without the flag: nothing rendered, noted instead
+        ("0.18.0", {}, {}, "300"),  # default: 8192 tokens x 50 ms = 410 s, capped at 300
+        ("0.33.0", {}, {"maxModelLen": 2048}, "103"),  # 2048 x 50 ms = 102.4 s, rounded up
+        ("0.33.0", {}, {"maxModelLen": 16}, "1"),  # never below one second
+        ("0.33.0", {"drainSeconds": 45}, {}, "45"),
+        ("0.33.0", {"drainSeconds": 0}, {}, None),  # 0 is vLLM's abort mode: the flag's default, not rendered
+        ("0.17.1", {"drainSeconds": 0}, {}, None),
+    ],
+)
+def test_shutdown_timeout_per_version_and_spec(
+    version: str, rollout: dict[str, Any], engine: dict[str, Any], shutdown_timeout: str | None
+) -> None:
+    raw = _drain_spec(version, **rollout)
+    raw["engine"] = {**raw["engine"], **engine}
+    command = render_command(parse_spec(raw))
+    assert _flag(command.argv, "--shutdown-timeout") == shutdown_timeout
+    assert command.drain_seconds == int(shutdown_timeout or 0)
+
+
+def test_default_drain_follows_the_tpot_objective() -> None:
+    raw = _drain_spec("0.33.0")
+    raw["engine"] = {**raw["engine"], "maxModelLen": 4096}
+    raw["autotune"] = {"latency": {"metric": "tpot", "p99Target": "20ms"}}
+    assert _flag(render_command(parse_spec(raw)).argv, "--shutdown-timeout") == "82"  # 4096 x 20 ms = 81.9 s
+    raw["autotune"] = {"latency": {"metric": "ttft", "p99Target": "20ms"}}  # not a TPOT: the default 50 ms
+    assert _flag(render_command(parse_spec(raw)).argv, "--shutdown-timeout") == "205"
+
+
+def test_a_drain_asked_of_a_version_without_it_is_refused() -> None:
+    with pytest.raises(UnsupportedCombination) as caught:
+        render_command(parse_spec(_drain_spec("0.17.1", drainSeconds=30)))
+    assert caught.value.field == "spec.rollout.drainSeconds"
+    assert "0.18.0" in caught.value.problem
+    assert "aborts" in caught.value.problem
+
+
+def test_validate_notes_that_a_version_without_drain_aborts_requests() -> None:
+    old = render_command(parse_spec(_drain_spec("0.17.1")))
+    note = drain_note(old)
+    assert note is not None
+    assert "0.18.0" in note
+    assert "aborts" in note
+    assert drain_note(render_command(parse_spec(_drain_spec("0.18.0")))) is None
+
+
+@pytest.mark.parametrize("extra", [["--shutdown-timeout", "5"], ["--shutdown_timeout=5"], ["--shutdown-t=5"]])
+def test_extra_args_may_not_set_the_drain(extra: list[str]) -> None:
+    raw = _drain_spec("0.33.0")
+    raw["engine"] = {**raw["engine"], "extraArgs": extra}
+    with pytest.raises(UnsupportedCombination, match=r"spec\.rollout\.drainSeconds"):
+        render_command(parse_spec(raw))
 
 
 # ---------------------------------------------------------------------------------------- random valid specs

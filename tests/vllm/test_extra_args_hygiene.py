@@ -185,6 +185,7 @@ RENDERED_DESTS = {
     "quantization",
     "revision",
     "enable_prefix_caching",
+    "shutdown_timeout",  # spec.rollout.drainSeconds
     "speculative_config",
     "spec_method",  # 0.33's shortcuts into the speculative config
     "spec_model",

@@ -605,8 +605,10 @@ class AutotuneSpec(_Spec):
     canary: CanarySpec = Field(default_factory=CanarySpec)
     rollout_deadline: Duration = _duration(
         "30m",
-        "A config rollout slower than this is reverted (progressDeadlineSeconds); each vLLM container's startup "
-        f"probe gets the same budget to load its weights. At least 1m, at most {MAX_ROLLOUT_DEADLINE}.",
+        "Time one new vLLM pod may take to start and load its weights (its startup probe's budget). A config rollout "
+        "is declared failed, and an autotune one reverted, when it takes longer than this plus a pod's termination "
+        "grace period, once per wave of pods it replaces (spec.rollout; docs/rollout.md). "
+        f"At least 1m, at most {MAX_ROLLOUT_DEADLINE}.",
     )
 
 
@@ -616,6 +618,34 @@ class ServiceSpec(_Spec):
 
 class MonitoringSpec(_Spec):
     pod_monitor: bool = Field(False, description="Create a Prometheus-operator PodMonitor for the vLLM pods.")
+
+
+class RolloutSpec(_Spec):
+    """How a configuration change replaces the vLLM pods (docs/rollout.md)."""
+
+    max_surge: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="Pods a rollout may start above spec.replicas, each with a whole replica's GPUs. 0 (default): "
+        "GPUs are scarce, so pods are replaced in place, and one replica without surge is down for every rollout.",
+    )
+    max_unavailable: int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="Pods a rollout may take out of service at once. Default: 1 without surge, 0 with surge. The "
+        "PodDisruptionBudget allows the same (at least 1, since a node drain cannot surge).",
+    )
+    drain_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="How long a stopping vLLM pod keeps generating for its in-flight requests while it refuses new "
+        "ones (vLLM's --shutdown-timeout, vLLM >= 0.18.0); the pod's termination grace period covers it. Default: "
+        "spec.engine.maxModelLen tokens at the expected time per output token (spec.autotune.latency.p99Target when "
+        "the metric is tpot, else 50ms), at most 300. 0 aborts in-flight requests on every restart.",
+    )
 
 
 class SpeculativeDeploymentSpec(_Spec):
@@ -628,6 +658,7 @@ class SpeculativeDeploymentSpec(_Spec):
     autotune: AutotuneSpec = Field(default_factory=AutotuneSpec)
     service: ServiceSpec = Field(default_factory=ServiceSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> SpeculativeDeploymentSpec:
@@ -796,6 +827,13 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
         message="spec.autotune.canary.enabled needs spec.replicas >= 2 (the canary is one of the replicas, and at "
         "least one must keep serving the chosen config)",
         holds=lambda s: not s.autotune.canary.enabled or s.replicas >= 2,
+    ),
+    CrossFieldRule(
+        at=("rollout",),
+        cel="(has(self.maxSurge) && self.maxSurge > 0) || !has(self.maxUnavailable) || self.maxUnavailable > 0",
+        message="spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0 (a rollout could neither "
+        "start a new pod nor stop an old one)",
+        holds=lambda s: s.rollout.max_surge > 0 or s.rollout.max_unavailable != 0,
     ),
     CrossFieldRule(
         at=("autotune", "acceptance"),

@@ -20,7 +20,7 @@ from specpilot.cli.evaluate import add_evaluate_command
 from specpilot.planning.catalog import UnknownArchitecture
 from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
 from specpilot.reconcile import manifests
-from specpilot.vllm.dialects import UnsupportedCombination, render_command
+from specpilot.vllm.dialects import UnsupportedCombination, drain_note, render_command
 from specpilot.vllm.versions import image_version_problem
 
 # The plan finding the operator lets an annotation override (reconcile.MEMORY_FINDING): render follows the same rule.
@@ -112,6 +112,9 @@ def validate_document(
     try:
         rendered = render_command(spec)
         warnings.extend(f"spec.speculation: {note}" for note in rendered.notes)
+        lossy = drain_note(rendered)
+        if lossy is not None:
+            warnings.append(f"spec.engine.version: {lossy}")
     except UnsupportedCombination as err:
         problems.append(str(err))
     return problems, warnings
@@ -166,8 +169,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
                 speculation=spec.speculation.enabled,
             )
         )
-        for note in rendered.notes:
-            _say(f"# {doc.name}: {note}", sys.stderr)
+        for note in (*rendered.notes, drain_note(rendered)):
+            if note is not None:
+                _say(f"# {doc.name}: {note}", sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=120))
     return 0
 

@@ -458,7 +458,7 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
     want = manifests.main_replicas(spec, with_canary=canary is not None)
     clock = RolloutClock.of(inputs.status.get("effective") or {}, rendered.config_hash, inputs.now)
-    overdue = clock.overdue(inputs.now, manifests.rollout_deadline_seconds(spec))
+    overdue = clock.overdue(inputs.now, manifests.rollout_budget_seconds(spec, want))
     rollout, summary = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main, overdue)
     if summary == "settled" and clock.completed is None:
         clock = replace(clock, completed=inputs.now)

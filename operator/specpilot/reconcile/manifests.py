@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.api import v1alpha1
+from specpilot.api import rollout, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.api.quantity import format_bytes
 
@@ -23,8 +23,12 @@ LABEL_ROLE = f"{v1alpha1.GROUP}/role"
 ANNOTATION_CONFIG_HASH = f"{v1alpha1.GROUP}/config-hash"
 ANNOTATION_SPECULATION = f"{v1alpha1.GROUP}/speculation"
 HTTP_PORT_NAME = "http"
-# vLLM exits on SIGTERM after draining; give in-flight generations time to finish.
-TERMINATION_GRACE_SECONDS = 120
+# A stopping pod first sleeps in its preStop hook, still serving, while the endpoint controller withdraws it from the
+# Service's EndpointSlices and proxies and gateways stop sending it new requests; only then does vLLM get SIGTERM.
+PRE_STOP_SECONDS = 10
+# After the drain, vLLM tears down its engine core and workers (and frees the GPUs); the grace period leaves this
+# much beyond preStop + drain before the kubelet kills the container.
+TERMINATION_MARGIN_SECONDS = 30
 # Loading 70B+ weights can take many minutes. The startup probe gets exactly the rollout deadline before liveness
 # takes over (startup_probe_failures), so a pod is neither killed while the rollout may still succeed nor left
 # loading after the operator declared the rollout failed.
@@ -33,8 +37,35 @@ MIN_ROLLOUT_DEADLINE_SECONDS = 60
 
 
 def rollout_deadline_seconds(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
-    """The Deployment's progressDeadlineSeconds: spec.autotune.rolloutDeadline, at least one minute."""
+    """Time one new pod may take to start and load its weights: spec.autotune.rolloutDeadline, at least one minute."""
     return max(MIN_ROLLOUT_DEADLINE_SECONDS, round(parse_duration(spec.autotune.rollout_deadline)))
+
+
+def termination_grace_seconds(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
+    """The pod's terminationGracePeriodSeconds: the preStop sleep, the drain, and a margin for vLLM's teardown.
+
+    The grace period counts from the start of preStop, so it must cover both; the drain is the spec's even where the
+    vLLM version cannot drain (that pod exits sooner, and a grace period is only an upper bound).
+    """
+    return PRE_STOP_SECONDS + rollout.drain_seconds(spec) + TERMINATION_MARGIN_SECONDS
+
+
+def pod_replacement_seconds(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
+    """The Deployment's progressDeadlineSeconds: between two steps of progress an old pod stops (up to its grace
+    period, and without surge its GPUs are only free then) and a new one loads its weights (the rollout deadline)."""
+    return termination_grace_seconds(spec) + rollout_deadline_seconds(spec)
+
+
+def rollout_waves(spec: v1alpha1.SpeculativeDeploymentSpec, pods: int) -> int:
+    """How many rounds of replacement `pods` pods need: maxSurge + maxUnavailable are replaced at a time."""
+    at_once = max(1, rollout.max_surge(spec) + rollout.max_unavailable(spec))
+    return max(1, -(-pods // at_once))
+
+
+def rollout_budget_seconds(spec: v1alpha1.SpeculativeDeploymentSpec, pods: int) -> int:
+    """How long a whole rollout of `pods` pods may take before the operator declares it failed: one pod replacement
+    per wave, so a deployment of many large replicas is not failed for being large."""
+    return rollout_waves(spec, pods) * pod_replacement_seconds(spec)
 
 
 def startup_probe_failures(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
@@ -164,7 +195,8 @@ def build_deployment(
     """The vLLM Deployment: one pod per replica running exactly `command`.
 
     The config hash sits on the pod template, so a changed command line rolls the pods and an unchanged one does not.
-    The rollout replaces one pod at a time without surge: GPU nodes rarely have a spare GPU for an extra pod.
+    The rollout follows spec.rollout (default: one pod at a time without surge, as GPU nodes rarely have a spare GPU
+    for an extra pod); each stopping pod drains (preStop, then vLLM's --shutdown-timeout) within its grace period.
     """
     selector = selector_labels(owner, canary=canary)
     pod_labels = {
@@ -182,6 +214,7 @@ def build_deployment(
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "cache", "mountPath": "/root/.cache"}],
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
         "startupProbe": _http_probe(STARTUP_PROBE_PERIOD_SECONDS, startup_probe_failures(spec)),
         "readinessProbe": _http_probe(5, 3),
         "livenessProbe": _http_probe(10, 6),
@@ -189,7 +222,7 @@ def build_deployment(
     }
     pod_spec: dict[str, Any] = {
         "containers": [container],
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec),
         # no API token in a pod that runs a user-chosen image; no Service env vars (a Service named "vllm" would set
         # VLLM_PORT, which vLLM reads as its own setting)
         "automountServiceAccountToken": False,
@@ -215,8 +248,11 @@ def build_deployment(
         "spec": {
             "replicas": spec.replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "progressDeadlineSeconds": rollout_deadline_seconds(spec),
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": rollout.max_surge(spec), "maxUnavailable": rollout.max_unavailable(spec)},
+            },
+            "progressDeadlineSeconds": pod_replacement_seconds(spec),
             "revisionHistoryLimit": 3,
             "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
         },
@@ -262,15 +298,22 @@ def build_pod_monitor(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) ->
     }
 
 
+def disruption_budget(spec: v1alpha1.SpeculativeDeploymentSpec) -> int:
+    """Pods a voluntary disruption (a node drain) may take down at once: what a rollout may (spec.rollout
+    maxUnavailable), at least 1, since an eviction cannot surge and a budget of 0 would block every node drain."""
+    return max(1, rollout.max_unavailable(spec))
+
+
 def build_pod_disruption_budget(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dict[str, Any] | None:
-    """Keep all but one replica serving during node drains; pointless (and blocking) for a single replica."""
+    """Keep the replicas a rollout keeps serving also serving during node drains; none for a single replica (its
+    only possible budget, 1, protects nothing, and 0 would block node drains)."""
     if spec.replicas < 2:
         return None
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(owner, "inference-server"),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving_labels(owner)}},
+        "spec": {"maxUnavailable": disruption_budget(spec), "selector": {"matchLabels": serving_labels(owner)}},
     }
 
 

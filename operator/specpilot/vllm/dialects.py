@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from specpilot.api import rollout
 from specpilot.api.v1alpha1 import Quantization, SpeculationMethod, SpeculativeDeploymentSpec
 from specpilot.vllm import acceptance
 from specpilot.vllm.adaptive import adaptive_verification_problem
@@ -42,6 +43,7 @@ from specpilot.vllm.versions import (
     DFLASH_METHOD,
     DISABLE_BY_BATCH_SIZE_REJECTED,
     DRAFT_MODEL_V1,
+    DRAIN_ON_SHUTDOWN,
     DSPARK_METHOD,
     DYNAMIC_SPECULATION,
     EAGLE3_METHOD,
@@ -100,6 +102,9 @@ class RenderedCommand:
     batch_schedule: BatchSchedule | None = None  # the schedule rendered (BATCH_SCHEDULE only)
     threshold_reason: str | None = None  # why the threshold is not expressible (UNSUPPORTED only)
     notes: tuple[str, ...] = ()
+    # --shutdown-timeout rendered: how long a SIGTERM'd server finishes its in-flight requests; 0 = aborts them
+    drain_seconds: int = 0
+    image: str = ""  # the container image that runs argv: part of the configuration
 
     @property
     def speculating(self) -> bool:
@@ -107,8 +112,9 @@ class RenderedCommand:
 
     @property
     def config_hash(self) -> str:
-        """Pod-template label: changes exactly when the command line does, so only real changes roll the pods."""
-        return hashlib.sha256("\0".join(self.argv).encode()).hexdigest()[:CONFIG_HASH_LENGTH]
+        """Pod-template label: changes exactly when the image or the command line does, so only real changes roll
+        the pods, and pods of another image are never measured as the same configuration."""
+        return hashlib.sha256("\0".join((self.image, *self.argv)).encode()).hexdigest()[:CONFIG_HASH_LENGTH]
 
     @property
     def metric_names(self) -> MetricNames:
@@ -294,6 +300,7 @@ _OWNED_FLAGS: dict[str, str] = {
     "-q": "spec.target.quantization",
     "--revision": "spec.target.revision",
     "--use-v2-block-manager": "spec.engine.version (rendered where speculation needs it)",
+    "--shutdown-timeout": "spec.rollout.drainSeconds",
     "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
     "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
     "--disable-prefix-caching": "spec.engine.enablePrefixCaching",
@@ -397,10 +404,38 @@ def _check_spec(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: E
             "(speculative decoding is incompatible with pipeline parallelism)",
         )
     _acceptance(spec, version, engine)
+    _check_drain(spec, version)
     _check_extra_args(spec.engine.extra_args)
     problem = adaptive_verification_problem(spec, version)
     if problem is not None:
         raise UnsupportedCombination(*problem)
+
+
+def _check_drain(spec: SpeculativeDeploymentSpec, version: VllmVersion) -> None:
+    """A drain asked for explicitly is refused where vLLM cannot drain; the default one is only noted (drain_note)."""
+    asked = spec.rollout.drain_seconds
+    if asked and version < DRAIN_ON_SHUTDOWN:
+        raise UnsupportedCombination(
+            "spec.rollout.drainSeconds",
+            f"vLLM {version} cannot drain: --shutdown-timeout arrives in vLLM {DRAIN_ON_SHUTDOWN}, and before it "
+            "SIGTERM aborts every in-flight request; set 0 (or omit it) or run vLLM >= "
+            f"{DRAIN_ON_SHUTDOWN}",
+        )
+
+
+def rendered_drain_seconds(spec: SpeculativeDeploymentSpec, version: VllmVersion) -> int:
+    """The --shutdown-timeout this version gets: the spec's drain where vLLM has the flag, else 0 (abort)."""
+    return rollout.drain_seconds(spec) if version >= DRAIN_ON_SHUTDOWN else 0
+
+
+def drain_note(command: RenderedCommand) -> str | None:
+    """What `validate` says about a version that cannot drain: its restarts lose the requests in flight."""
+    if command.version >= DRAIN_ON_SHUTDOWN or command.drain_seconds:
+        return None
+    return (
+        f"vLLM {command.version} has no --shutdown-timeout (vLLM >= {DRAIN_ON_SHUTDOWN}): every restart, rollout "
+        "or autotune actuation aborts the requests its pods are generating"
+    )
 
 
 def _acceptance(spec: SpeculativeDeploymentSpec, version: VllmVersion, engine: Engine) -> dict[str, Any]:
@@ -614,6 +649,9 @@ def _engine_args(spec: SpeculativeDeploymentSpec, version: VllmVersion, port: in
     elif engine.enable_prefix_caching is False and version >= NO_ENABLE_PREFIX_CACHING:
         # Older versions have only the store_true flag, and prefix caching is off by default there.
         args.append("--no-enable-prefix-caching")
+    drain = rendered_drain_seconds(spec, version)
+    if drain:
+        args += ["--shutdown-timeout", str(drain)]
     return args
 
 
@@ -711,6 +749,8 @@ def render_command(
     argv += spec.engine.extra_args
     return RenderedCommand(
         argv=tuple(argv),
+        image=spec.engine.image,
+        drain_seconds=rendered_drain_seconds(spec, version),
         version=version,
         engine=engine,
         threshold_support=threshold.support,

