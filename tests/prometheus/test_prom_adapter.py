@@ -22,70 +22,22 @@ import yaml
 
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
-from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.autotune.evaluate import effective_window, evaluate_once, measure
 from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, classify
 from specpilot.autotune.signals.promql import Query, Scope, Signal
 from specpilot.vllm.intent import SpeculationIntent
+from tests.prometheus.conftest import DEPLOYMENT, NAMESPACE, make_spec
 from tests.prometheus.fake_vllm import Loopback
 
 pytestmark = pytest.mark.prometheus
 
-NAMESPACE, DEPLOYMENT = "ml", "chat"
 VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
 ON = SpeculationIntent(True, 3)
 
 
-def make_spec(version: str = "0.33.0", **acceptance: float) -> SpeculativeDeploymentSpec:
-    return parse_spec(
-        {
-            "engine": {"image": f"vllm/vllm-openai:v{version}", "version": version},
-            "target": {"model": "tiny"},
-            "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
-            "autotune": {
-                "mode": "Auto",
-                "prometheus": {"url": "http://unused:9090"},
-                "window": "6s",
-                "scrapeInterval": "1s",
-                "interval": "1s",
-                "minSamples": {"draftTokens": 100, "requests": 10},
-                "batchThreshold": {"tune": False},
-                "agreeingEvaluations": 1,
-                "stabilization": "0s",
-                # the fake pods' first tokens all come within 20 ms (TTFT_OBSERVATIONS): the share query's bucket
-                "latency": {"ttftDeadline": "20ms"},
-                **({"acceptance": acceptance} if acceptance else {}),
-            },
-        }
-    )
-
-
 def scope(config: str) -> Scope:
     return Scope(NAMESPACE, DEPLOYMENT, f"cfg-{config}")
-
-
-@pytest.fixture(scope="module")
-def prometheus(prometheus_factory: StartPrometheus, loopback: Loopback) -> PrometheusServer:
-    jobs = [
-        {
-            "job_name": f"vllm-{name}",
-            "metrics_path": f"/{name}/metrics",
-            "static_configs": [
-                {
-                    "targets": [loopback.address],
-                    "labels": {
-                        "namespace": NAMESPACE,
-                        "specpilot_dev_deployment": DEPLOYMENT,
-                        "specpilot_dev_config_hash": f"cfg-{name}",
-                        "pod": f"{name}-0",
-                    },
-                }
-            ],
-        }
-        for name in loopback.pods
-    ]
-    return prometheus_factory(jobs)
 
 
 @pytest.fixture
@@ -423,3 +375,4 @@ def test_cli_evaluate_tells_a_failed_measurement_from_a_decision(
     assert message in done.stderr
     assert "bad gateway" not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
