@@ -312,7 +312,10 @@ def test_adapter_sends_basic_auth(loopback: Loopback) -> None:
 
 @pytest.mark.parametrize(
     ("prefix", "timeout_s", "detail"),
-    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: not a Prometheus API answer")],
+    [
+        ("/slow", 0.3, "timeout: no complete answer within 0.3s"),
+        ("/broken", 3, "HTTP 502 bad_response: not a Prometheus API answer"),
+    ],
 )
 def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s: float, detail: str) -> None:
     with PrometheusClient(PrometheusConnection(api(loopback, prefix), timeout_s=timeout_s)) as prom:
@@ -376,3 +379,10 @@ def test_cli_evaluate_tells_a_failed_measurement_from_a_decision(
     assert "bad gateway" not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
+
+@pytest.mark.parametrize("timeout_s", [1.5, 0.25, 10, 59.9995, 60])
+def test_every_timeout_is_sent_as_a_duration_prometheus_accepts(prometheus: PrometheusServer, timeout_s: float) -> None:
+    """Prometheus parses the `timeout` parameter with its own duration syntax: 1.5s is a 400 bad_data there."""
+    with PrometheusClient(PrometheusConnection(prometheus.url, timeout_s=timeout_s)) as prom:
+        m = classify(Query(Signal.BATCH_SIZE, "vector(1)", ""), prom.query("vector(1)"))
+    assert m.valid, m.detail
