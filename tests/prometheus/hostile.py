@@ -104,6 +104,8 @@ def _handler(bodies: dict[str, bytes]) -> type[BaseHTTPRequestHandler]:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self._answer(prefix)
 
+        do_GET = do_POST  # Prometheus answers both; some clients (prometheus-api-client) use GET
+
         def _answer(self, prefix: str) -> None:
             if prefix == "/drip":
                 self._drip(bodies["/good"])

@@ -140,7 +140,7 @@ def _run_specpilot(args: list[str], work: Path, limit_s: float = 60) -> Child:
     )
 
 
-def _evaluate(url: str, work: Path, output: str = "text") -> Child:
+def _manifest(url: str, work: Path) -> Path:
     spec = make_spec().model_dump(by_alias=True, mode="json", exclude_none=True)
     spec["autotune"]["prometheus"] = {"url": url, "timeout": f"{TIMEOUT_S:g}s"}
     resource = {
@@ -151,7 +151,11 @@ def _evaluate(url: str, work: Path, output: str = "text") -> Child:
     }
     path = work / "cr.yaml"
     path.write_text(yaml.safe_dump(resource))
-    return _run_specpilot(["evaluate", str(path), "-o", output], work)
+    return path
+
+
+def _evaluate(url: str, work: Path, output: str = "text") -> Child:
+    return _run_specpilot(["evaluate", str(_manifest(url, work)), "-o", output], work)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])
@@ -185,3 +189,21 @@ def test_evaluate_truncates_every_string_it_copies_from_an_answer(
     assert size < EVALUATE_OUTPUT_LIMIT
     assert longest < 1024
     assert child.max_rss < EVALUATE_RSS_LIMIT
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])
+def test_report_against_a_hostile_answer_ends_in_one_line(kind: Hostile, hostile_url: str, tmp_path: Path) -> None:
+    """`specpilot report` runs range queries through the same bounded client: one error line, exit 1."""
+    out = tmp_path / "report"
+    args = ["report", str(_manifest(hostile_url + kind.prefix, tmp_path)), "--since", "1h", "--timeout", "1s"]
+    child = _run_specpilot([*args, "-o", str(out)], tmp_path)
+    size = len(child.stdout.encode()) + len(child.stderr.encode())
+    print(f"\n{kind.prefix}: report -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
+          f"{child.max_rss / MiB:.0f} MiB, {size} bytes of output; {child.stderr.strip()[:200]}")  # fmt: skip
+    assert child.returncode == 1, child.stderr[-2000:]
+    assert child.stderr.count("\n") == 1, child.stderr[-2000:]
+    assert child.stderr.startswith(f"error: Prometheus {hostile_url}{kind.prefix}: ")
+    assert REFUSED_AS[kind.prefix] in child.stderr
+    assert child.max_rss < EVALUATE_RSS_LIMIT
+    assert size < EVALUATE_OUTPUT_LIMIT
+    assert not out.exists(), "no report from answers that were refused"

@@ -1,4 +1,4 @@
-"""Prometheus HTTP API: run instant queries and hand back raw answers (I/O only; judging is measurements.py).
+"""Prometheus HTTP API: run instant and range queries, hand back raw answers (I/O only; judging is measurements.py).
 
 Built on httpx rather than prometheus-api-client because `PrometheusConnect.custom_query` returns only
 `data.result`: it drops `warnings`/`infos` (which status must surface) and `resultType` (scalar vs vector), takes a
@@ -34,6 +34,7 @@ from specpilot.api.v1alpha1 import HEADER_NAME_PATTERN, HEADER_VALUE_PATTERN, MA
 from specpilot.autotune.signals.measurements import RawResult
 
 QUERY_PATH = "api/v1/query"
+QUERY_RANGE_PATH = "api/v1/query_range"
 # An answer of the operator's own queries is a few kB; a fleet round's grouped query at 1,000 objects about 1.5 MB.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # Parsed JSON costs ~70 bytes of Python objects per array or object: counting values (commas and brackets) before
@@ -170,8 +171,22 @@ class PrometheusClient:
         form = {"query": promql, "timeout": prometheus_duration(self.connection.timeout_s)}
         if at is not None:
             form["time"] = f"{at.timestamp():.3f}"
+        return self._post(QUERY_PATH, form)
+
+    def query_range(self, promql: str, start: datetime, end: datetime, step_s: int) -> RawResult:
+        """POST /api/v1/query_range over [start, end] every `step_s` seconds; never raises, like `query`."""
+        form = {
+            "query": promql,
+            "start": f"{start.timestamp():.3f}",
+            "end": f"{end.timestamp():.3f}",
+            "step": f"{step_s}s",
+            "timeout": prometheus_duration(self.connection.timeout_s),
+        }
+        return self._post(QUERY_RANGE_PATH, form)
+
+    def _post(self, path: str, form: Mapping[str, str]) -> RawResult:
         with self._lock:
-            return self._loop.run_until_complete(self._bounded(QUERY_PATH, form))
+            return self._loop.run_until_complete(self._bounded(path, form))
 
     async def _bounded(self, path: str, form: Mapping[str, str]) -> RawResult:
         limit = self.connection.timeout_s
