@@ -3,7 +3,7 @@
 Every kind of hostile answer (tests/prometheus/hostile.py) is run twice: through the adapter, in a round that then
 measures a well-behaved connection (the real Prometheus scraping the fake pods), and through `specpilot evaluate` as
 a child process whose peak RSS, output and exit status are measured. Each test prints what it tried and what came
-of it (`pytest -s` shows the lines).
+of it, past pytest's output capture.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +50,20 @@ EVALUATE_RSS_LIMIT = 200 * MiB
 EVALUATE_OUTPUT_LIMIT = 64 * 1024
 
 
+Tell = Callable[[str], None]
+
+
+@pytest.fixture
+def tell(capsys: pytest.CaptureFixture[str]) -> Tell:
+    """Print past pytest's capture, so that `make test` shows what each injection tried and what came of it."""
+
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(f"\n[hostile prometheus] {line}", end="")
+
+    return say
+
+
 @pytest.fixture(scope="module")
 def hostile_url() -> Iterator[str]:
     with hostile_server() as url:
@@ -77,7 +91,7 @@ def _round(url: str, timeout_s: float) -> tuple[dict[str, Measurement], float]:
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])
 def test_a_hostile_connection_costs_only_its_own_measurements(
-    kind: Hostile, hostile_url: str, well_behaved: PrometheusServer
+    kind: Hostile, hostile_url: str, well_behaved: PrometheusServer, tell: Tell
 ) -> None:
     tracemalloc.start()
     try:
@@ -87,7 +101,7 @@ def test_a_hostile_connection_costs_only_its_own_measurements(
         tracemalloc.stop()
     good, _ = _round(well_behaved.url, 5.0)
     gate = hostile[Signal.REQUESTS_IN_WINDOW]
-    print(f"\n{kind.prefix}: {kind.what} -> {gate.klass.value} in {elapsed:.1f} s, peak {peak / MiB:.1f} MiB: "
+    tell(f"{kind.prefix}: {kind.what} -> {gate.klass.value} in {elapsed:.1f} s, peak {peak / MiB:.1f} MiB: "
           f"{gate.detail[:160]}; the well-behaved connection: "
           + ", ".join(f"{g} {good[g].klass.value}" for g in GATES))  # fmt: skip
     assert all(hostile[g].klass is MeasurementClass.ERROR for g in GATES)
@@ -159,11 +173,13 @@ def _evaluate(url: str, work: Path, output: str = "text") -> Child:
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])
-def test_evaluate_against_a_hostile_answer_ends_in_one_line(kind: Hostile, hostile_url: str, tmp_path: Path) -> None:
+def test_evaluate_against_a_hostile_answer_ends_in_one_line(
+    kind: Hostile, hostile_url: str, tmp_path: Path, tell: Tell
+) -> None:
     child = _evaluate(hostile_url + kind.prefix, tmp_path)
     size = len(child.stdout.encode()) + len(child.stderr.encode())
     last = child.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
-    print(f"\n{kind.prefix}: {kind.what} -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
+    tell(f"{kind.prefix}: {kind.what} -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
           f"{child.max_rss / MiB:.0f} MiB, {size} bytes of output; {last[0][:200]}")  # fmt: skip
     assert child.returncode == 3, child.stderr[-2000:]
     assert child.stderr.count("\n") == 1, child.stderr[-2000:]
@@ -176,13 +192,13 @@ def test_evaluate_against_a_hostile_answer_ends_in_one_line(kind: Hostile, hosti
 
 @pytest.mark.parametrize("output", ["text", "json"])
 def test_evaluate_truncates_every_string_it_copies_from_an_answer(
-    output: str, hostile_url: str, tmp_path: Path
+    output: str, hostile_url: str, tmp_path: Path, tell: Tell
 ) -> None:
     """A valid answer under the byte cap whose warning, info and label are 1 MB each: measured, strings cut."""
     child = _evaluate(hostile_url + "/long-strings", tmp_path, output)
     size = len(child.stdout.encode()) + len(child.stderr.encode())
     longest = max(len(word) for word in (child.stdout + child.stderr).split())
-    print(f"\n/long-strings -o {output}: exit {child.returncode}, {size} bytes of output, longest word {longest}, "
+    tell(f"/long-strings -o {output}: exit {child.returncode}, {size} bytes of output, longest word {longest}, "
           f"peak RSS {child.max_rss / MiB:.0f} MiB")  # fmt: skip
     assert child.returncode == 0, child.stderr[-2000:]
     assert "prometheus warning: www" in child.stdout or '"wwww' in child.stdout
@@ -192,14 +208,16 @@ def test_evaluate_truncates_every_string_it_copies_from_an_answer(
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])
-def test_report_against_a_hostile_answer_ends_in_one_line(kind: Hostile, hostile_url: str, tmp_path: Path) -> None:
+def test_report_against_a_hostile_answer_ends_in_one_line(
+    kind: Hostile, hostile_url: str, tmp_path: Path, tell: Tell
+) -> None:
     """`specpilot report` runs range queries through the same bounded client: one error line, exit 1."""
     out = tmp_path / "report"
     args = ["report", str(_manifest(hostile_url + kind.prefix, tmp_path)), "--since", "1h", "--timeout", "1s"]
     child = _run_specpilot([*args, "-o", str(out)], tmp_path)
     size = len(child.stdout.encode()) + len(child.stderr.encode())
-    print(f"\n{kind.prefix}: report -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
-          f"{child.max_rss / MiB:.0f} MiB, {size} bytes of output; {child.stderr.strip()[:200]}")  # fmt: skip
+    tell(f"{kind.prefix}: report -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
+          f"{child.max_rss / MiB:.0f} MiB, {size} bytes of output; ...{child.stderr.strip()[-160:]}")  # fmt: skip
     assert child.returncode == 1, child.stderr[-2000:]
     assert child.stderr.count("\n") == 1, child.stderr[-2000:]
     assert child.stderr.startswith(f"error: Prometheus {hostile_url}{kind.prefix}: ")
