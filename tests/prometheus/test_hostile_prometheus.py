@@ -32,7 +32,15 @@ from tests.prometheus.hostile import KINDS, Hostile, hostile_server
 pytestmark = pytest.mark.prometheus
 
 MiB = 1024 * 1024
-TIMEOUT_S = 1.0
+# The query timeout: short where the answer never completes (the drip), generous elsewhere, so that a loaded
+# machine cannot turn a refusal into a timeout; either way the refusal comes long before it.
+DRIP_TIMEOUT_S, TIMEOUT_S = 1.0, 5.0
+
+
+def timeout_for(prefix: str) -> float:
+    return DRIP_TIMEOUT_S if prefix == "/drip" else TIMEOUT_S
+
+
 GATES = (Signal.DRAFT_TOKENS_IN_WINDOW, Signal.REQUESTS_IN_WINDOW)
 # What each hostile answer must be refused as (the detail of its evidence gates).
 REFUSED_AS = {
@@ -95,7 +103,7 @@ def test_a_hostile_connection_costs_only_its_own_measurements(
 ) -> None:
     tracemalloc.start()
     try:
-        hostile, elapsed = _round(hostile_url + kind.prefix, TIMEOUT_S)
+        hostile, elapsed = _round(hostile_url + kind.prefix, timeout_for(kind.prefix))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -107,7 +115,7 @@ def test_a_hostile_connection_costs_only_its_own_measurements(
     assert all(hostile[g].klass is MeasurementClass.ERROR for g in GATES)
     assert REFUSED_AS[kind.prefix] in gate.detail
     assert all(good[g].valid for g in GATES), "the next connection of the round is measured as usual"
-    assert elapsed < 10 * TIMEOUT_S, "a round's connection is bounded in time"
+    assert elapsed < 2 * TIMEOUT_S, "a round's connection is bounded in time"
     assert peak < 32 * MiB, "a round's connection is bounded in memory"
     assert all(len(m.detail) < 1024 and sum(map(len, m.warnings)) < 2048 for m in hostile.values())
 
@@ -154,9 +162,9 @@ def _run_specpilot(args: list[str], work: Path, limit_s: float = 60) -> Child:
     )
 
 
-def _manifest(url: str, work: Path) -> Path:
+def _manifest(url: str, work: Path, timeout_s: float = TIMEOUT_S) -> Path:
     spec = make_spec().model_dump(by_alias=True, mode="json", exclude_none=True)
-    spec["autotune"]["prometheus"] = {"url": url, "timeout": f"{TIMEOUT_S:g}s"}
+    spec["autotune"]["prometheus"] = {"url": url, "timeout": f"{timeout_s:g}s"}
     resource = {
         "apiVersion": "specpilot.dev/v1alpha1",
         "kind": "SpeculativeDeployment",
@@ -168,15 +176,15 @@ def _manifest(url: str, work: Path) -> Path:
     return path
 
 
-def _evaluate(url: str, work: Path, output: str = "text") -> Child:
-    return _run_specpilot(["evaluate", str(_manifest(url, work)), "-o", output], work)
+def _evaluate(url: str, work: Path, output: str = "text", timeout_s: float = TIMEOUT_S) -> Child:
+    return _run_specpilot(["evaluate", str(_manifest(url, work, timeout_s)), "-o", output], work)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])
 def test_evaluate_against_a_hostile_answer_ends_in_one_line(
     kind: Hostile, hostile_url: str, tmp_path: Path, tell: Tell
 ) -> None:
-    child = _evaluate(hostile_url + kind.prefix, tmp_path)
+    child = _evaluate(hostile_url + kind.prefix, tmp_path, timeout_s=timeout_for(kind.prefix))
     size = len(child.stdout.encode()) + len(child.stderr.encode())
     last = child.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
     tell(f"{kind.prefix}: {kind.what} -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
@@ -213,7 +221,8 @@ def test_report_against_a_hostile_answer_ends_in_one_line(
 ) -> None:
     """`specpilot report` runs range queries through the same bounded client: one error line, exit 1."""
     out = tmp_path / "report"
-    args = ["report", str(_manifest(hostile_url + kind.prefix, tmp_path)), "--since", "1h", "--timeout", "1s"]
+    manifest = _manifest(hostile_url + kind.prefix, tmp_path)
+    args = ["report", str(manifest), "--since", "1h", "--timeout", f"{timeout_for(kind.prefix):g}s"]
     child = _run_specpilot([*args, "-o", str(out)], tmp_path)
     size = len(child.stdout.encode()) + len(child.stderr.encode())
     tell(f"{kind.prefix}: report -> exit {child.returncode} in {child.seconds:.1f} s, peak RSS "
