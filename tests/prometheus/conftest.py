@@ -10,9 +10,36 @@ from pathlib import Path
 
 import pytest
 
-from e2e.prometheus.fixture import PrometheusServer
+from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from e2e.report_data import load_recording
+from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from tests.prometheus.fake_vllm import FakeVllm, Loopback, serve
+
+NAMESPACE, DEPLOYMENT = "ml", "chat"  # the scope labels of every fake pod
+
+
+def make_spec(version: str = "0.33.0", **acceptance: float) -> SpeculativeDeploymentSpec:
+    return parse_spec(
+        {
+            "engine": {"image": f"vllm/vllm-openai:v{version}", "version": version},
+            "target": {"model": "tiny"},
+            "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+            "autotune": {
+                "mode": "Auto",
+                "prometheus": {"url": "http://unused:9090"},
+                "window": "6s",
+                "scrapeInterval": "1s",
+                "interval": "1s",
+                "minSamples": {"draftTokens": 100, "requests": 10},
+                "batchThreshold": {"tune": False},
+                "agreeingEvaluations": 1,
+                "stabilization": "0s",
+                # the fake pods' first tokens all come within 20 ms (TTFT_OBSERVATIONS): the share query's bucket
+                "latency": {"ttftDeadline": "20ms"},
+                **({"acceptance": acceptance} if acceptance else {}),
+            },
+        }
+    )
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +57,30 @@ def loopback() -> Iterator[Loopback]:
     server.shutdown()
     server.server_close()
     thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def prometheus(prometheus_factory: StartPrometheus, loopback: Loopback) -> PrometheusServer:
+    """The real Prometheus scraping every fake pod as deployment ml/chat, config hash cfg-<pod>."""
+    jobs = [
+        {
+            "job_name": f"vllm-{name}",
+            "metrics_path": f"/{name}/metrics",
+            "static_configs": [
+                {
+                    "targets": [loopback.address],
+                    "labels": {
+                        "namespace": NAMESPACE,
+                        "specpilot_dev_deployment": DEPLOYMENT,
+                        "specpilot_dev_config_hash": f"cfg-{name}",
+                        "pod": f"{name}-0",
+                    },
+                }
+            ],
+        }
+        for name in loopback.pods
+    ]
+    return prometheus_factory(jobs)
 
 
 # --- issue 11: a real vLLM CPU run replayed into a real Prometheus, with the recording rules backfilled ---

@@ -26,8 +26,8 @@ from specpilot.autotune.signals.measurements import MeasurementClass, classify, 
 from specpilot.autotune.signals.promql import Query, Scope, ScopeSet, Signal, build_queries
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
+from tests.prometheus.conftest import make_spec
 from tests.prometheus.fake_vllm import Loopback
-from tests.prometheus.test_prom_adapter import make_spec
 
 pytestmark = pytest.mark.prometheus
 

@@ -22,70 +22,22 @@ import yaml
 
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
-from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.autotune.evaluate import effective_window, evaluate_once, measure
 from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, classify
 from specpilot.autotune.signals.promql import Query, Scope, Signal
 from specpilot.vllm.intent import SpeculationIntent
+from tests.prometheus.conftest import DEPLOYMENT, NAMESPACE, make_spec
 from tests.prometheus.fake_vllm import Loopback
 
 pytestmark = pytest.mark.prometheus
 
-NAMESPACE, DEPLOYMENT = "ml", "chat"
 VALID, NO_DATA, ERROR = MeasurementClass.VALID, MeasurementClass.NO_DATA, MeasurementClass.ERROR
 ON = SpeculationIntent(True, 3)
 
 
-def make_spec(version: str = "0.33.0", **acceptance: float) -> SpeculativeDeploymentSpec:
-    return parse_spec(
-        {
-            "engine": {"image": f"vllm/vllm-openai:v{version}", "version": version},
-            "target": {"model": "tiny"},
-            "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
-            "autotune": {
-                "mode": "Auto",
-                "prometheus": {"url": "http://unused:9090"},
-                "window": "6s",
-                "scrapeInterval": "1s",
-                "interval": "1s",
-                "minSamples": {"draftTokens": 100, "requests": 10},
-                "batchThreshold": {"tune": False},
-                "agreeingEvaluations": 1,
-                "stabilization": "0s",
-                # the fake pods' first tokens all come within 20 ms (TTFT_OBSERVATIONS): the share query's bucket
-                "latency": {"ttftDeadline": "20ms"},
-                **({"acceptance": acceptance} if acceptance else {}),
-            },
-        }
-    )
-
-
 def scope(config: str) -> Scope:
     return Scope(NAMESPACE, DEPLOYMENT, f"cfg-{config}")
-
-
-@pytest.fixture(scope="module")
-def prometheus(prometheus_factory: StartPrometheus, loopback: Loopback) -> PrometheusServer:
-    jobs = [
-        {
-            "job_name": f"vllm-{name}",
-            "metrics_path": f"/{name}/metrics",
-            "static_configs": [
-                {
-                    "targets": [loopback.address],
-                    "labels": {
-                        "namespace": NAMESPACE,
-                        "specpilot_dev_deployment": DEPLOYMENT,
-                        "specpilot_dev_config_hash": f"cfg-{name}",
-                        "pod": f"{name}-0",
-                    },
-                }
-            ],
-        }
-        for name in loopback.pods
-    ]
-    return prometheus_factory(jobs)
 
 
 @pytest.fixture
@@ -360,7 +312,10 @@ def test_adapter_sends_basic_auth(loopback: Loopback) -> None:
 
 @pytest.mark.parametrize(
     ("prefix", "timeout_s", "detail"),
-    [("/slow", 0.3, "timeout: ReadTimeout"), ("/broken", 3, "HTTP 502 bad_response: not a Prometheus API answer")],
+    [
+        ("/slow", 0.3, "timeout: no complete answer within 0.3s"),
+        ("/broken", 3, "HTTP 502 bad_response: not a Prometheus API answer"),
+    ],
 )
 def test_adapter_failures_are_errors(loopback: Loopback, prefix: str, timeout_s: float, detail: str) -> None:
     with PrometheusClient(PrometheusConnection(api(loopback, prefix), timeout_s=timeout_s)) as prom:
@@ -423,3 +378,11 @@ def test_cli_evaluate_tells_a_failed_measurement_from_a_decision(
     assert message in done.stderr
     assert "bad gateway" not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("timeout_s", [1.5, 0.25, 10, 59.9995, 60])
+def test_every_timeout_is_sent_as_a_duration_prometheus_accepts(prometheus: PrometheusServer, timeout_s: float) -> None:
+    """Prometheus parses the `timeout` parameter with its own duration syntax: 1.5s is a 400 bad_data there."""
+    with PrometheusClient(PrometheusConnection(prometheus.url, timeout_s=timeout_s)) as prom:
+        m = classify(Query(Signal.BATCH_SIZE, "vector(1)", ""), prom.query("vector(1)"))
+    assert m.valid, m.detail

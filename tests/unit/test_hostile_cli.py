@@ -219,6 +219,7 @@ def test_evaluate_without_prometheus_is_a_distinct_exit(tmp_path: Path, capsys: 
         (["--prometheus", "https://p:9090", "--ca-file", "{ca}"], "not a PEM CA bundle"),
         (["--prometheus", "https://p:9090", "--ca-file", "{missing}"], "--ca-file"),
         (["--prometheus", "https://p:9090", "--timeout", "0s"], "timeout must be positive"),
+        (["--prometheus", "https://p:9090", "--timeout", "1000h"], "timeout must be positive and at most 1m"),
         (["--prometheus", "https://p:9090", "--timeout", "soon"], "--timeout: 'soon' is not a duration"),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -10,6 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpilot.autotune.signals.measurements import (
+    MAX_GROUPS,
+    MAX_NOTES,
     Measurement,
     MeasurementClass,
     RawResult,
@@ -128,6 +131,50 @@ def test_warnings_and_infos_are_recorded() -> None:
     assert m.valid
     assert m.warnings == ("PromQL warning: something", "info: PromQL info: metric might not be a counter")
     assert collect_warnings({"a": m, "b": m}) == list(m.warnings)
+
+
+LONG = 1_000_000
+HOSTILE_ANSWERS = [
+    ("a 1 MB warning", ACCEPTANCE, {**vector("0.7"), "warnings": ["w" * LONG]}, "[cut, 1000000 characters]"),
+    ("100k warnings", ACCEPTANCE, {**vector("0.7"), "warnings": [str(i) for i in range(100_000)]}, "0"),
+    ("warnings as one string", ACCEPTANCE, {**vector("0.7"), "warnings": "w" * LONG}, "[cut"),
+    ("a warning that is an object", ACCEPTANCE, {**vector("0.7"), "warnings": [{"k": ["v" * LONG]}]}, "{'k'"),
+    ("1 MB infos", ACCEPTANCE, {**vector("0.7"), "infos": ["i" * LONG] * 100}, "info: iii"),
+    (
+        "a 1 MB error",
+        ACCEPTANCE,
+        {"status": "error", "errorType": "t" * LONG, "error": "e" * LONG},
+        "HTTP 200 ttt",
+    ),
+    ("a 1 MB status", ACCEPTANCE, {"status": "s" * LONG}, "unexpected response status 'sss"),
+    ("a 1 MB result type", ACCEPTANCE, {"status": "success", "data": {"resultType": "r" * LONG}}, "result type"),
+    (
+        "two series, 1 MB labels",
+        ACCEPTANCE,
+        vector("1", "2", labels=[{"a": "x" * LONG}, {"b": "y" * LONG}]),
+        "2 series",
+    ),
+    ("a 1 MB position", BY_POSITION, vector("0.5", labels=[{"position": "p" * LONG}]), "position ppp"),
+    (
+        "a series per position, 1000 of them",
+        BY_POSITION,
+        vector(*["0.5"] * 1000, labels=[{"position": str(i)} for i in range(1000)]),
+        f"expected at most {MAX_GROUPS}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "query", "body", "shown"), HOSTILE_ANSWERS, ids=[c[0] for c in HOSTILE_ANSWERS])
+def test_what_an_answer_puts_into_a_measurement_is_bounded(
+    case: str, query: Query, body: dict[str, Any], shown: str
+) -> None:
+    """Status, events and the CLI print measurements: an untrusted answer's strings and lists are cut on the way in."""
+    m = classify(query, answer(body))
+    stored = json.dumps(m.to_dict())
+    assert shown in stored, stored[:2000]
+    assert len(stored) < 4096, f"{case}: {len(stored)} characters"
+    assert len(m.warnings) <= MAX_NOTES
+    assert len(collect_warnings({str(i): m for i in range(100)})) <= 2 * MAX_NOTES
 
 
 def gate(value: float | None, klass: MeasurementClass = VALID) -> Measurement:

@@ -62,6 +62,9 @@ TOLERATION_KEY_PATTERN = "^$|" + QUALIFIED_NAME_PATTERN
 # RFC 9110 header field name (token) and value (visible ASCII, space and tab; no CR/LF, no non-ASCII).
 HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 HEADER_VALUE_PATTERN = r"^[\t -~]*$"
+# The longest a Prometheus query may take: an evaluation round queries one connection after another.
+MAX_QUERY_TIMEOUT = "60s"
+MAX_QUERY_TIMEOUT_S = 60.0
 # http(s)://host[:port][/path]: a DNS name, IPv4 or bracketed IPv6 host, a port in 1-65535, no query or fragment.
 URL_PATTERN = (
     r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?)"
@@ -486,7 +489,11 @@ class PrometheusSpec(_Spec):
     insecure_skip_verify: bool = Field(
         False, description="Skip TLS verification of url (a Warning event is posted); not allowed with connection."
     )
-    timeout: Duration = _duration("10s", "Query timeout (more than 0s).")
+    timeout: Duration = _duration(
+        "10s",
+        f"Query timeout (more than 0s, at most {MAX_QUERY_TIMEOUT}): the whole answer must arrive within it, or the "
+        "query is an Error.",
+    )
     headers: dict[str, Annotated[str, Field(max_length=1024, pattern=HEADER_VALUE_PATTERN)]] = Field(
         default_factory=dict,
         max_length=16,
@@ -970,9 +977,12 @@ FIELD_RULES: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         at=("autotune", "prometheus"),
-        cel="duration(self.timeout) > duration('0s')",
-        message="spec.autotune.prometheus.timeout must be greater than 0s",
-        holds=lambda s: s.autotune.prometheus is None or _positive(s.autotune.prometheus.timeout),
+        cel=f"duration(self.timeout) > duration('0s') && duration(self.timeout) <= duration('{MAX_QUERY_TIMEOUT}')",
+        message=f"spec.autotune.prometheus.timeout must be greater than 0s and at most {MAX_QUERY_TIMEOUT} (a "
+        "round measures every object one query after the other)",
+        holds=lambda s: (
+            s.autotune.prometheus is None or 0 < parse_duration(s.autotune.prometheus.timeout) <= MAX_QUERY_TIMEOUT_S
+        ),
     ),
     CrossFieldRule(
         at=("autotune",),

@@ -257,6 +257,8 @@ def prometheus_failure(measurements: Mapping[str, Mapping[str, Any]]) -> str | N
     detail = str(details[0].get("detail", ""))
     if detail.startswith(("transport:", "timeout:")):
         return f"Prometheus is unreachable ({detail})"
+    if "too_large" in detail:
+        return f"Prometheus' answers are too large to read ({detail})"
     if "bad_response" in detail or "not a Prometheus API answer" in detail:
         return f"the URL does not answer like a Prometheus API ({detail})"
     return f"every evidence gate is an Error ({detail})"

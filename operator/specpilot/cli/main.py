@@ -363,9 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.set_defaults(func=_cmd_run)
     add_evaluate_command(sub)
     # --- specpilot report (issue 11): logic in specpilot/report/, imported lazily (matplotlib is slow to load) ---
+    from specpilot.cli.report import open_range_client
     from specpilot.report.command import add_report_command
 
-    add_report_command(sub)
+    add_report_command(sub, open_range_client)
     # --- end specpilot report ---
     _add_simulator_commands(sub)
     return parser

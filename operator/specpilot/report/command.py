@@ -10,7 +10,10 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from specpilot.api.loading import STDIN, load_documents, printable, speculative_
 from specpilot.api.timestamps import parse_time
 from specpilot.autotune.signals.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
+from specpilot.report.prometheus import RangeClient
 from specpilot.report.queries import build_range_queries
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
@@ -27,7 +31,12 @@ from specpilot.vllm.versions import VllmVersion
 MAX_POINTS = 240  # windows per report when --step is not given: enough for a distribution, small for Prometheus
 
 
-def add_report_command(sub: Any) -> None:
+# A bounded Prometheus client for a URL, headers, insecure-skip-verify and a timeout per query in seconds
+# (adapters.prom, handed in by the CLI).
+OpenClient = Callable[[str, Mapping[str, str], bool, float], AbstractContextManager[RangeClient]]
+
+
+def add_report_command(sub: Any, open_client: OpenClient) -> None:
     p = sub.add_parser(
         "report",
         help="is speculation helping at this load? acceptance distribution, P50/P95/P99 vs a baseline, PNGs + Markdown",
@@ -42,7 +51,8 @@ def add_report_command(sub: Any) -> None:
     p.add_argument("--header", action="append", default=[], help="extra HTTP header NAME=VALUE (repeatable)")
     p.add_argument("--bearer-token-file", type=Path, help="send Authorization: Bearer <file content>")
     p.add_argument("--insecure-skip-verify", action="store_true", help="do not verify Prometheus' TLS certificate")
-    p.set_defaults(func=run_report)
+    p.add_argument("--timeout", default="30s", help="time for each range query's whole answer (at most 1m)")
+    p.set_defaults(func=partial(run_report, open_client=open_client))
 
 
 def _load(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,8 +99,8 @@ def _actuations(status: dict[str, Any]) -> list[Actuation]:
     return out
 
 
-def run_report(args: argparse.Namespace) -> int:
-    from specpilot.report.prometheus import RangeSource, ReportQueryError, run_range_queries
+def run_report(args: argparse.Namespace, open_client: OpenClient) -> int:
+    from specpilot.report.prometheus import ReportQueryError, run_range_queries
 
     try:
         doc = _load(args)
@@ -124,13 +134,14 @@ def run_report(args: argparse.Namespace) -> int:
     names = metric_names_for(VllmVersion.parse(spec.engine.version))
     scope = Scope(namespace=namespace, deployment=name, config_hash=None)
     queries = build_range_queries(names, scope, Window(step_s, step_s, ""))
-    source = RangeSource(url.rstrip("/"), headers, disable_ssl=args.insecure_skip_verify)
     started = time.monotonic()
     try:
-        data = run_range_queries(
-            source, queries, datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), step_s
-        )
-    except ReportQueryError as err:
+        timeout_s = parse_duration(args.timeout)
+        with open_client(url.rstrip("/"), headers, args.insecure_skip_verify, timeout_s) as client:
+            data = run_range_queries(
+                client, queries, datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), step_s
+            )
+    except (ReportQueryError, ValueError) as err:  # ValueError: a URL, header or timeout the client refuses
         print(printable(f"error: Prometheus {url}: {err}"), file=sys.stderr)
         return 1
     report = analyse(

@@ -17,6 +17,28 @@ from typing import Any
 
 from specpilot.autotune.signals.promql import Query
 
+# Every string copied from an answer into a measurement (and so into status, events and the CLI's output) is cut to
+# MAX_TEXT characters, and an answer keeps at most MAX_NOTES warnings and infos together: the server is untrusted, and
+# status must stay far below what the API server accepts for an object.
+MAX_TEXT = 240
+MAX_NOTES = 4
+# A grouped measurement (per speculative position) has one series per position; more is not an answer to our query.
+MAX_GROUPS = 64
+
+
+def bounded_text(value: object, limit: int = MAX_TEXT) -> str:
+    """`value` as text of at most about `limit` characters, saying how long it was when cut."""
+    text = value if isinstance(value, str) else repr(value)[: limit + 1]
+    return text if len(text) <= limit else f"{text[:limit]}... [cut, {len(text)} characters]"
+
+
+def _notes(value: Any) -> tuple[str, ...]:
+    """The first MAX_NOTES entries of a warnings or infos list, each bounded (anything else is one entry)."""
+    if not value:
+        return ()
+    entries = value if isinstance(value, list) else [value]
+    return tuple(bounded_text(entry) for entry in entries[:MAX_NOTES])
+
 
 class MeasurementClass(StrEnum):
     VALID = "Valid"
@@ -45,17 +67,16 @@ class RawResult:
         if not isinstance(body, Mapping):
             return cls(http_status=http_status, error_type="bad_response", error="response body is not a JSON object")
         status = body.get("status")
-        warnings = tuple(str(w) for w in body.get("warnings") or ())
-        infos = tuple(str(i) for i in body.get("infos") or ())
+        warnings = _notes(body.get("warnings"))
         data = body.get("data")
         result_type = data.get("resultType") if isinstance(data, Mapping) else None
         result = data.get("result") if isinstance(data, Mapping) else None
         return cls(
-            status=str(status) if status is not None else None,
-            result_type=str(result_type) if result_type is not None else None,
+            status=_opt_str(status),
+            result_type=_opt_str(result_type),
             result=result,
             warnings=warnings,
-            infos=infos,
+            infos=_notes(body.get("infos"))[: MAX_NOTES - len(warnings)],
             error_type=_opt_str(body.get("errorType")),
             error=_opt_str(body.get("error")),
             http_status=http_status,
@@ -67,7 +88,7 @@ class RawResult:
 
 
 def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else bounded_text(value)
 
 
 @dataclass(frozen=True)
@@ -211,12 +232,14 @@ def _parse_numbers(raw: RawResult, group_by: str | None) -> dict[str, float] | _
     if group_by is None and len(samples) > 1:
         labels = "; ".join(_labels(s) for s in samples[:3])
         return _Problem(MeasurementClass.ERROR, f"{len(samples)} series returned, expected exactly one ({labels})")
+    if len(samples) > MAX_GROUPS:
+        return _Problem(MeasurementClass.ERROR, f"{len(samples)} series returned, expected at most {MAX_GROUPS}")
     numbers: dict[str, float] = {}
     for sample in samples:
         key = ""
         if group_by is not None:
             metric = sample.get("metric") if isinstance(sample, Mapping) else None
-            key = str(metric.get(group_by, "")) if isinstance(metric, Mapping) else ""
+            key = bounded_text(metric.get(group_by, "")) if isinstance(metric, Mapping) else ""
             if not key:
                 return _Problem(MeasurementClass.ERROR, f"a series lacks the {group_by!r} label ({_labels(sample)})")
             if key in numbers:
@@ -255,7 +278,8 @@ def _labels(sample: Any) -> str:
     metric = sample.get("metric") if isinstance(sample, Mapping) else None
     if not isinstance(metric, Mapping) or not metric:
         return "{}"
-    return "{" + ",".join(f"{k}={v}" for k, v in sorted(metric.items())) + "}"
+    pairs = sorted(metric.items(), key=str)[:8]
+    return bounded_text("{" + ",".join(f"{bounded_text(k, 60)}={bounded_text(v, 60)}" for k, v in pairs) + "}")
 
 
 def _label_key(label: str) -> tuple[int, str]:
@@ -288,12 +312,12 @@ def count_errors(measurements: Mapping[str, Measurement]) -> list[Measurement]:
 
 
 def collect_warnings(measurements: Mapping[str, Measurement]) -> list[str]:
-    """Distinct Prometheus warnings across an evaluation, for status."""
+    """Distinct Prometheus warnings across an evaluation, for status (the first 2 x MAX_NOTES of them)."""
     seen: dict[str, None] = {}
     for m in measurements.values():
         for w in m.warnings:
             seen.setdefault(w, None)
-    return list(seen)
+    return list(seen)[: 2 * MAX_NOTES]
 
 
 def split_answer(
