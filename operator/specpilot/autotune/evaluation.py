@@ -101,7 +101,7 @@ class Cadence:
 @dataclass(frozen=True)
 class DueMarks:
     """The only parts of an object's annotations and status `is_due` reads. The periodic pass keeps them per object
-    (handlers.BodySummary), so a round unpacks and parses only the objects that are due."""
+    (shell.memory.BodySummary), so a round unpacks and parses only the objects that are due."""
 
     reevaluate: str | None = None  # metadata.annotations[specpilot.dev/reevaluate]
     handled: str | None = None  # status.lastHandledReevaluate

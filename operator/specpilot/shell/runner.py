@@ -84,7 +84,7 @@ def run_operator(
     leader_election: LeaseSettings | None = None,
 ) -> None:
     """Block running the operator until interrupted (as a candidate first, with leader election)."""
-    os.environ["SPECPILOT_TICK_SECONDS"] = str(tick_seconds)  # read by handlers at import (decorator arguments)
+    os.environ["SPECPILOT_TICK_SECONDS"] = str(tick_seconds)  # read by shell.wiring at import
     logging.basicConfig(
         level=getattr(logging, log_level.upper()), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -93,8 +93,9 @@ def run_operator(
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         # httpx logs every Prometheus query at INFO (about 20 per evaluation); the decision line says what they gave.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    # Importing registers the kopf handlers: the reconcile, and the per-object status gauges (alerts, dashboard).
-    from specpilot.shell import status_metrics  # noqa: F401
+    # Importing registers the kopf handlers: the settings, the children's indexes, the reconcile of watch events,
+    # the threads of rounds and periodic passes, and the per-object status gauges (alerts, dashboard).
+    from specpilot.shell import children, objects, status_metrics, tickers, wiring  # noqa: F401
 
     health = Health()
 
