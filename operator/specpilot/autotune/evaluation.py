@@ -121,6 +121,13 @@ class DueMarks:
         )
 
 
+def _evaluated_at(recorded: str) -> datetime:
+    try:
+        return timestamps.parse_time(recorded)
+    except ValueError:
+        raise ValueError(f"status.observed.evaluatedAt {recorded[:64]!r} is not an RFC 3339 time") from None
+
+
 def is_due(
     cadence: Cadence,
     marks: DueMarks,
@@ -141,7 +148,7 @@ def is_due(
     if marks.reevaluate and marks.reevaluate != marks.handled:
         return True
     recorded = marks.evaluated_at
-    candidates = [t for t in (timestamps.parse_time(recorded) if recorded else None, evaluated_at) if t]
+    candidates = [t for t in (_evaluated_at(recorded) if recorded else None, evaluated_at) if t]
     if not candidates:
         return True
     last = max(candidates)

@@ -26,7 +26,7 @@ from specpilot.shell.wiring import GROUP, VERSION, Indexes, kube, log
 FAILPOINT_ENV = "SPECPILOT_FAILPOINT"  # fault injection for tests: "exit-after-actuation-status"
 
 
-def _now() -> str:
+def now_text() -> str:
     return format_time(datetime.now(UTC))
 
 
@@ -87,7 +87,7 @@ def _inputs(
         annotations=dict(meta.annotations),
         spec=dict(body.spec),
         status=decided.status,
-        now=_now(),
+        now=now_text(),
         live_children=children.digests,
         deployment=children.deployment,
         canary_deployment=children.canary,
@@ -119,7 +119,7 @@ def _look_for_foreign(result: rec.ReconcileResult, inputs: rec.ReconcileInputs, 
     return found
 
 
-def _write_status(
+def write_status(
     body: kopf.Body, memory: ObjectMemory, before: Mapping[str, Any], after: Mapping[str, Any], precondition: str | None
 ) -> bool:
     """Patch status as an exact merge patch; with `precondition`, only over that resourceVersion. False: stale."""
@@ -216,7 +216,7 @@ def run_reconcile(
     actuating = autotune is not None and autotune.actuated
     if result.status_patch is not None:
         precondition = decided.resource_version if actuating else None
-        if not _write_status(body, memory, decided.status, result.status_patch, precondition):
+        if not write_status(body, memory, decided.status, result.status_patch, precondition):
             return None  # nothing applied: the next tick decides again from the newer object
         if actuating:
             _failpoint("exit-after-actuation-status")
@@ -230,7 +230,7 @@ def run_reconcile(
         again_inputs = replace(_inputs(body, DecidedFrom(stored, ""), children, memory, None), now=inputs.now)
         again = rec.reconcile(again_inputs, choose_intent(again_inputs))
         if again.status_patch is not None:
-            _write_status(body, memory, stored, again.status_patch, None)
+            write_status(body, memory, stored, again.status_patch, None)
         events += again.events
     post_events(body, events)
     telemetry.RECONCILES.labels(trigger, "ok").inc()

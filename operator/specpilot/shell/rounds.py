@@ -22,6 +22,7 @@ from specpilot.autotune.signals.promql import Scope
 from specpilot.reconcile import core as rec
 from specpilot.shell import telemetry
 from specpilot.shell.children import fingerprint_of, first
+from specpilot.shell.failures import evaluation_failed
 from specpilot.shell.memory import MEMORY, BodySummary, ObjectMemory, cadence_of, spec_of
 from specpilot.shell.reconciling import run_reconcile, status_of
 from specpilot.shell.wiring import CAPTURED, Indexes, log
@@ -96,15 +97,20 @@ def _evaluate_group(client: Client, members: list[_Due], now: datetime, indexes:
     """Measure one connection's due objects together, then conclude each. Returns the queries sent."""
     subjects = [Subject((m.uid, "main"), m.spec, m.scope) for m in members]
     subjects += [Subject((m.uid, "canary"), m.spec, m.canary) for m in members if m.canary is not None]
-    with client:
-        result = measure_many(subjects, client, now)
+    try:
+        with client:
+            result = measure_many(subjects, client, now)
+    except Exception as err:  # this connection's objects are marked; other connections are measured all the same
+        for member in members:
+            evaluation_failed(member.uid, member.memory, "measurement", err)
+        return 0
     telemetry.PROMETHEUS_QUERIES.inc(result.queries_sent)
     telemetry.ROUND_SIZE.observe(len(members))
     for member in members:
         try:
             _conclude_and_reconcile(member, result.measurements, now, indexes)
-        except Exception:  # one object's failure must not cost the others their evaluation
-            log.exception("autotune evaluation of %s failed", member.uid)
+        except Exception as err:  # one object's failure must not cost the others their evaluation
+            evaluation_failed(member.uid, member.memory, "conclusion", err)
     return result.queries_sent
 
 
@@ -116,7 +122,10 @@ def run_round(now: datetime) -> int:
         return 0
     groups = _Groups()
     for uid, memory in MEMORY.snapshot():
-        _collect(uid, memory, now, groups)
+        try:
+            _collect(uid, memory, now, groups)
+        except Exception as err:  # a malformed object is marked and left out of this round; the rest proceed
+            evaluation_failed(uid, memory, "due check", err)
     return sum(_evaluate_group(client, members, now, indexes) for client, members in groups.groups.values())
 
 

@@ -12,6 +12,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 RECONCILES = Counter("specpilot_reconciles_total", "Reconciles run", ["trigger", "result"])
+OBJECT_FAILURES = Counter(
+    "specpilot_object_failures_total",
+    "Exceptions kept to one SpeculativeDeployment (the rest of the fleet proceeds), by where they happened: the "
+    "round's due check, measurement or conclusion, or a reconcile",
+    ["stage"],
+)
 RECONCILE_SECONDS = Histogram("specpilot_reconcile_duration_seconds", "Time spent in one reconcile", ["trigger"])
 QUEUE_WAIT_SECONDS = Histogram(
     "specpilot_workqueue_wait_seconds",
