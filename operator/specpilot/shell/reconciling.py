@@ -122,7 +122,8 @@ def _look_for_foreign(result: rec.ReconcileResult, inputs: rec.ReconcileInputs, 
 def write_status(
     body: kopf.Body, memory: ObjectMemory, before: Mapping[str, Any], after: Mapping[str, Any], precondition: str | None
 ) -> bool:
-    """Patch status as an exact merge patch; with `precondition`, only over that resourceVersion. False: stale."""
+    """Patch status as an exact merge patch; with `precondition`, only over that resourceVersion. False: stale, or
+    the object is gone."""
     meta = body.metadata
     merge_patch = rec.status_merge_patch(before, after)
     log.debug("%s/%s: status changed %s", meta.namespace, meta.name, json.dumps(merge_patch)[:600])
@@ -135,8 +136,11 @@ def write_status(
         log.info("%s/%s: the object changed since this decision was made; deciding again", meta.namespace, meta.name)
         telemetry.RECONCILES.labels("status", "stale").inc()
         return False
-    if written is not None:
-        memory.remember_written(written)
+    if written is None:  # 404: the object is gone, and nothing may be applied for it
+        log.info("%s/%s: the object is gone; applying nothing for it", meta.namespace, meta.name)
+        telemetry.RECONCILES.labels("status", "gone").inc()
+        return False
+    memory.remember_written(written)
     return True
 
 
@@ -197,10 +201,14 @@ def run_reconcile(
 
     Status goes first: an autotune actuation (the chosen config and its record, which charges the budget) is
     written with a resourceVersion precondition before any child changes, so a failed write changes nothing and a
-    crash after it resumes into exactly one rollout from the persisted choice. None: the status write found the
-    object changed since the decision (nothing was applied).
+    crash after it resumes into exactly one rollout from the persisted choice. None: nothing was applied, because
+    the object is being deleted, or the status write found it changed since the decision or gone.
     """
     meta = body.metadata
+    if meta.get("deletionTimestamp"):
+        # Being deleted (a foreground deletion waits for its children): what the collector removes stays removed.
+        telemetry.RECONCILES.labels(trigger, "deleting").inc()
+        return None
     namespace, name = str(meta.namespace), str(meta.name)
     started = time.monotonic()
     wants_pod_monitor = bool(body.spec.get("monitoring", {}).get("podMonitor", False))

@@ -82,7 +82,7 @@ def _collect(uid: str, memory: ObjectMemory, now: datetime, groups: _Groups) -> 
         return
     body = memory.body
     spec = spec_of(body) if body is not None else None
-    if body is None or spec is None or spec.autotune.prometheus is None:
+    if body is None or spec is None or spec.autotune.prometheus is None or body.metadata.get("deletionTimestamp"):
         return
     status = written[1] if written else dict(body.get("status", {}))
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
