@@ -116,6 +116,7 @@ def periodic_pass() -> int:
             looked += 1
             reconcile_if_changed("timer", indexes, memory)
         except Exception:  # one object's failure must not cost the others their pass
+            telemetry.OBJECT_FAILURES.labels("reconcile").inc()
             log.exception("periodic pass of %s failed", uid)
         finally:
             memory.lock.release()
@@ -189,6 +190,7 @@ def _run_next() -> None:
         reconcile_if_changed(entry.trigger, indexes, memory)
     except Exception:
         memory.fingerprint = None
+        telemetry.OBJECT_FAILURES.labels("reconcile").inc()
         log.exception("reconcile of %s failed; the periodic pass retries it", uid)
     finally:
         memory.lock.release()

@@ -27,7 +27,8 @@ LOOP_ANSWER_SECONDS = 5.0  # a leader's event loop that cannot run a no-op this 
 
 
 class Health:
-    """/healthz: live while waiting as a candidate, and, once leading, while kopf's event loop still runs.
+    """/healthz: live while waiting as a candidate, and, once leading, while kopf's event loop still runs and the
+    operator's own threads (the evaluation round, the periodic pass) end their ticks in time.
 
     kopf's own liveness endpoint starts only with kopf, so a candidate (which does not run kopf) needs its own.
     """
@@ -36,8 +37,12 @@ class Health:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.leader = False
         self.electing: Callable[[], bool] = lambda: True
+        self.stalled: Callable[[], str | None] = lambda: None  # why the operator's own threads are stuck
 
     def check(self) -> tuple[bool, dict[str, Any]]:
+        stuck = self.stalled()
+        if stuck is not None:
+            return False, {"leader": self.leader, "operator": stuck}
         loop = self.loop
         if loop is None:
             if not self.electing():
@@ -98,6 +103,7 @@ def run_operator(
     from specpilot.shell import children, objects, status_metrics, tickers, wiring  # noqa: F401
 
     health = Health()
+    health.stalled = tickers.stalled
 
     def leading(now: bool) -> None:
         health.leader = now

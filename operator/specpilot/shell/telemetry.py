@@ -44,6 +44,16 @@ ROUND_SIZE = Histogram(
     "SpeculativeDeployments evaluated together in one round over one Prometheus connection",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
 )
+TICK_ENDED = Gauge(
+    "specpilot_tick_ended_timestamp_seconds",
+    "When the evaluation round's or the periodic pass's thread last ended a tick (SpecpilotTickerStuck)",
+    ["ticker"],
+)
+TICK_FAILURES = Counter(
+    "specpilot_tick_failures_total",
+    "Ticks that ended in an exception (an aborted round or pass; SpecpilotTickerAborting)",
+    ["ticker"],
+)
 ROUND_SECONDS = Histogram("specpilot_round_duration_seconds", "Time one evaluation round took")
 DECISIONS = Counter("specpilot_decisions_total", "Autotune decisions", ["action", "mode"])
 ACTUATIONS = Counter("specpilot_actuations_total", "Autotune actuations applied", ["action", "result"])
