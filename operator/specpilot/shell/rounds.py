@@ -2,12 +2,17 @@
 
 Every tick, the objects that are due (each at its own phase within its interval, so a burst of creations spreads out)
 are grouped by Prometheus connection and measured with one query per metric for all of them (evaluate.measure_many),
-then concluded and reconciled one by one.
+each connection in its own worker (shell/measuring.py), then concluded and reconciled one by one as their
+measurements end. Any object's exception, or a connection that does not answer by the round's deadline, marks the
+objects concerned (shell/failures.py) and the rest of the round proceeds.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Hashable, Mapping
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,7 +20,7 @@ from typing import Any
 from specpilot.adapters import connections
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
-from specpilot.autotune.evaluate import Subject, measure_many
+from specpilot.autotune.evaluate import RoundResult, Subject, measure_many
 from specpilot.autotune.evaluation import AutotuneOutcome, conclude, evaluation_scopes, is_due, without_heartbeat
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Scope
@@ -23,11 +28,16 @@ from specpilot.reconcile import core as rec
 from specpilot.shell import telemetry
 from specpilot.shell.children import fingerprint_of, first
 from specpilot.shell.failures import evaluation_failed
+from specpilot.shell.measuring import Measurers
 from specpilot.shell.memory import MEMORY, BodySummary, ObjectMemory, cadence_of, spec_of
 from specpilot.shell.reconciling import run_reconcile, status_of
 from specpilot.shell.wiring import CAPTURED, Indexes, log
 
 Client = PrometheusClient | connections.UnavailablePrometheus
+# The longest a round waits for its measurements, all connections together (each is measured in its own worker);
+# well below tickers.STALL_SECONDS.
+ROUND_DEADLINE_SECONDS = float(os.environ.get("SPECPILOT_ROUND_DEADLINE_SECONDS", "120"))
+MEASURERS = Measurers(workers=8)
 
 
 @dataclass(frozen=True)
@@ -93,17 +103,16 @@ def _collect(uid: str, memory: ObjectMemory, now: datetime, groups: _Groups) -> 
     groups.add(resolution, _Due(uid, memory, spec, scopes[0], scopes[1], events))
 
 
-def _evaluate_group(client: Client, members: list[_Due], now: datetime, indexes: Indexes) -> int:
-    """Measure one connection's due objects together, then conclude each. Returns the queries sent."""
+def _measure(client: Client, members: list[_Due], now: datetime) -> RoundResult:
+    """One connection's due objects measured together (in a worker thread)."""
     subjects = [Subject((m.uid, "main"), m.spec, m.scope) for m in members]
     subjects += [Subject((m.uid, "canary"), m.spec, m.canary) for m in members if m.canary is not None]
-    try:
-        with client:
-            result = measure_many(subjects, client, now)
-    except Exception as err:  # this connection's objects are marked; other connections are measured all the same
-        for member in members:
-            evaluation_failed(member.uid, member.memory, "measurement", err)
-        return 0
+    with client:
+        return measure_many(subjects, client, now)
+
+
+def _conclude_group(members: list[_Due], result: RoundResult, now: datetime, indexes: Indexes) -> int:
+    """Conclude each object of one measured connection. Returns the queries its measurement sent."""
     telemetry.PROMETHEUS_QUERIES.inc(result.queries_sent)
     telemetry.ROUND_SIZE.observe(len(members))
     for member in members:
@@ -112,6 +121,32 @@ def _evaluate_group(client: Client, members: list[_Due], now: datetime, indexes:
         except Exception as err:  # one object's failure must not cost the others their evaluation
             evaluation_failed(member.uid, member.memory, "conclusion", err)
     return result.queries_sent
+
+
+def _measurement_failed(members: list[_Due], err: Exception) -> None:
+    for member in members:
+        evaluation_failed(member.uid, member.memory, "measurement", err)
+
+
+def _conclude_as_measured(measuring: dict[Future[RoundResult], list[_Due]], now: datetime, indexes: Indexes) -> int:
+    """Conclude each connection's objects as soon as its measurement ends; at the round's deadline, mark the objects
+    of the connections still measuring (their workers go on, and the next round does not start them again)."""
+    pending = dict(measuring)
+    sent = 0
+    try:
+        for future in as_completed(measuring, timeout=ROUND_DEADLINE_SECONDS):
+            members = pending.pop(future)
+            try:
+                result = future.result()
+            except Exception as err:  # this connection's objects are marked; the others are concluded
+                _measurement_failed(members, err)
+                continue
+            sent += _conclude_group(members, result, now, indexes)
+    except TimeoutError:
+        late = TimeoutError(f"Prometheus did not answer within the round's deadline ({ROUND_DEADLINE_SECONDS:g} s)")
+        for members in pending.values():
+            _measurement_failed(members, late)
+    return sent
 
 
 def run_round(now: datetime) -> int:
@@ -126,7 +161,11 @@ def run_round(now: datetime) -> int:
             _collect(uid, memory, now, groups)
         except Exception as err:  # a malformed object is marked and left out of this round; the rest proceed
             evaluation_failed(uid, memory, "due check", err)
-    return sum(_evaluate_group(client, members, now, indexes) for client, members in groups.groups.values())
+    measuring = {
+        MEASURERS.submit(key, functools.partial(_measure, client, members, now)): members
+        for key, (client, members) in groups.groups.items()
+    }
+    return _conclude_as_measured(measuring, now, indexes)
 
 
 def _conclude_and_reconcile(
