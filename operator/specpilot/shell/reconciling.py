@@ -169,6 +169,7 @@ def _write_children(
             changed = True
             continue
         changed |= memory.failures.pop(key, None) is not None
+        memory.warned_missing.discard(key)  # served now: warn again should its API go away
         memory.recent_applies[key] = (digest, time.monotonic())
         if child["kind"] == "PodMonitor":
             memory.pod_monitor_checked = None  # read it back on the next tick
