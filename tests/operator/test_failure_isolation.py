@@ -123,7 +123,7 @@ def test_a_silent_prometheus_costs_only_its_own_objects(
     operator = start_operator(env={"SPECPILOT_ROUND_DEADLINE_SECONDS": "3"})
     with silent_server() as silent_url:
         slow = fleet_member("slow", silent_url)
-        slow["spec"]["autotune"]["prometheus"]["timeout"] = "10m"  # httpx waits per read: the deadline must cut it
+        slow["spec"]["autotune"]["prometheus"]["timeout"] = "60s"  # per query, ~20 queries: the deadline must cut it
         apply(kube_cluster, kube_namespace, slow)
         wait_for("the slow object measured", lambda: metric_sum(operator, "specpilot_reconciles_total{") > 0, 60)
         apply(kube_cluster, kube_namespace, fleet_member("good", prometheus.url))
