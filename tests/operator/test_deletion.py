@@ -6,6 +6,7 @@ Real API server (with its garbage collector), the operator as `specpilot run` wi
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any, cast
 
 import kopf
@@ -89,3 +90,31 @@ def test_a_status_write_for_a_gone_object_is_not_a_success(
     assert outcome["here"][0] is True
     assert outcome["here"][1] is not None, "the write is remembered"
     assert outcome["gone"] == (False, None), "a 404 is not a write"
+
+
+def test_background_deletion_racing_the_childrens_deleted_events_creates_nothing(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    """The object is deleted (background: it goes at once, the collector deletes its children after) while the
+    operator is paused, so that on resuming it receives the object's DELETED event and its children's together, in
+    any order: a child's event reconciles an owner that is gone, which must apply nothing."""
+    operator = start_operator()
+    for name in ("going", "staying"):
+        apply(kube_cluster, kube_namespace, speculative_deployment(name))
+    wait_for("children", lambda: all(get(kube_cluster, kube_namespace, k, "going") for k in CHILDREN), 60)
+    wait_for("children", lambda: all(get(kube_cluster, kube_namespace, k, "staying") for k in CHILDREN), 60)
+    writes = {kind: operator.writes(kind) for kind in ("Deployment", "Service", "PodDisruptionBudget")}
+    operator.process.send_signal(signal.SIGSTOP)
+    try:
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "going", "--timeout=30s")
+        wait_for("children deleted by the collector", lambda: no_children(kube_cluster, kube_namespace, "going"), 60)
+        # the other object loses its Service behind the operator's back: proof that child events are handled
+        kube_cluster.kubectl("-n", kube_namespace, "delete", "service", "staying")
+    finally:
+        operator.process.send_signal(signal.SIGCONT)
+    wait_for("the other object's Service repaired", lambda: get(kube_cluster, kube_namespace, "service", "staying"), 60)
+    timer = reconciles(operator, "timer")
+    wait_for("three periodic passes", lambda: reconciles(operator, "timer") >= timer + 3, 60, 0.5)
+    assert no_children(kube_cluster, kube_namespace, "going"), "a child of the deleted object came back"
+    after = {kind: operator.writes(kind) for kind in writes}
+    assert after == {**writes, "Service": writes["Service"] + 1}, "only the other object's Service was applied"
