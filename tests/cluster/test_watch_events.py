@@ -29,7 +29,7 @@ CONFIG_MAPS = references.Resource(group="", version="v1", plural="configmaps", n
 async def _event_of(uid: str, namespace: str, watch: Callable[..., Any]) -> dict[str, Any]:
     """The first event kopf's watch delivers for the object with this uid (its initial streaming, as configured)."""
     settings = kopf.OperatorSettings()
-    settings.watching.initial_streaming = True  # as handlers.configure sets it
+    settings.watching.initial_streaming = True  # as shell.wiring.configure sets it
     settings.watching.server_timeout = 10
     vault = credentials.Vault()
     info = piggybacking.login_with_kubeconfig(settings=settings)

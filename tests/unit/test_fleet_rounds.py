@@ -72,6 +72,13 @@ def test_due_reads_status_and_this_process_memory(
     assert is_due(CADENCE, DueMarks.of(status, {}), NOW, phase_key="uid-1", evaluated_at=memory) is due
 
 
+@pytest.mark.parametrize("recorded", ["yesterday", "2026-13-01T00:00:00Z", "x" * 10_000])
+def test_a_malformed_evaluated_at_is_refused_naming_the_field(recorded: str) -> None:
+    with pytest.raises(ValueError, match=r"status\.observed\.evaluatedAt '.*' is not an RFC 3339 time") as raised:
+        is_due(CADENCE, DueMarks.of({"observed": {"evaluatedAt": recorded}}, {}), NOW, phase_key="uid-1")
+    assert len(str(raised.value)) < 200, "the field's value is cut, not copied whole"
+
+
 def test_a_new_reevaluate_token_is_due_at_once() -> None:
     annotations = {"specpilot.dev/reevaluate": "t2"}
     assert is_due(CADENCE, DueMarks.of(evaluated(NOW), annotations), NOW, phase_key="uid-1")

@@ -19,7 +19,7 @@ import pytest
 from specpilot.api.v1alpha1 import ANNOTATION_PAUSE as PAUSE
 from specpilot.api.v1alpha1 import ANNOTATION_REEVALUATE as REEVALUATE
 from specpilot.autotune.evaluation import DueMarks
-from specpilot.shell.handlers import BodySummary, ObjectMemory
+from specpilot.shell.memory import BodySummary, ObjectMemory
 from tests.seams import apply_merge_patch
 
 STORED: dict[str, Any] = json.loads(
@@ -88,7 +88,7 @@ def test_the_summary_holds_what_the_periodic_pass_compares(body: dict[str, Any],
     ids=["status", "reevaluate-handled", "managed-fields", "spec", "label", "reevaluate", "pause"],
 )
 def test_an_edit_queues_a_reconcile_and_a_status_write_does_not(later: dict[str, Any], edited: bool) -> None:
-    """The watch event of a known object queues a reconcile only for an edit (handlers.speculativedeployment_changed):
+    """The watch event of a known object queues a reconcile only for an edit (objects.speculativedeployment_changed):
     our own status writes come back as events too, and must not reconcile each object once more per write."""
     assert BodySummary.of(_changed(later)).edited_since(BodySummary.of(STORED)) is edited
 
@@ -160,16 +160,16 @@ def test_a_queued_reconcile_does_not_keep_the_body_of_the_event_that_queued_it(m
 
     from kopf._core.actions.execution import cause_var
 
-    from specpilot.shell import handlers
+    from specpilot.shell import wiring
 
-    monkeypatch.setattr(handlers, "_CONTEXT", contextvars.copy_context())  # the first handler's, captured earlier
+    monkeypatch.setattr(wiring.CAPTURED, "context", contextvars.copy_context())  # the first handler's, captured earlier
     body: Any = copy.deepcopy(STORED)  # stands for kopf's cause, which holds the event's body
 
     def while_handling() -> tuple[contextvars.Context, contextvars.Context]:
         cause_var.set(body)  # kopf sets the cause of the event being handled
-        return contextvars.copy_context(), handlers._handler_context()
+        return contextvars.copy_context(), wiring.handler_context()
 
     handling, queued = contextvars.copy_context().run(while_handling)
     assert handling[cause_var] is body  # the handler's own context holds the event's body...
     assert cause_var not in queued  # ...the queued reconcile's does not
-    assert queued is not handlers._CONTEXT  # a copy per reconcile: one context cannot be entered by two threads
+    assert queued is not wiring.CAPTURED.context  # a copy per reconcile: one context cannot be entered by two threads

@@ -43,6 +43,9 @@ def load_credentials(concurrency: int = 1) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+MISSING_API_RECHECK_SECONDS = 60.0  # a kind the cluster did not serve is looked up again after this
+
+
 class MissingApi(RuntimeError):
     """The cluster does not serve this kind (e.g. no prometheus-operator CRDs for PodMonitor)."""
 
@@ -113,8 +116,9 @@ class KubeAdapter:
     # (kind, verb, seconds) of every request: the API server's share of a reconcile, told apart from the operator's.
     on_request: Callable[[str, str, float], None] = lambda kind, verb, seconds: None
     _dynamic: DynamicClient | None = field(default=None, init=False, repr=False)
-    # Kinds the cluster does not serve (no prometheus-operator CRDs, say): remembered so ticks do not rediscover them.
-    _missing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
+    # Kinds the cluster did not serve (no prometheus-operator CRDs, say), with when discovery said so: looked up again
+    # only after MISSING_API_RECHECK_SECONDS, so ticks do not rediscover them and a CRD installed later is found.
+    _missing: dict[tuple[str, str], float] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def dynamic(self) -> Any:
@@ -131,16 +135,23 @@ class KubeAdapter:
         finally:
             self.on_request(kind, verb, time.monotonic() - started)
 
+    def _served(self, api_version: str, kind: str) -> Any:
+        """The resource of a kind, or MissingApi while the cluster does not serve it (rediscovered now and then)."""
+        key = (api_version, kind)
+        missing_since = self._missing.get(key)
+        if missing_since is not None and time.monotonic() - missing_since < MISSING_API_RECHECK_SECONDS:
+            raise MissingApi(f"the cluster does not serve {api_version} {kind}")
+        try:
+            resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError as err:  # the discovery client invalidated its cache before saying so
+            self._missing[key] = time.monotonic()
+            raise MissingApi(f"the cluster does not serve {api_version} {kind}") from err
+        self._missing.pop(key, None)
+        return resource
+
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply one object as specpilot, taking over conflicting fields we own."""
-        key = (str(obj["apiVersion"]), str(obj["kind"]))
-        if key in self._missing:
-            raise MissingApi(f"the cluster does not serve {key[0]} {key[1]}")
-        try:
-            resource = self.dynamic.resources.get(api_version=key[0], kind=key[1])
-        except ResourceNotFoundError as err:
-            self._missing.add(key)
-            raise MissingApi(f"the cluster does not serve {key[0]} {key[1]}") from err
+        resource = self._served(str(obj["apiVersion"]), str(obj["kind"]))
         self.on_write(str(obj["kind"]), "apply")
         try:
             with self._timed(str(obj["kind"]), "apply"):
@@ -153,7 +164,11 @@ class KubeAdapter:
                     serialize=False,
                 )
         except (DynamicApiError, ApiException) as err:
-            raise _refused(err) from err
+            refused = _refused(err)
+            if refused.status == 404:  # server-side apply creates: 404 may mean the kind went away (a CRD deleted)
+                self.dynamic.resources.invalidate_cache()
+                self._served(str(obj["apiVersion"]), str(obj["kind"]))  # MissingApi if so
+            raise refused from err
         return _json(response)
 
     def read_child(self, api_version: str, kind: str, namespace: str, name: str) -> LiveChild | None:

@@ -101,7 +101,7 @@ class Cadence:
 @dataclass(frozen=True)
 class DueMarks:
     """The only parts of an object's annotations and status `is_due` reads. The periodic pass keeps them per object
-    (handlers.BodySummary), so a round unpacks and parses only the objects that are due."""
+    (shell.memory.BodySummary), so a round unpacks and parses only the objects that are due."""
 
     reevaluate: str | None = None  # metadata.annotations[specpilot.dev/reevaluate]
     handled: str | None = None  # status.lastHandledReevaluate
@@ -119,6 +119,13 @@ class DueMarks:
         return DueMarks(
             self.reevaluate, str(handled) if handled is not None else None, str(recorded) if recorded else None
         )
+
+
+def _evaluated_at(recorded: str) -> datetime:
+    try:
+        return timestamps.parse_time(recorded)
+    except ValueError:
+        raise ValueError(f"status.observed.evaluatedAt {recorded[:64]!r} is not an RFC 3339 time") from None
 
 
 def is_due(
@@ -141,7 +148,7 @@ def is_due(
     if marks.reevaluate and marks.reevaluate != marks.handled:
         return True
     recorded = marks.evaluated_at
-    candidates = [t for t in (timestamps.parse_time(recorded) if recorded else None, evaluated_at) if t]
+    candidates = [t for t in (_evaluated_at(recorded) if recorded else None, evaluated_at) if t]
     if not candidates:
         return True
     last = max(candidates)

@@ -27,7 +27,8 @@ LOOP_ANSWER_SECONDS = 5.0  # a leader's event loop that cannot run a no-op this 
 
 
 class Health:
-    """/healthz: live while waiting as a candidate, and, once leading, while kopf's event loop still runs.
+    """/healthz: live while waiting as a candidate, and, once leading, while kopf's event loop still runs and the
+    operator's own threads (the evaluation round, the periodic pass) end their ticks in time.
 
     kopf's own liveness endpoint starts only with kopf, so a candidate (which does not run kopf) needs its own.
     """
@@ -36,8 +37,12 @@ class Health:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.leader = False
         self.electing: Callable[[], bool] = lambda: True
+        self.stalled: Callable[[], str | None] = lambda: None  # why the operator's own threads are stuck
 
     def check(self) -> tuple[bool, dict[str, Any]]:
+        stuck = self.stalled()
+        if stuck is not None:
+            return False, {"leader": self.leader, "operator": stuck}
         loop = self.loop
         if loop is None:
             if not self.electing():
@@ -84,7 +89,7 @@ def run_operator(
     leader_election: LeaseSettings | None = None,
 ) -> None:
     """Block running the operator until interrupted (as a candidate first, with leader election)."""
-    os.environ["SPECPILOT_TICK_SECONDS"] = str(tick_seconds)  # read by handlers at import (decorator arguments)
+    os.environ["SPECPILOT_TICK_SECONDS"] = str(tick_seconds)  # read by shell.wiring at import
     logging.basicConfig(
         level=getattr(logging, log_level.upper()), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -93,10 +98,12 @@ def run_operator(
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         # httpx logs every Prometheus query at INFO (about 20 per evaluation); the decision line says what they gave.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    # Importing registers the kopf handlers: the reconcile, and the per-object status gauges (alerts, dashboard).
-    from specpilot.shell import status_metrics  # noqa: F401
+    # Importing registers the kopf handlers: the settings, the children's indexes, the reconcile of watch events,
+    # the threads of rounds and periodic passes, and the per-object status gauges (alerts, dashboard).
+    from specpilot.shell import children, objects, status_metrics, tickers, wiring  # noqa: F401
 
     health = Health()
+    health.stalled = tickers.stalled
 
     def leading(now: bool) -> None:
         health.leader = now

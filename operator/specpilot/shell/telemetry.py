@@ -12,6 +12,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 RECONCILES = Counter("specpilot_reconciles_total", "Reconciles run", ["trigger", "result"])
+OBJECT_FAILURES = Counter(
+    "specpilot_object_failures_total",
+    "Exceptions kept to one SpeculativeDeployment (the rest of the fleet proceeds), by where they happened: the "
+    "round's due check, measurement or conclusion, or a reconcile",
+    ["stage"],
+)
 RECONCILE_SECONDS = Histogram("specpilot_reconcile_duration_seconds", "Time spent in one reconcile", ["trigger"])
 QUEUE_WAIT_SECONDS = Histogram(
     "specpilot_workqueue_wait_seconds",
@@ -37,6 +43,16 @@ ROUND_SIZE = Histogram(
     "specpilot_round_deployments",
     "SpeculativeDeployments evaluated together in one round over one Prometheus connection",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
+)
+TICK_ENDED = Gauge(
+    "specpilot_tick_ended_timestamp_seconds",
+    "When the evaluation round's or the periodic pass's thread last ended a tick (SpecpilotTickerStuck)",
+    ["ticker"],
+)
+TICK_FAILURES = Counter(
+    "specpilot_tick_failures_total",
+    "Ticks that ended in an exception (an aborted round or pass; SpecpilotTickerAborting)",
+    ["ticker"],
 )
 ROUND_SECONDS = Histogram("specpilot_round_duration_seconds", "Time one evaluation round took")
 DECISIONS = Counter("specpilot_decisions_total", "Autotune decisions", ["action", "mode"])

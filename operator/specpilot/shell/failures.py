@@ -1,0 +1,42 @@
+"""One object's exception kept to that object: counted, logged, and told on the object itself, so that the rest of
+the fleet proceeds and whoever owns the object sees what is wrong with it."""
+
+from __future__ import annotations
+
+import kopf
+
+from specpilot.reconcile import conditions as cond
+from specpilot.reconcile import core as rec
+from specpilot.shell import telemetry
+from specpilot.shell.memory import ObjectMemory
+from specpilot.shell.reconciling import now_text, post_events, status_of, write_status
+from specpilot.shell.wiring import log
+
+EVALUATION_FAILED = "EvaluationFailed"
+MESSAGE_CHARS = 1024  # what an event and a condition message carry of the exception
+
+
+def evaluation_failed(uid: str, memory: ObjectMemory, stage: str, err: Exception) -> None:
+    """An exception in a round's `stage` for one object: the metric, a Warning event, and MetricsAvailable Unknown
+    with reason EvaluationFailed (the next evaluation that succeeds sets it again). Takes the object's lock."""
+    telemetry.OBJECT_FAILURES.labels(stage).inc()
+    log.warning("autotune %s of %s failed; the rest of the round proceeds", stage, uid, exc_info=err)
+    message = f"autotune skipped this object ({stage}): {type(err).__name__}: {err}"[:MESSAGE_CHARS]
+    try:
+        with memory.lock:
+            body = memory.body
+            if body is None:
+                return
+            post_events(body, [rec.Event("Warning", EVALUATION_FAILED, message)])
+            _set_condition(body, memory, message)
+    except Exception:  # telling the object is best effort: its own status may be what is malformed
+        log.exception("could not mark %s as failed", uid)
+
+
+def _set_condition(body: kopf.Body, memory: ObjectMemory, message: str) -> None:
+    decided = status_of(body, memory)
+    stored = decided.status.get("conditions") or []
+    update = cond.ConditionUpdate(cond.METRICS_AVAILABLE, "Unknown", EVALUATION_FAILED, message)
+    merged = cond.merge_conditions(stored, [update], generation=body.metadata.get("generation"), now=now_text())
+    if merged != stored:
+        write_status(body, memory, decided.status, {**decided.status, "conditions": merged}, None)
