@@ -191,17 +191,14 @@ def test_validate_warns_that_a_version_without_drain_aborts_requests(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "cr.yaml"
-    path.write_text(TWO_REPLICAS.replace('"0.33.0"', '"0.17.1"'))
+    on_0171 = TWO_REPLICAS.replace('"0.33.0"', '"0.17.1"').replace("v0.33.0", "v0.17.1")  # image tag agrees
+    path.write_text(on_0171)
     assert main(["validate", str(path)]) == 0
     warnings = [line for line in capsys.readouterr().out.splitlines() if "--shutdown-timeout" in line]
     assert len(warnings) == 1
     assert "warning: spec.engine.version:" in warnings[0]
     assert "aborts" in warnings[0]
-    path.write_text(
-        TWO_REPLICAS.replace('"0.33.0"', '"0.17.1"').replace(
-            "replicas: 2", "replicas: 2\n  rollout: {drainSeconds: 30}"
-        )
-    )
+    path.write_text(on_0171.replace("replicas: 2", "replicas: 2\n  rollout: {drainSeconds: 30}"))
     assert main(["validate", str(path)]) == 1
     assert "spec.rollout.drainSeconds: vLLM 0.17.1 cannot drain" in capsys.readouterr().out
 
