@@ -176,7 +176,7 @@ def test_every_cross_field_rule_is_attached_to_the_crd() -> None:
         ({"maximum": 1, "exclusiveMaximum": True}, "< 1"),
         ({"maximum": 1000}, "<= 1000"),
         ({"minimum": 0, "exclusiveMinimum": True, "maximum": 1}, "> 0, <= 1"),
-        ({"pattern": "^a$"}, "pattern=^a$"),
+        ({"pattern": "^a$"}, "pattern `^a$`"),
         ({}, ""),
     ],
 )

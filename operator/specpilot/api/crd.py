@@ -250,7 +250,7 @@ def describe_bounds(schema: dict[str, Any]) -> str:
         if bound in schema:
             parts.append(f"{strict if schema.get(exclusive) is True else inclusive} {schema[bound]}")
     if "pattern" in schema:
-        parts.append(f"pattern={schema['pattern']}")
+        parts.append(f"pattern `{schema['pattern']}`")
     return ", ".join(parts)
 
 
