@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -69,7 +70,9 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
         target, _, anchor = link.partition("#")
         resolved = (path.parent / unquote(target)).resolve() if target else path
         where = f"{path.relative_to(root)}: {link}"
-        if not resolved.exists():
+        if not resolved.is_relative_to(root):
+            problems.append(f"{where} (outside the repository)")
+        elif not resolved.exists():
             problems.append(f"{where} (no such file)")
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             problems.append(f"{where} (no heading with anchor #{anchor} in {resolved.relative_to(root)})")
@@ -102,13 +105,29 @@ def test_the_checker_sees_links_and_refuses_a_broken_one(tmp_path: Path) -> None
     (tmp_path / "other.md").write_text("# Other\n\n## A section\n")
     page.write_text(
         "# Page\n\n[ok](other.md#a-section) [self](#page) [web](https://example.com/x)\n"
-        "[gone](missing.md) [bad anchor](other.md#nope)\n\n```\n[in code](ignored.md)\n```\n"
+        "[gone](missing.md) [bad anchor](other.md#nope) [out](../outside.md)\n\n```\n[in code](ignored.md)\n```\n"
     )
-    assert relative_links(page) == ["other.md#a-section", "#page", "missing.md", "other.md#nope"]
+    (tmp_path.parent / "outside.md").write_text("# Outside\n")
+    assert relative_links(page) == ["other.md#a-section", "#page", "missing.md", "other.md#nope", "../outside.md"]
     assert broken_links(page, root=tmp_path) == [
         "page.md: missing.md (no such file)",
         "page.md: other.md#nope (no heading with anchor #nope in other.md)",
+        "page.md: ../outside.md (outside the repository)",
     ]
+
+
+def test_no_tracked_file_cites_the_shared_reference_notes() -> None:
+    """Sources are cited as papers, vLLM PRs or measurements, never as files outside the repository."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    outside = re.compile(r"\.\./shared/|shared/reference/")
+    citing = [
+        name
+        for name in tracked.splitlines()
+        if name != "tests/unit/test_docs.py"
+        and (ROOT / name).is_file()
+        and outside.search((ROOT / name).read_bytes().decode("utf-8", "replace"))
+    ]
+    assert citing == []
 
 
 def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
