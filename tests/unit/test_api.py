@@ -166,3 +166,24 @@ def test_every_cross_field_rule_is_attached_to_the_crd() -> None:
 
     walk(schema)
     assert sorted(attached) == sorted(rule.cel for rule in v1alpha1.CROSS_FIELD_RULES)
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"minimum": 0, "exclusiveMinimum": True}, "> 0"),
+        ({"minimum": 0}, ">= 0"),
+        ({"maximum": 1, "exclusiveMaximum": True}, "< 1"),
+        ({"maximum": 1000}, "<= 1000"),
+        ({"minimum": 0, "exclusiveMinimum": True, "maximum": 1}, "> 0, <= 1"),
+        ({"pattern": "^a$"}, "pattern `^a$`"),
+        ({}, ""),
+    ],
+)
+def test_api_docs_render_bounds_as_the_api_server_checks_them(schema: dict[str, Any], expected: str) -> None:
+    assert crd.describe_bounds(schema) == expected
+
+
+def test_api_docs_show_exclusive_minimum_of_a_real_field() -> None:
+    row = next(line for line in crd.render_api_docs().splitlines() if "`spec.engine.gpuMemoryUtilization`" in line)
+    assert "(> 0, <= 1)" in row, row

@@ -94,7 +94,7 @@ def test_values_schema_on_replicas_and_leader_election(values: dict[str, object]
 
 
 # The operator's peak resident memory with 1,000 SpeculativeDeployments created in one burst, from `make bench`
-# (e2e/bench/operator_scale.py, VmHWM; README, Status and limits). Re-measure and update it with the bench.
+# (e2e/bench/operator_scale.py, VmHWM; docs/benchmarks.md, "Operator at scale"). Re-measure it with the bench.
 PEAK_RSS_MIB_AT_1000 = 250.5
 MEMORY_MARGIN = 0.5
 

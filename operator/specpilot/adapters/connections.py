@@ -1,6 +1,6 @@
 """Prometheus connections an administrator made available, and the only place the operator reads credentials.
 
-The security model (README, "Security model"): a SpeculativeDeployment never names a Secret. An administrator lists
+The security model (docs/security.md): a SpeculativeDeployment never names a Secret. An administrator lists
 connections in the chart (value `prometheusConnections`); the chart writes them to a JSON file for the operator and
 mounts each connection's Secret into the operator pod, so the operator's RBAC reads no Secret at all and a CR author
 can use credentials only by naming a connection the administrator allowed for their namespace. Credentials never go

@@ -240,15 +240,29 @@ def render_crd_yaml() -> str:
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
 
 
+def describe_bounds(schema: dict[str, Any]) -> str:
+    """A field's bounds as the API server checks them: `> 0` for an exclusive minimum, `<= 1` for a maximum."""
+    parts = []
+    for bound, exclusive, strict, inclusive in (
+        ("minimum", "exclusiveMinimum", ">", ">="),
+        ("maximum", "exclusiveMaximum", "<", "<="),
+    ):
+        if bound in schema:
+            parts.append(f"{strict if schema.get(exclusive) is True else inclusive} {schema[bound]}")
+    if "pattern" in schema:
+        parts.append(f"pattern `{schema['pattern']}`")
+    return ", ".join(parts)
+
+
 def _doc_rows(schema: dict[str, Any], path: str, rows: list[tuple[str, str, str, str]]) -> None:
     for name, sub in schema.get("properties", {}).items():
         field = f"{path}.{name}"
         kind = sub.get("type", "")
         if "enum" in sub:
             kind = " \\| ".join(str(v) for v in sub["enum"])
-        bounds = [f"{k}={sub[k]}" for k in ("minimum", "maximum", "pattern") if k in sub]
+        bounds = describe_bounds(sub)
         default = "" if "default" not in sub else f"`{sub['default']}`"
-        desc = sub.get("description", "") + (f" ({', '.join(bounds)})" if bounds else "")
+        desc = sub.get("description", "") + (f" ({bounds})" if bounds else "")
         required = " (required)" if name in schema.get("required", []) else ""
         rows.append((f"`{field}`{required}", kind, default, desc.replace("|", "\\|")))
         if sub.get("type") == "object":

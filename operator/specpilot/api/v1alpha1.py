@@ -296,7 +296,7 @@ class EnvVarSource(_Spec):
 class EnvVar(_Spec):
     """A Kubernetes EnvVar: a literal value or one valueFrom source.
 
-    valueFrom.secretKeyRef hands a Secret of the CR's namespace to the vLLM pod (see README, "Security model").
+    valueFrom.secretKeyRef hands a Secret of the CR's namespace to the vLLM pod (see docs/security.md).
     """
 
     name: str = Field(min_length=1, max_length=4096, pattern=ENV_NAME_PATTERN, description="Variable name.")
@@ -468,7 +468,7 @@ class PrometheusSpec(_Spec):
     """Where the autotuner reads metrics: an administrator's named connection, or a URL queried without credentials.
 
     A CR never names a Secret: credentials exist only in connections an administrator configured for the operator
-    (chart value prometheusConnections), which may be limited to some namespaces (README, "Security model").
+    (chart value prometheusConnections), which may be limited to some namespaces (docs/security.md).
     """
 
     connection: str | None = Field(
@@ -1256,7 +1256,7 @@ def describe_validation_error(err: ValidationError, *, prefix: str) -> list[str]
 REMOVED_FIELDS = {
     "authSecretRef": "was removed: a SpeculativeDeployment can no longer name a Secret for the operator to read. "
     "Ask an administrator for a Prometheus connection and set spec.autotune.prometheus.connection "
-    "(README, Security model)",
+    "(docs/security.md)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Configurations, goodput and the choice rules of the oracles (pure; docs/bench.md).
+"""Configurations, goodput and the choice rules of the oracles (pure; docs/benchmarks.md).
 
 Theta, the deployable configurations a study compares: speculation off, a static K, K with a batch-size table that
 drops to K = 0 at a threshold T (vLLM >= 0.24 `num_speculative_tokens_per_batch_size`), and the per-batch-size

@@ -268,7 +268,7 @@ def _add_leader_election_arguments(p_run: argparse.ArgumentParser) -> None:
     env = os.environ.get
     group = p_run.add_argument_group(
         "leader election",
-        "run several replicas, one acting (a coordination.k8s.io/v1 Lease; see README 'High availability')",
+        "run several replicas, one acting (a coordination.k8s.io/v1 Lease; see docs/operations.md)",
     )
     group.add_argument(
         "--leader-elect",

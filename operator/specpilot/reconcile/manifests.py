@@ -77,7 +77,7 @@ def container_security_context() -> dict[str, Any]:
     """What the vLLM container may do beyond running vLLM: nothing.
 
     vLLM needs no extra privileges and no capabilities (NCCL over NVLink/PCIe and /dev/shm work without them).
-    Not set, because the official image needs them (README, "Security model"): runAsNonRoot (it runs as root and
+    Not set, because the official image needs them (docs/security.md): runAsNonRoot (it runs as root and
     caches under /root/.cache) and readOnlyRootFilesystem (vLLM, Triton and torch.compile write to the filesystem).
     """
     return {
