@@ -61,15 +61,7 @@ def test_a_malformed_status_marks_its_object_and_the_fleet_keeps_evaluating(
     patch_status(kube_cluster, kube_namespace, "bad", {"observed": {"evaluatedAt": "yesterday"}})
     # The other object is still evaluated while the bad one is due every round: each new reevaluate token is
     # answered (status.lastHandledReevaluate).
-    for token in ("after-1", "after-2"):
-        kube_cluster.kubectl(
-            "-n", kube_namespace, "annotate", "--overwrite", "specdeploy", "good", f"{REEVALUATE}={token}"
-        )
-        wait_for(
-            f"good evaluated for {token}",
-            functools.partial(handled_is, kube_cluster, kube_namespace, "good", token),
-            60,
-        )
+    answers_reevaluate_tokens(kube_cluster, kube_namespace, "good")
     wait_for(
         "the bad object marked",
         lambda: (
@@ -87,6 +79,17 @@ def test_a_malformed_status_marks_its_object_and_the_fleet_keeps_evaluating(
 
     assert evaluated_at(kube_cluster, kube_namespace, "bad") == "yesterday", "the bad one was not evaluated"
     kube_cluster.kubectl("-n", kube_namespace, "delete", "specdeploy", "--all", "--timeout=120s", check=False)
+
+
+def answers_reevaluate_tokens(kube_cluster: KubeCluster, namespace: str, name: str) -> None:
+    """Two reevaluate tokens in a row, each answered (status.lastHandledReevaluate): the object is still evaluated."""
+    for token in ("after-1", "after-2"):
+        kube_cluster.kubectl("-n", namespace, "annotate", "--overwrite", "specdeploy", name, f"{REEVALUATE}={token}")
+        wait_for(
+            f"{name} evaluated for {token}",
+            functools.partial(handled_is, kube_cluster, namespace, name, token),
+            60,
+        )
 
 
 @contextlib.contextmanager
@@ -128,15 +131,7 @@ def test_a_silent_prometheus_costs_only_its_own_objects(
         wait_for("the slow object measured", lambda: metric_sum(operator, "specpilot_reconciles_total{") > 0, 60)
         apply(kube_cluster, kube_namespace, fleet_member("good", prometheus.url))
         wait_for("good evaluated", functools.partial(evaluated_at, kube_cluster, kube_namespace, "good"), 120)
-        for token in ("after-1", "after-2"):
-            kube_cluster.kubectl(
-                "-n", kube_namespace, "annotate", "--overwrite", "specdeploy", "good", f"{REEVALUATE}={token}"
-            )
-            wait_for(
-                f"good evaluated for {token}",
-                functools.partial(handled_is, kube_cluster, kube_namespace, "good", token),
-                60,
-            )
+        answers_reevaluate_tokens(kube_cluster, kube_namespace, "good")
         marked = condition(get(kube_cluster, kube_namespace, "specdeploy", "slow"), "MetricsAvailable")
         assert marked.get("reason") == "EvaluationFailed", marked
         assert "Prometheus did not answer" in marked["message"], marked  # within the deadline, or since a round before
