@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import time
@@ -197,6 +198,34 @@ def test_the_api_server_accepts_what_validate_accepts(
     spec = hygiene.with_(path, value)
     assert hygiene.problems(spec) == []
     assert dry_run(dynamic, cr(spec), namespace) is None
+
+
+CANDIDATE_REFUSALS = [case for case in hygiene.CEL_REFUSALS if case[2].startswith("spec.speculation.candidates[")]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "problem"), CANDIDATE_REFUSALS, ids=[f"{p}={v!r}" for p, v, _ in CANDIDATE_REFUSALS]
+)
+def test_the_api_server_refuses_a_candidate_for_the_rule_validate_names(
+    dynamic: DynamicClient, namespace: str, path: str, value: Any, problem: str
+) -> None:
+    """The server's refusal carries the same rule (its message says candidates[i]) and, where the rule sits on the
+    list's elements, the element's path; two candidates of one name are a duplicate key of the list."""
+    element = problem.split("]", 1)[0] + "]"
+    message = dry_run(dynamic, cr(hygiene.with_(path, value)), namespace)
+    assert message is not None, "the API server refuses it too"
+    if ".name:" in problem:
+        assert f"{element}: Duplicate value" in message, message
+        return
+    rule = next(r for r in v1alpha1.CANDIDATE_CROSS_FIELD_RULES if r.message.startswith(_generic(problem)))
+    assert rule.message in message, message
+    if rule.at:
+        assert f"{element}: Invalid value" in message, message
+
+
+def _generic(problem: str) -> str:
+    """A validate line about candidates[k] in the words of the CEL rule, which names no element: candidates[i]."""
+    return re.sub(r"candidates\[\d+\]", "candidates[i]", problem)
 
 
 def _with_metadata(metadata: dict[str, Any], namespace: str) -> tuple[dict[str, Any], str]:

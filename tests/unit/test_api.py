@@ -163,6 +163,8 @@ def test_every_cross_field_rule_is_attached_to_the_crd() -> None:
         attached.extend(r["rule"] for r in node.get("x-kubernetes-validations", []))
         for sub in node.get("properties", {}).values():
             walk(sub)
+        if "items" in node:
+            walk(node["items"])
 
     walk(schema)
     assert sorted(attached) == sorted(rule.cel for rule in v1alpha1.CROSS_FIELD_RULES)

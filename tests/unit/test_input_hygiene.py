@@ -59,6 +59,8 @@ def problems(spec: dict[str, Any]) -> list[str]:
     return []
 
 
+NGRAM_CANDIDATE = {"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3}
+
 SCHEMA_REFUSALS = [
     ("replicas", "2", "spec.replicas: Input should be a valid integer"),
     ("speculation.enabled", "false", "spec.speculation.enabled: Input should be a valid boolean"),
@@ -115,6 +117,17 @@ SCHEMA_REFUSALS = [
         "spec.autotune.prometheus.authSecretRef: was removed: a SpeculativeDeployment can no longer name a Secret",
     ),
     ("autotune.interval", "-5s", "spec.autotune.interval: must be a duration"),
+    (
+        "speculation.candidates",
+        [{"name": f"n{i}", "method": "ngram", "numSpeculativeTokens": 3} for i in range(5)],
+        "spec.speculation.candidates: List should have at most 4 items",
+    ),
+    (
+        "speculation.candidates",
+        [{"name": "Big_Draft", "method": "ngram", "numSpeculativeTokens": 3}],
+        "spec.speculation.candidates[0].name: must be a DNS label",
+    ),
+    ("speculation.candidates", [{"method": "ngram", "numSpeculativeTokens": 3}], "spec.speculation.candidates[0].name"),
 ]
 
 
@@ -202,6 +215,52 @@ CEL_REFUSALS = [
         {"method": "dspark", "draft": {"model": "d"}, "promptLookupMin": 2},
         "spec.speculation.promptLookupMin and promptLookupMax are only allowed",
     ),
+    # The declared drafter's rules hold for each candidate: CEL on the list's elements names the element, CEL at the
+    # spec (rules that read spec.parallelism or the declared config) the rule's own words.
+    ("speculation.candidates", [{"name": "e", "method": "eagle3"}], "spec.speculation.candidates[0].draft is required"),
+    (
+        "speculation.candidates",
+        [NGRAM_CANDIDATE, {"name": "m", "method": "mtp", "draft": {"model": "d"}}],
+        "spec.speculation.candidates[1].draft must be omitted",
+    ),
+    (
+        "speculation.candidates",
+        [{"name": "n", "method": "ngram"}],
+        "spec.speculation.candidates[0].numSpeculativeTokens",
+    ),
+    (
+        "speculation.candidates",
+        [{"name": "n", "method": "ngram", "numSpeculativeTokens": 3, "promptLookupMin": 4, "promptLookupMax": 2}],
+        "spec.speculation.candidates[0].promptLookupMin must be less than or equal to",
+    ),
+    (
+        "speculation.candidates",
+        [{"name": "s", "method": "suffix", "promptLookupMax": 2}],
+        "spec.speculation.candidates[0].promptLookupMin and promptLookupMax are only allowed",
+    ),
+    (
+        "speculation.candidates",
+        [{"name": "d", "method": "dflash", "draft": {"model": "d", "quantization": "compressed-tensors"}}],
+        "spec.speculation.candidates[0].draft.weightBits is required",
+    ),
+    (
+        "speculation.candidates",
+        [
+            {
+                "name": "d",
+                "method": "draft_model",
+                "numSpeculativeTokens": 3,
+                "draft": {"model": "d", "tensorParallelSize": 2},
+            }
+        ],
+        "spec.speculation.candidates[0].draft.tensorParallelSize must be 1 or equal to",
+    ),
+    (
+        "speculation",
+        {"method": "eagle3", "draft": {"model": "e"}, "adaptiveVerification": True, "candidates": [NGRAM_CANDIDATE]},
+        "spec.speculation.candidates[0].method must be draft_model, eagle, eagle3, mtp, dflash, dspark while",
+    ),
+    ("speculation.candidates", [NGRAM_CANDIDATE, NGRAM_CANDIDATE], "spec.speculation.candidates[1].name: 'ngram'"),
 ]
 
 
@@ -241,6 +300,38 @@ ACCEPTED = [
     ),
     ("speculation", {"method": "ngram_gpu", "numSpeculativeTokens": 3, "promptLookupMax": 4}),
     ("speculation", {"method": "dspark", "draft": {"model": "example/dspark"}, "adaptiveVerification": True}),
+    (
+        "speculation.candidates",
+        [
+            NGRAM_CANDIDATE,
+            {"name": "head", "method": "eagle3", "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}},
+            {
+                "name": "d1b",
+                "method": "draft_model",
+                "numSpeculativeTokens": 4,
+                "draft": {"model": "d", "tensorParallelSize": 1},
+            },
+            {
+                "name": "lookup",
+                "method": "ngram_gpu",
+                "numSpeculativeTokens": 2,
+                "promptLookupMin": 2,
+                "promptLookupMax": 4,
+            },
+        ],
+    ),
+    (
+        "speculation",
+        {
+            "method": "eagle3",
+            "draft": {"model": "e"},
+            "adaptiveVerification": True,
+            "candidates": [
+                {"name": "mtp", "method": "mtp"},
+                {"name": "d", "method": "dspark", "draft": {"model": "d"}},
+            ],
+        },
+    ),
 ]
 
 

@@ -33,6 +33,7 @@ def name_is_valid(name: str) -> bool:
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Mode", "type": "string", "jsonPath": ".spec.autotune.mode"},
     {"name": "Speculation", "type": "boolean", "jsonPath": ".status.effective.speculation"},
+    {"name": "Drafter", "type": "string", "jsonPath": ".status.effective.drafter"},
     {"name": "Threshold", "type": "integer", "jsonPath": ".status.effective.disableAboveBatchSize"},
     {"name": "Accept", "type": "number", "jsonPath": ".status.observed.acceptanceRate", "format": "float"},
     {"name": "P99-TPOT-ms", "type": "number", "jsonPath": ".status.observed.p99TpotMs"},
@@ -143,8 +144,15 @@ def _attach_rules(spec_schema: dict[str, Any]) -> None:
     for rule in v1alpha1.CROSS_FIELD_RULES:
         node = spec_schema
         for part in rule.at:
-            node = node["properties"][part]
+            node = node["items"] if part == v1alpha1.CANDIDATE_ITEM else node["properties"][part]
         node.setdefault("x-kubernetes-validations", []).append({"rule": rule.cel, "message": rule.message})
+
+
+def _keyed_by_name(array: dict[str, Any]) -> None:
+    """A list whose elements are identified by `name`: the API server refuses two with the same name and merges by it
+    under server-side apply."""
+    array["x-kubernetes-list-type"] = "map"
+    array["x-kubernetes-list-map-keys"] = ["name"]
 
 
 def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -170,6 +178,7 @@ def status_schema() -> dict[str, Any]:
     conditions["items"]["required"] = ["type", "status", "reason"]
     conditions["maxItems"] = 32
     schema["properties"]["actuations"]["maxItems"] = 50
+    _keyed_by_name(schema["properties"]["candidates"])
     return schema
 
 
@@ -177,6 +186,7 @@ def spec_schema() -> dict[str, Any]:
     schema = _model_schema(v1alpha1.SpeculativeDeploymentSpec)
     _apply_model_defaults(schema, v1alpha1.SpeculativeDeploymentSpec)
     _attach_rules(schema)
+    _keyed_by_name(schema["properties"]["speculation"]["properties"]["candidates"])
     return schema
 
 

@@ -2,7 +2,8 @@
 
 Field names are the API contract: extend, never rename. Every cross-field rule is declared
 once in CROSS_FIELD_RULES, which yields both the CEL `x-kubernetes-validations` the API server enforces and the
-Python check `specpilot validate` runs offline, so the two can never disagree about what is valid.
+Python check `specpilot validate` runs offline, so the two can never disagree about what is valid. The rules of one
+drafter are declared once in CONFIG_RULES and applied to the declared config and to each candidate.
 """
 
 from __future__ import annotations
@@ -404,23 +405,53 @@ class AcceptanceMethodSpec(_Spec):
     )
 
 
-class SpeculationSpec(_Spec):
+class SpeculationConfig(_Spec):
+    """One drafter: the method, its draft model or head, K and the n-gram window.
+
+    spec.speculation is the declared one; each of spec.speculation.candidates is an alternative, checked by the same
+    rules (CONFIG_RULES) and, run in place of the declared one, by the same memory plan and vLLM dialect.
+    """
+
     method: SpeculationMethod = Field(description="Speculation method.", strict=False)
-    enabled: bool = Field(True, description="Desired baseline; autotune may switch it within its policy.")
     draft: DraftSpec | None = Field(
         None, description="Required for draft_model, eagle, eagle3, dflash, dspark; forbidden otherwise."
     )
     num_speculative_tokens: int | None = Field(
         None, ge=1, le=32, description="Tokens proposed per step (K); required for draft_model, ngram, ngram_gpu."
     )
+    prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: shortest match.")
+    prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: longest match.")
+
+    def drafter(self) -> str:
+        """Who drafts, for people: the draft model or head, or the method when it needs none."""
+        return self.draft.model if self.draft is not None else self.method.value
+
+
+# Candidates are tried one pod at a time, so each costs a trial: a short list keeps the search affordable.
+MAX_CANDIDATES = 4
+
+
+class SpeculationCandidate(SpeculationConfig):
+    """An alternative drafter autotune may try on live traffic in place of the declared one, run with the declared
+    config's other settings (enabled, disableAboveBatchSize, acceptance, adaptiveVerification)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=32,
+        pattern=DNS_LABEL_PATTERN,
+        description="Names the candidate in status.candidates, events and kubectl get (a DNS label, unique in "
+        "the list).",
+    )
+
+
+class SpeculationSpec(SpeculationConfig):
+    enabled: bool = Field(True, description="Desired baseline; autotune may switch it within its policy.")
     disable_above_batch_size: int | None = Field(
         None,
         ge=2,
         le=65536,
         description="Intent: stop speculating when this many requests run at once; compiled per vLLM version.",
     )
-    prompt_lookup_min: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: shortest match.")
-    prompt_lookup_max: int | None = Field(None, ge=1, le=64, description="ngram, ngram_gpu: longest match.")
     acceptance: AcceptanceMethodSpec | None = Field(
         None,
         description="How the target verifies draft tokens (intent; rendered per vLLM version, refused with the "
@@ -433,6 +464,13 @@ class SpeculationSpec(_Spec):
         "decides on measured speed instead. Methods "
         + ", ".join(m.value for m in METHODS_WITH_ADAPTIVE_VERIFICATION)
         + "; needs full CUDA graphs (no --enforce-eager), no LoRA, pipelineParallelSize 1.",
+    )
+    candidates: list[SpeculationCandidate] = Field(
+        default_factory=list,
+        max_length=MAX_CANDIDATES,
+        description=f"Up to {MAX_CANDIDATES} alternative drafters (method, draft, K, n-gram window), each checked "
+        "like the declared one: its rules, the memory plan with its draft's weights and KV cache, tokenizer family "
+        "and the vLLM version's support for its method. They run with this config's other settings.",
     )
 
 
@@ -669,10 +707,22 @@ class SpeculativeDeploymentSpec(_Spec):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> SpeculativeDeploymentSpec:
-        problems = [rule.message for rule in CROSS_FIELD_RULES if not rule.holds(self)]
+        problems = [rule.message for rule in SPEC_RULES if not rule.holds(self)]
+        problems += candidate_rule_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def spec_running(spec: SpeculativeDeploymentSpec, drafter: SpeculationConfig) -> SpeculativeDeploymentSpec:
+    """The spec as it runs with `drafter` (e.g. one of its candidates) in place of the declared drafter: the drafter's
+    method, draft, K and n-gram window, the declared config's other settings, and no candidates of its own."""
+    config = {name: getattr(drafter, name) for name in SpeculationConfig.model_fields}
+    declared = {name: getattr(spec.speculation, name) for name in SpeculationSpec.model_fields}
+    speculation = SpeculationSpec(**{**declared, **config, "candidates": []})
+    return SpeculativeDeploymentSpec(
+        **{**{name: getattr(spec, name) for name in type(spec).model_fields}, "speculation": speculation}
+    )
 
 
 # ---------------------------------------------------------------- cross-field rules (CEL + Python, one table)
@@ -688,8 +738,8 @@ class CrossFieldRule:
     holds: Callable[[SpeculativeDeploymentSpec], bool]
 
 
-def _draft_tp_ok(spec: SpeculativeDeploymentSpec) -> bool:
-    draft = spec.speculation.draft
+def _draft_tp_ok(config: SpeculationConfig, spec: SpeculativeDeploymentSpec) -> bool:
+    draft = config.draft
     if draft is None or draft.tensor_parallel_size is None:
         return True
     return draft.tensor_parallel_size in (1, spec.parallelism.tensor_parallel_size)
@@ -699,33 +749,147 @@ def _weight_bits_ok(quantization: Quantization, bits: int | None) -> bool:
     return quantization not in QUANTIZATIONS_NEEDING_WEIGHT_BITS or bits is not None
 
 
+@dataclass(frozen=True)
+class ConfigRule:
+    """One invariant of a drafter (SpeculationConfig), stated once for the declared one and for every candidate.
+
+    `cel` reads the config as `{c}`; a rule that also reads other spec fields (`self.parallelism...`) sets
+    `reads_spec`, and is attached at the spec, where `self` is the spec. `message` names the config's fields under
+    `{at}`: spec.speculation, or spec.speculation.candidates[i].
+    """
+
+    cel: str
+    message: str
+    holds: Callable[[SpeculationConfig, SpeculativeDeploymentSpec], bool]
+    reads_spec: bool = False
+
+    def declared(self) -> CrossFieldRule:
+        """The rule on spec.speculation."""
+        return CrossFieldRule(
+            at=() if self.reads_spec else ("speculation",),
+            cel=self.cel.replace("{c}", "self.speculation" if self.reads_spec else "self"),
+            message=self.message.replace("{at}", "spec.speculation"),
+            holds=lambda s: self.holds(s.speculation, s),
+        )
+
+    def on_candidates(self) -> CrossFieldRule:
+        """The rule on every element of spec.speculation.candidates; the API server's error names the element for
+        rules attached to it (CANDIDATE_ITEM), offline validation names it always (candidate_rule_problems)."""
+        message = self.message.replace("{at}", "spec.speculation.candidates[i]")
+        if self.reads_spec:
+            each = self.cel.replace("{c}", "c")
+            return CrossFieldRule(
+                at=(),
+                cel=f"!has(self.speculation.candidates) || self.speculation.candidates.all(c, {each})",
+                message=message,
+                holds=lambda s: all(self.holds(c, s) for c in s.speculation.candidates),
+            )
+        return CrossFieldRule(
+            at=("speculation", "candidates", CANDIDATE_ITEM),
+            cel=self.cel.replace("{c}", "self"),
+            message=message,
+            holds=lambda s: all(self.holds(c, s) for c in s.speculation.candidates),
+        )
+
+
+# A path element of CrossFieldRule.at that means "each element of this list".
+CANDIDATE_ITEM = "[]"
+
+
+def _methods_cel(methods: tuple[SpeculationMethod, ...]) -> str:
+    return "[" + ", ".join(f"'{m.value}'" for m in methods) + "]"
+
+
+def _methods_text(methods: tuple[SpeculationMethod, ...]) -> str:
+    return ", ".join(m.value for m in methods)
+
+
+_DRAFT_REQUIRED = ConfigRule(
+    cel=f"!({{c}}.method in {_methods_cel(METHODS_NEEDING_DRAFT)}) || has({{c}}.draft)",
+    message=f"{{at}}.draft is required when {{at}}.method is {_methods_text(METHODS_NEEDING_DRAFT)}",
+    holds=lambda c, _: c.method not in METHODS_NEEDING_DRAFT or c.draft is not None,
+)
+_DRAFT_FORBIDDEN = ConfigRule(
+    cel=f"!({{c}}.method in {_methods_cel(METHODS_WITHOUT_DRAFT)}) || !has({{c}}.draft)",
+    message=f"{{at}}.draft must be omitted when {{at}}.method is {_methods_text(METHODS_WITHOUT_DRAFT)} (ngram, "
+    "ngram_gpu and suffix need no model; mtp uses the target's own heads)",
+    holds=lambda c, _: c.method not in METHODS_WITHOUT_DRAFT or c.draft is None,
+)
+_K_REQUIRED = ConfigRule(
+    cel=f"!({{c}}.method in {_methods_cel(METHODS_NEEDING_K)}) || has({{c}}.numSpeculativeTokens)",
+    message=f"{{at}}.numSpeculativeTokens is required when {{at}}.method is {_methods_text(METHODS_NEEDING_K)} (1-32)",
+    holds=lambda c, _: c.method not in METHODS_NEEDING_K or c.num_speculative_tokens is not None,
+)
+_LOOKUP_NGRAM_ONLY = ConfigRule(
+    cel="{c}.method in ['ngram', 'ngram_gpu'] || (!has({c}.promptLookupMin) && !has({c}.promptLookupMax))",
+    message="{at}.promptLookupMin and promptLookupMax are only allowed when method is ngram or ngram_gpu",
+    holds=lambda c, _: c.method in NGRAM_METHODS or (c.prompt_lookup_min is None and c.prompt_lookup_max is None),
+)
+_LOOKUP_ORDERED = ConfigRule(
+    cel="!has({c}.promptLookupMin) || !has({c}.promptLookupMax) || {c}.promptLookupMin <= {c}.promptLookupMax",
+    message="{at}.promptLookupMin must be less than or equal to {at}.promptLookupMax",
+    holds=lambda c, _: (
+        c.prompt_lookup_min is None or c.prompt_lookup_max is None or c.prompt_lookup_min <= c.prompt_lookup_max
+    ),
+)
+_DRAFT_TP = ConfigRule(
+    cel="!has({c}.draft) || !has({c}.draft.tensorParallelSize) || {c}.draft.tensorParallelSize == 1 || "
+    "{c}.draft.tensorParallelSize == self.parallelism.tensorParallelSize",
+    message="{at}.draft.tensorParallelSize must be 1 or equal to spec.parallelism.tensorParallelSize (vLLM accepts "
+    "no other draft TP)",
+    holds=_draft_tp_ok,
+    reads_spec=True,
+)
+_DRAFT_WEIGHT_BITS = ConfigRule(
+    cel="!has({c}.draft) || !({c}.draft.quantization in ['compressed-tensors', 'modelopt']) || "
+    "has({c}.draft.weightBits)",
+    message="{at}.draft.weightBits is required when {at}.draft.quantization is compressed-tensors or modelopt (4, 8 "
+    "or 16)",
+    holds=lambda c, _: c.draft is None or _weight_bits_ok(c.draft.quantization, c.draft.weight_bits),
+)
+# A candidate runs with the declared config's adaptiveVerification, so its method must support it too.
+_CANDIDATE_ADAPTIVE = ConfigRule(
+    cel="!has(self.speculation.adaptiveVerification) || !self.speculation.adaptiveVerification || {c}.method in "
+    + _methods_cel(METHODS_WITH_ADAPTIVE_VERIFICATION),
+    message="{at}.method must be "
+    + _methods_text(METHODS_WITH_ADAPTIVE_VERIFICATION)
+    + " while spec.speculation.adaptiveVerification is true (a candidate runs with the declared config's settings)",
+    holds=lambda c, s: not s.speculation.adaptive_verification or c.method in METHODS_WITH_ADAPTIVE_VERIFICATION,
+    reads_spec=True,
+)
+
+CONFIG_RULES: tuple[ConfigRule, ...] = (
+    _DRAFT_REQUIRED,
+    _DRAFT_FORBIDDEN,
+    _K_REQUIRED,
+    _LOOKUP_NGRAM_ONLY,
+    _LOOKUP_ORDERED,
+    _DRAFT_TP,
+    _DRAFT_WEIGHT_BITS,
+)
+CANDIDATE_RULES: tuple[ConfigRule, ...] = (*CONFIG_RULES, _CANDIDATE_ADAPTIVE)
+
+
+def candidate_rule_problems(spec: SpeculativeDeploymentSpec) -> list[str]:
+    """CANDIDATE_RULES on each candidate, and unique names, one line naming spec.speculation.candidates[i]."""
+    problems = []
+    first_with: dict[str, int] = {}
+    for index, candidate in enumerate(spec.speculation.candidates):
+        at = f"spec.speculation.candidates[{index}]"
+        problems += [rule.message.replace("{at}", at) for rule in CANDIDATE_RULES if not rule.holds(candidate, spec)]
+        if candidate.name in first_with:
+            problems.append(
+                f"{at}.name: {candidate.name!r} already names spec.speculation.candidates[{first_with[candidate.name]}]"
+                " (names are unique)"
+            )
+        first_with.setdefault(candidate.name, index)
+    return problems
+
+
 _RELATIONS: tuple[CrossFieldRule, ...] = (
-    CrossFieldRule(
-        at=("speculation",),
-        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_NEEDING_DRAFT) + "]) || has(self.draft)",
-        message="spec.speculation.draft is required when spec.speculation.method is "
-        + ", ".join(m.value for m in METHODS_NEEDING_DRAFT),
-        holds=lambda s: s.speculation.method not in METHODS_NEEDING_DRAFT or s.speculation.draft is not None,
-    ),
-    CrossFieldRule(
-        at=("speculation",),
-        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_WITHOUT_DRAFT) + "]) || !has(self.draft)",
-        message="spec.speculation.draft must be omitted when spec.speculation.method is "
-        + ", ".join(m.value for m in METHODS_WITHOUT_DRAFT)
-        + " (ngram, ngram_gpu and suffix need no model; mtp uses the target's own heads)",
-        holds=lambda s: s.speculation.method not in METHODS_WITHOUT_DRAFT or s.speculation.draft is None,
-    ),
-    CrossFieldRule(
-        at=("speculation",),
-        cel="!(self.method in [" + ", ".join(f"'{m.value}'" for m in METHODS_NEEDING_K) + "]) || "
-        "has(self.numSpeculativeTokens)",
-        message="spec.speculation.numSpeculativeTokens is required when spec.speculation.method is "
-        + ", ".join(m.value for m in METHODS_NEEDING_K)
-        + " (1-32)",
-        holds=lambda s: (
-            s.speculation.method not in METHODS_NEEDING_K or s.speculation.num_speculative_tokens is not None
-        ),
-    ),
+    _DRAFT_REQUIRED.declared(),
+    _DRAFT_FORBIDDEN.declared(),
+    _K_REQUIRED.declared(),
     CrossFieldRule(
         at=("speculation",),
         cel="!has(self.acceptance) || (has(self.acceptance.method) && self.acceptance.method == 'Relaxed') || "
@@ -738,35 +902,9 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
             or (s.speculation.acceptance.posterior_threshold, s.speculation.acceptance.posterior_alpha) == (None, None)
         ),
     ),
-    CrossFieldRule(
-        at=("speculation",),
-        cel="self.method in ['ngram', 'ngram_gpu'] || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
-        message="spec.speculation.promptLookupMin and promptLookupMax are only allowed when method is ngram or "
-        "ngram_gpu",
-        holds=lambda s: (
-            s.speculation.method in NGRAM_METHODS
-            or (s.speculation.prompt_lookup_min is None and s.speculation.prompt_lookup_max is None)
-        ),
-    ),
-    CrossFieldRule(
-        at=("speculation",),
-        cel="!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
-        message="spec.speculation.promptLookupMin must be less than or equal to spec.speculation.promptLookupMax",
-        holds=lambda s: (
-            s.speculation.prompt_lookup_min is None
-            or s.speculation.prompt_lookup_max is None
-            or s.speculation.prompt_lookup_min <= s.speculation.prompt_lookup_max
-        ),
-    ),
-    CrossFieldRule(
-        at=(),
-        cel="!has(self.speculation.draft) || !has(self.speculation.draft.tensorParallelSize) || "
-        "self.speculation.draft.tensorParallelSize == 1 || "
-        "self.speculation.draft.tensorParallelSize == self.parallelism.tensorParallelSize",
-        message="spec.speculation.draft.tensorParallelSize must be 1 or equal to "
-        "spec.parallelism.tensorParallelSize (vLLM accepts no other draft TP)",
-        holds=_draft_tp_ok,
-    ),
+    _LOOKUP_NGRAM_ONLY.declared(),
+    _LOOKUP_ORDERED.declared(),
+    _DRAFT_TP.declared(),
     CrossFieldRule(
         at=(),
         cel="self.parallelism.tensorParallelSize * self.parallelism.pipelineParallelSize <= "
@@ -816,17 +954,7 @@ _RELATIONS: tuple[CrossFieldRule, ...] = (
         "modelopt (4, 8 or 16)",
         holds=lambda s: _weight_bits_ok(s.target.quantization, s.target.weight_bits),
     ),
-    CrossFieldRule(
-        at=("speculation",),
-        cel="!has(self.draft) || !(self.draft.quantization in ['compressed-tensors', 'modelopt']) || "
-        "has(self.draft.weightBits)",
-        message="spec.speculation.draft.weightBits is required when spec.speculation.draft.quantization is "
-        "compressed-tensors or modelopt (4, 8 or 16)",
-        holds=lambda s: (
-            s.speculation.draft is None
-            or _weight_bits_ok(s.speculation.draft.quantization, s.speculation.draft.weight_bits)
-        ),
-    ),
+    _DRAFT_WEIGHT_BITS.declared(),
     CrossFieldRule(
         at=(),
         cel="!has(self.autotune) || !has(self.autotune.canary) || !self.autotune.canary.enabled || "
@@ -1018,7 +1146,12 @@ FIELD_RULES: tuple[CrossFieldRule, ...] = (
 
 # Relations between fields, then rules on single fields that a structural schema cannot state (quantities, map keys,
 # durations above zero). CEL raw strings (r'...', r"...") hand patterns to the API server's Go regexp verbatim.
-CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = _RELATIONS + FIELD_RULES
+SPEC_RULES: tuple[CrossFieldRule, ...] = _RELATIONS + FIELD_RULES
+# The same drafter rules on each of spec.speculation.candidates; offline validation names the element
+# (candidate_rule_problems), so these are checked there rather than through their generic messages.
+CANDIDATE_CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = tuple(rule.on_candidates() for rule in CANDIDATE_RULES)
+# Every rule the CRD carries as CEL.
+CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = SPEC_RULES + CANDIDATE_CROSS_FIELD_RULES
 
 
 def duration_problems(spec: SpeculativeDeploymentSpec) -> list[str]:
@@ -1089,6 +1222,9 @@ class EffectiveStatus(_Model):
         None, description="When every replica of configHash was first available (the deadline no longer applies)."
     )
     source: str | None = Field(None, description="Where the running intent comes from: spec, autotune or override.")
+    drafter: str | None = Field(
+        None, description="The drafter the pods run: draft model or head, or the method when it needs none."
+    )
     canary: CanaryStatus | None = Field(None, description="The canary replica, while spec.autotune.canary runs one.")
 
 
@@ -1118,6 +1254,51 @@ class ObservedStatus(_Model):
     evaluated_at: str | None = None
 
 
+class CandidateVerdict(StrEnum):
+    """Where a candidate stands after its trials on live traffic."""
+
+    UNTRIED = "Untried"  # not run yet
+    TRIALLING = "Trialling"  # one pod runs it now, measured against the incumbent pods
+    WON = "Won"  # measured faster than the incumbent: promoted (Auto) or recommended (Recommend)
+    LOST = "Lost"  # measured slower: not tried again until the traffic changes
+    INCONCLUSIVE = "Inconclusive"  # too few samples, or a difference within the noise
+
+
+class TrialFigures(_Model):
+    """What one side of a trial measured over the same window and traffic, at comparable batch sizes."""
+
+    output_tokens_per_second: float | None = Field(
+        None, description="Generated tokens per second per pod: the speed the verdict compares."
+    )
+    mean_batch_size: float | None = Field(None, description="Mean running requests per pod over the window.")
+    acceptance_rate: float | None = Field(None, description="Accepted draft tokens / proposed draft tokens.")
+    mean_acceptance_length: float | None = Field(None, description="Tokens emitted per verification step.")
+    p50_tpot_ms: float | None = Field(None, description="Median time per output token, ms.")
+    p99_tpot_ms: float | None = Field(None, description="P99 time per output token, ms.")
+    requests: int | None = Field(None, description="Finished requests in the window (the sample size).")
+
+
+class CandidateStatus(_Model):
+    """One spec.speculation.candidates element: what it is, what its trials measured and the verdict."""
+
+    name: str = Field(description="spec.speculation.candidates[].name.")
+    method: str = Field(description="Its speculation method.")
+    drafter: str = Field(description="Its draft model or head, or the method when it needs none.")
+    num_speculative_tokens: int | None = Field(None, description="Its K.")
+    verdict: CandidateVerdict = Field(description="Untried, Trialling, Won, Lost or Inconclusive.")
+    candidate: TrialFigures | None = Field(None, description="The candidate pod's figures in its last trial.")
+    incumbent: TrialFigures | None = Field(
+        None, description="The incumbent pods' figures over the same window (the comparison)."
+    )
+    speedup: float | None = Field(
+        None, description="Candidate over incumbent outputTokensPerSecond at comparable batch (> 1: faster)."
+    )
+    trial_started: str | None = Field(None, description="When its last trial pod started serving.")
+    evidence_time: str | None = Field(None, description="When the figures behind the verdict were measured.")
+    trials: int | None = Field(None, description="Trials run so far.")
+    reason: str | None = Field(None, description="The verdict in words, for people.")
+
+
 class SpeculativeDeploymentStatus(BaseModel):
     """Written by the operator only. Nested objects preserve unknown fields so newer operators can add evidence."""
 
@@ -1137,6 +1318,11 @@ class SpeculativeDeploymentStatus(BaseModel):
     last_handled_reevaluate: str | None = None
     autotune_halt: dict[str, Any] | None = Field(
         None, description="Set when automation halted itself (a failed autotune rollout); cleared by a reevaluate."
+    )
+    candidates: list[CandidateStatus] = Field(
+        default_factory=list,
+        max_length=MAX_CANDIDATES,
+        description="Each of spec.speculation.candidates: its measured figures against the incumbent and verdict.",
     )
 
 

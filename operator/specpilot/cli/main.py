@@ -17,8 +17,9 @@ import yaml
 from specpilot.api import crd, v1alpha1
 from specpilot.api.loading import Document, LoadError, duplicate_problems, load_documents, printable
 from specpilot.cli.evaluate import add_evaluate_command
+from specpilot.planning.candidates import candidate_findings
 from specpilot.planning.catalog import UnknownArchitecture
-from specpilot.planning.plan import MemoryPlan, format_table, plan_memory
+from specpilot.planning.plan import Finding, MemoryPlan, Severity, format_table, plan_memory
 from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import UnsupportedCombination, drain_note, render_command
 from specpilot.vllm.versions import image_version_problem
@@ -106,9 +107,7 @@ def validate_document(
     except UnknownArchitecture as err:
         warnings.append(f"{err}: the memory plan cannot be checked")
     else:
-        for finding in plan.findings:
-            is_error = finding in plan.errors and not (overcommit and finding.code == MEMORY_DOES_NOT_FIT)
-            (problems if is_error else warnings).append(finding.line())
+        _sort_findings(plan.findings, overcommit, problems, warnings)
     try:
         rendered = render_command(spec)
         warnings.extend(f"spec.speculation: {note}" for note in rendered.notes)
@@ -117,7 +116,15 @@ def validate_document(
             warnings.append(f"spec.engine.version: {lossy}")
     except UnsupportedCombination as err:
         problems.append(str(err))
+    _sort_findings(candidate_findings(spec), overcommit, problems, warnings)
     return problems, warnings
+
+
+def _sort_findings(findings: Sequence[Finding], overcommit: bool, problems: list[str], warnings: list[str]) -> None:
+    """Errors into `problems`, the rest into `warnings`; with `overcommit`, "does not fit" is only a warning."""
+    for finding in findings:
+        is_error = finding.severity is Severity.ERROR and not (overcommit and finding.code == MEMORY_DOES_NOT_FIT)
+        (problems if is_error else warnings).append(finding.line())
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

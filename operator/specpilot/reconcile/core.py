@@ -16,8 +16,9 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.timestamps import parse_time
+from specpilot.planning.candidates import candidate_findings
 from specpilot.planning.catalog import UnknownArchitecture
-from specpilot.planning.plan import GIB, MemoryPlan, plan_memory
+from specpilot.planning.plan import GIB, MemoryPlan, Severity, plan_memory
 from specpilot.reconcile import conditions as cond
 from specpilot.reconcile import manifests
 from specpilot.vllm.dialects import (
@@ -436,6 +437,10 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
         msg = f"{err.field}: {err}"
         return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
 
+    unusable = _candidate_refusal(inputs, spec)
+    if unusable is not None:
+        return _finish(inputs, [fit_update, unusable], fields, [])
+
     owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
     try:
         canary = canary_command(spec, intent)
@@ -511,6 +516,25 @@ def _memory_verdict(
     return fit_update, None
 
 
+def _candidate_refusal(
+    inputs: ReconcileInputs, spec: v1alpha1.SpeculativeDeploymentSpec
+) -> cond.ConditionUpdate | None:
+    """Ready=False naming each candidate that cannot run (as `specpilot validate` refuses it), None when all can.
+
+    A candidate that only does not fit memory passes under the allow-memory-overcommit annotation, like the declared
+    drafter.
+    """
+    allow_overcommit = inputs.annotations.get(v1alpha1.ANNOTATION_ALLOW_OVERCOMMIT, "").lower() == "true"
+    errors = [
+        f.line()
+        for f in candidate_findings(spec)
+        if f.severity is Severity.ERROR and not (allow_overcommit and f.code == MEMORY_FINDING)
+    ]
+    if not errors:
+        return None
+    return cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", "; ".join(errors))
+
+
 def _children_to_apply(
     inputs: ReconcileInputs, children: Sequence[dict[str, Any]], canary_key: str, refused: dict[str, str]
 ) -> list[dict[str, Any]]:
@@ -583,6 +607,7 @@ def _effective(
         # field of the intent. The display fields below show what the rendered command does.
         "intent": intent_to_dict(intent),
         "method": spec.speculation.method.value if speculating else None,
+        "drafter": spec.speculation.drafter() if speculating else None,
         "numSpeculativeTokens": intent.num_speculative_tokens if speculating else None,
         "disableAboveBatchSize": rendered.disable_above_batch_size if speculating else None,
         "batchSchedule": [list(r) for r in rendered.batch_schedule] if rendered.batch_schedule else None,
