@@ -75,6 +75,16 @@ ENV = st.one_of(
     st.builds(lambda n: {"name": n, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}, ENV_NAME),
 )
 NAME = st.from_regex(r"\A[a-z]([-a-z0-9]{0,40}[a-z0-9])?\Z")
+# Alternative drafters that run next to an 8B target on any of the GPUs drawn below.
+FITTING_CANDIDATES: list[dict[str, Any]] = [
+    {"name": "ngram-5", "method": "ngram", "numSpeculativeTokens": 5, "promptLookupMin": 2},
+    {"name": "suffix", "method": "suffix"},
+    {"name": "gpu-lookup", "method": "ngram_gpu", "numSpeculativeTokens": 2, "promptLookupMax": 3},
+    {"name": "eagle3-head", "method": "eagle3", "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}},
+]
+CANDIDATES = st.lists(
+    st.sampled_from(FITTING_CANDIDATES), max_size=v1alpha1.MAX_CANDIDATES, unique_by=lambda c: str(c["name"])
+)
 
 
 @st.composite
@@ -119,6 +129,9 @@ def valid_resources(draw: st.DrawFn) -> dict[str, Any]:
             "canary": {"enabled": canary},
         },
     }
+    candidates = draw(CANDIDATES)
+    if candidates:
+        spec["speculation"]["candidates"] = candidates
     if draw(st.booleans()):
         surge = draw(st.integers(0, 2))
         spec["rollout"] = {
