@@ -4,6 +4,8 @@
   canary Deployment, PDB, PodMonitor) pass a server-side dry run;
 - the refusals of tests/unit/test_input_hygiene.py: the CRD (schema and CEL) refuses each one too, and accepts the
   accepted ones;
+- candidates: each drafter rule's CEL refuses a candidate naming it as validate does; a stored object's
+  status.candidates is typed (an unknown verdict is refused) and `kubectl get` shows the DRAFTER column;
 - metadata (labels, annotations, namespace, finalizers), which the API server checks outside any CRD: it refuses what
   validate refuses (for that field) and accepts what validate accepts;
 - quantities: the API server's ParseQuantity (a Pod's cpu limit, and CEL's isQuantity in the CRD) against
@@ -226,6 +228,60 @@ def test_the_api_server_refuses_a_candidate_for_the_rule_validate_names(
 def _generic(problem: str) -> str:
     """A validate line about candidates[k] in the words of the CEL rule, which names no element: candidates[i]."""
     return re.sub(r"candidates\[\d+\]", "candidates[i]", problem)
+
+
+def _status_with_a_candidate(verdict: str) -> dict[str, Any]:
+    figures = {"outputTokensPerSecond": 812.5, "meanBatchSize": 11.2, "acceptanceRate": 0.41, "p99TpotMs": 31.0}
+    return {
+        "effective": {"speculation": True, "configHash": "0123456789ab", "drafter": "meta-llama/Llama-3.2-1B-Instruct"},
+        "candidates": [
+            {
+                "name": "ngram",
+                "method": "ngram",
+                "drafter": "ngram",
+                "numSpeculativeTokens": 3,
+                "verdict": verdict,
+                "candidate": {**figures, "requests": 240},
+                "incumbent": {**figures, "outputTokensPerSecond": 1010.0, "requests": 480},
+                "speedup": 0.8,
+                "evidenceTime": "2026-11-29T08:00:00Z",
+            }
+        ],
+    }
+
+
+def _patch_status(cluster: KubeCluster, namespace: str, name: str, status: dict[str, Any]) -> str | None:
+    """Merge `status` through the status subresource; None if the API server took it, else its message."""
+    patch = json.dumps({"status": status})
+    args = ("-n", namespace, "patch", "specdeploy", name, "--subresource=status", "--type=merge", "-p", patch)
+    done = cluster.kubectl(*args, check=False)
+    return None if done.returncode == 0 else done.stderr
+
+
+def test_status_candidates_are_typed_and_kubectl_get_shows_the_drafter(
+    kube_cluster: KubeCluster, dynamic: DynamicClient, namespace: str
+) -> None:
+    """A stored object, not a dry run: the status subresource keeps typed candidates, refuses an unknown verdict, and
+    `kubectl get` prints the DRAFTER column from status.effective.drafter."""
+    name = f"drafter-{secrets.token_hex(3)}"
+    spec = hygiene.with_("speculation.candidates", [hygiene.NGRAM_CANDIDATE])
+    for _ in range(3):
+        _CRD[0].ensure()
+        kube_cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(cr(spec, name=name)))
+        assert _patch_status(kube_cluster, namespace, name, _status_with_a_candidate("Lost")) is None
+        table = kube_cluster.kubectl("-n", namespace, "get", "specdeploy", name).stdout
+        stored = kube_cluster.kubectl_json("-n", namespace, "get", "specdeploy", name)
+        refusal = _patch_status(kube_cluster, namespace, name, _status_with_a_candidate("Maybe"))
+        if _CRD[0].live_is_mine():  # every answer came from this tree's CRD
+            break
+    header, row = table.splitlines()[:2]
+    assert "DRAFTER" in header.split(), table
+    assert "meta-llama/Llama-3.2-1B-Instruct" in row.split(), table
+    [candidate] = stored["status"]["candidates"]
+    assert (candidate["verdict"], candidate["speedup"], candidate["incumbent"]["requests"]) == ("Lost", 0.8, 480)
+    assert refusal is not None, "an unknown verdict is refused"
+    assert "status.candidates[0].verdict" in refusal, refusal
+    kube_cluster.kubectl("-n", namespace, "delete", "specdeploy", name, "--wait=false")
 
 
 def _with_metadata(metadata: dict[str, Any], namespace: str) -> tuple[dict[str, Any], str]:
