@@ -9,6 +9,7 @@ API server through tests/unit/test_input_hygiene.py's tables (tests/operator/tes
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,40 @@ def test_status_candidates_are_typed_and_keyed_by_name_and_kubectl_shows_the_dra
         {"candidates": [{"name": "ngram", "method": "ngram", "drafter": "ngram", "verdict": "Lost", "speedup": 0.8}]}
     )
     assert parsed.candidates[0].verdict is v1alpha1.CandidateVerdict.LOST
+
+
+def test_specpilot_plan_shows_each_candidates_memory_and_fails_when_one_does_not_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", str(EXAMPLE), "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["llama-8b-draft-candidates"]
+    candidates = plan["candidates"]
+    assert list(candidates) == ["eagle3-head", "ngram", "draft-3b"]
+    assert candidates["ngram"]["draft"] is None
+    # the KV cache shrinks with the draft's weights and its own KV: none for n-gram, most for the 3B draft
+    assert candidates["ngram"]["kvTokens"] > plan["kvTokens"] > candidates["draft-3b"]["kvTokens"]
+
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["speculation"]["candidates"].append(dict(HUGE_DRAFT, numSpeculativeTokens=4))
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "== llama-8b-draft-candidates: candidate huge" in out
+    assert main(["plan", str(EXAMPLE)]) == 0
+
+
+def test_a_candidate_draft_specpilot_does_not_know_is_named_by_its_own_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = cr(with_candidates(NGRAM, {"name": "mystery", "method": "draft_model", "draft": {"model": "example/3b"}}))
+    problems, warnings = validate_document(doc)
+    assert problems == []
+    [unknown] = [w for w in warnings if "ArchitectureUnknown" in w]
+    assert unknown.startswith("spec.speculation.candidates[1].draft.architecture: model 'example/3b' is not in"), (
+        unknown
+    )
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(path)]) == 1
+    assert "cands: spec.speculation.candidates[1].draft.architecture: model 'example/3b'" in capsys.readouterr().err

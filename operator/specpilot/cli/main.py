@@ -187,7 +187,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     documents, failed = _inputs([args.file])
     if failed:
         return 1
-    plans: list[tuple[str, MemoryPlan]] = []
+    plans: list[tuple[str, MemoryPlan, dict[str, MemoryPlan]]] = []
     for doc in documents:
         try:
             resource = v1alpha1.parse_resource(doc.body)
@@ -195,17 +195,42 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             _say_each([f"{doc.source}: {doc.name}: {p}" for p in err.problems], sys.stderr)
             return 1
         try:
-            plans.append((doc.name, plan_memory(resource.spec)))
+            plans.append((doc.name, plan_memory(resource.spec), _candidate_plans(resource.spec)))
         except UnknownArchitecture as err:
             _say(f"{doc.source}: {doc.name}: {err}", sys.stderr)
             return 1
     if args.output == "json":
-        print(json.dumps({name: plan.to_json() for name, plan in plans}, indent=2))
+        print(json.dumps({name: _plan_json(plan, candidates) for name, plan, candidates in plans}, indent=2))
     else:
-        for name, plan in plans:
+        for name, plan, candidates in plans:
             _say(f"== {name}")
             print(format_table(plan))
-    return 0 if all(plan.fits for _, plan in plans) else 1
+            for candidate, candidate_plan in candidates.items():
+                _say(f"== {name}: candidate {candidate}")
+                print(format_table(candidate_plan))
+    return 0 if all(p.fits for _, plan, candidates in plans for p in (plan, *candidates.values())) else 1
+
+
+def _candidate_plans(spec: v1alpha1.SpeculativeDeploymentSpec) -> dict[str, MemoryPlan]:
+    """Each candidate's plan by name: the replica as it runs with that candidate in place of the declared drafter.
+
+    Raises UnknownArchitecture naming spec.speculation.candidates[i] for a draft neither cataloged nor given inline.
+    """
+    plans: dict[str, MemoryPlan] = {}
+    for index, candidate in enumerate(spec.speculation.candidates):
+        try:
+            plans[candidate.name] = plan_memory(v1alpha1.spec_running(spec, candidate))
+        except UnknownArchitecture as err:
+            field = err.field.replace("spec.speculation.", f"spec.speculation.candidates[{index}].", 1)
+            raise UnknownArchitecture(err.model_id, field) from None
+    return plans
+
+
+def _plan_json(plan: MemoryPlan, candidates: dict[str, MemoryPlan]) -> dict[str, object]:
+    """`plan -o json` of one object: the declared plan, with each candidate's plan under "candidates" if any."""
+    if not candidates:
+        return plan.to_json()
+    return {**plan.to_json(), "candidates": {name: p.to_json() for name, p in candidates.items()}}
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:

@@ -44,8 +44,9 @@ def _findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
     try:
         found += plan_memory(spec).findings
     except UnknownArchitecture as err:
+        problem = str(err).removeprefix(f"{err.field}: ")
         found.append(
-            Finding(Severity.WARNING, ARCHITECTURE_UNKNOWN, err.field, f"{err}: the memory plan cannot be checked")
+            Finding(Severity.WARNING, ARCHITECTURE_UNKNOWN, err.field, f"{problem}: the memory plan cannot be checked")
         )
     try:
         rendered = render_command(spec)
