@@ -188,6 +188,25 @@ def test_what_the_declared_drafter_has_too_is_not_repeated_for_each_candidate() 
     assert sum("KvLimitsConcurrency" in line for line in warnings) == 1, warnings
 
 
+def test_a_dialect_note_of_the_declared_config_is_not_repeated_but_an_error_of_a_candidate_is_kept() -> None:
+    """vLLM 0.20.0 renders no batch-size threshold for any method (a note); its draft_model runs, ngram_gpu does
+    not exist yet on 0.15.0: an error of the candidate even where the declared drafter has the same one."""
+    spec = with_candidates(NGRAM, DRAFT_3B, disableAboveBatchSize=16)
+    spec["engine"] = {**BASE["engine"], "version": "0.20.0", "image": "vllm/vllm-openai:v0.20.0"}
+    problems, warnings = validate_document(cr(spec))
+    assert problems == []
+    assert [w for w in warnings if "threshold not rendered" in w] == [
+        "spec.speculation: threshold not rendered: disable_by_batch_size is rejected since 0.17.0 and the "
+        "per-batch-size schedule arrives in 0.24.0"
+    ]
+    gpu_ngram = {"name": "gpu-ngram", "method": "ngram_gpu", "numSpeculativeTokens": 3}
+    spec = copy.deepcopy(BASE)
+    spec["speculation"] = {"method": "ngram_gpu", "numSpeculativeTokens": 3, "candidates": [gpu_ngram]}
+    spec["engine"] = {**BASE["engine"], "version": "0.15.0", "image": "vllm/vllm-openai:v0.15.0"}
+    problems, _ = validate_document(cr(spec))
+    assert [p.split(":")[0] for p in problems] == ["spec.speculation.method", "spec.speculation.candidates[0].method"]
+
+
 def test_a_candidate_runs_as_the_declared_spec_with_its_drafter() -> None:
     spec = v1alpha1.parse_spec(with_candidates(NGRAM, disableAboveBatchSize=16))
     running = v1alpha1.spec_running(spec, spec.speculation.candidates[0])

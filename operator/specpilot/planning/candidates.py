@@ -4,9 +4,9 @@ A candidate runs as the spec with its drafter in place of the declared one (v1al
 same memory plan (its draft's weights and KV cache), the same draft/target checks (tokenizer family, vocabulary,
 hidden size) and the same vLLM dialect (its method on spec.engine.version). Each finding names the candidate:
 `spec.speculation.candidates[i].<field>` for the candidate's own fields, and the candidate's drafter field for the
-rest ("with this candidate, spec.engine.maxModelLen: ..."), since the candidate is what brings the problem. A finding
-on another field that the declared drafter has as well (KV limits concurrency, say) is the declared spec's to report,
-not repeated here.
+rest ("with this candidate, spec.engine.maxModelLen: ..."), since the candidate is what brings the problem. What the
+declared drafter has as well (KV limits concurrency, a dialect note) is the declared spec's to report, not repeated
+here.
 """
 
 from __future__ import annotations
@@ -27,15 +27,25 @@ def candidate_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
     """Every candidate's findings (errors, warnings, notes), each naming spec.speculation.candidates[i]."""
     if not spec.speculation.candidates:
         return []
-    declared = {(f.code, f.field) for f in _findings(spec)}
+    declared = _findings(spec)
     found: list[Finding] = []
     for index, candidate in enumerate(spec.speculation.candidates):
         at = f"{DECLARED}.candidates[{index}]"
-        for finding in _findings(spec_running(spec, candidate)):
-            if _own_field(finding.field) is None and (finding.code, finding.field) in declared:
-                continue  # the declared spec has it too (its figures may differ): reported there
-            found.append(_named(finding, at, candidate))
+        found += [
+            _named(f, at, candidate) for f in _findings(spec_running(spec, candidate)) if not _repeats(f, declared)
+        ]
     return found
+
+
+def _repeats(finding: Finding, declared: list[Finding]) -> bool:
+    """Whether the declared spec reports `finding` already: the same warning or note, or a finding of the same kind
+    on a field that is not the drafter's (its figures may differ). An error on the candidate's own fields is always
+    its own: it stays when the declared drafter changes."""
+    if finding in declared and finding.severity is not Severity.ERROR:
+        return True
+    return _own_field(finding.field) is None and any(
+        (d.code, d.field) == (finding.code, finding.field) for d in declared
+    )
 
 
 def _findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
