@@ -293,6 +293,57 @@ def test_invalid_and_non_fitting_resources_get_conditions_and_events(
     ]
 
 
+def test_a_candidate_that_cannot_run_is_refused_and_good_candidates_deploy_showing_the_drafter(
+    kube_cluster: KubeCluster, kube_namespace: str, start_operator: StartOperator
+) -> None:
+    """The real operator: a candidate draft of another tokenizer family refuses the object (Ready=False, InvalidSpec,
+    naming spec.speculation.candidates[1]) and creates nothing; usable candidates deploy the declared drafter, which
+    status.effective.drafter and `kubectl get`'s DRAFTER column show."""
+    start_operator()
+    ngram = {"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3}
+    qwen = {"name": "qwen", "method": "draft_model", "numSpeculativeTokens": 4, "draft": {"model": "Qwen/Qwen3-0.6B"}}
+    declared = {
+        "method": "draft_model",
+        "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+        "numSpeculativeTokens": 4,
+    }
+    apply(
+        kube_cluster,
+        kube_namespace,
+        speculative_deployment("mixed", speculation={**declared, "candidates": [ngram, qwen]}),
+    )
+    apply(kube_cluster, kube_namespace, speculative_deployment("good", speculation={**declared, "candidates": [ngram]}))
+
+    mixed = wait_for(
+        "InvalidSpec",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "mixed"))
+            and condition(o, "Ready").get("reason") == "InvalidSpec"
+            and o
+        ),
+    )
+    message = condition(mixed, "Ready")["message"]
+    assert message.startswith("spec.speculation.candidates[1].draft.model: draft Qwen/Qwen3-0.6B uses the"), message
+    assert condition(mixed, "MemoryFit")["status"] == "True", "the declared drafter fits"
+    assert ("Warning", "InvalidSpec") in [
+        (e["type"], e["reason"]) for e in events(kube_cluster, kube_namespace, "mixed")
+    ]
+
+    wait_for("Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "good"))
+    good = wait_for(
+        "effective.drafter",
+        lambda: (
+            (o := get(kube_cluster, kube_namespace, "specdeploy", "good"))
+            and (o.get("status") or {}).get("effective", {}).get("drafter")
+            and o
+        ),
+    )
+    assert good["status"]["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    table = kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", "good").stdout
+    assert "meta-llama/Llama-3.2-1B-Instruct" in table.splitlines()[1].split(), table
+    assert get(kube_cluster, kube_namespace, "deployment", "mixed") is None, "the refused object got no Deployment"
+
+
 def test_api_server_rejects_cel_violations_with_the_field_message(
     kube_cluster: KubeCluster, kube_namespace: str, crd_installed: None
 ) -> None:
