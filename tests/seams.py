@@ -124,6 +124,29 @@ def window_measurements(*, speculating: bool, acceptance: float | None, batch: f
     return {str(k): v for k, v in out.items()}
 
 
+def template_hash(deployment: dict[str, Any]) -> str:
+    return str(deployment["spec"]["template"]["metadata"]["annotations"]["specpilot.dev/config-hash"])
+
+
+def observed_deployment(
+    deployment: dict[str, Any], generation: int, *, ready: bool, deadline: bool = False
+) -> rec.ObservedDeployment:
+    """The applied Deployment as its controller reports it once every pod of its template runs (or none is ready)."""
+    replicas = int(deployment["spec"]["replicas"])
+    return rec.ObservedDeployment(
+        generation=generation,
+        observed_generation=generation,
+        replicas=replicas,
+        updated_replicas=replicas,
+        ready_replicas=replicas if ready else 0,
+        available_replicas=replicas if ready else 0,
+        template_config_hash=template_hash(deployment),
+        applied_hash=deployment["metadata"]["annotations"][rec.ANNOTATION_APPLIED_HASH],
+        progress_deadline_exceeded=deadline,
+        spec_replicas=replicas,
+    )
+
+
 @dataclass
 class Cluster:
     """One SpeculativeDeployment and its Deployment, advanced by reconciles and evaluations (no I/O)."""
@@ -132,6 +155,8 @@ class Cluster:
     now: datetime = T0
     status: dict[str, Any] = field(default_factory=dict)
     deployment: dict[str, Any] | None = None  # the last applied Deployment manifest
+    canary: dict[str, Any] | None = None  # the last applied canary (or trial) Deployment, while it exists
+    canary_ready: bool = True  # the canary Deployment's pod is ready (a trial pod still loading: False)
     rollouts: int = 0
     events: list[rec.Event] = field(default_factory=list)
     outcomes: list[tuple[datetime, AutotuneOutcome]] = field(default_factory=list)
@@ -143,25 +168,18 @@ class Cluster:
     def _observed(self) -> rec.ObservedDeployment | None:
         if self.deployment is None:
             return None
-        annotations = self.deployment["metadata"]["annotations"]
-        return rec.ObservedDeployment(
-            generation=self.rollouts,
-            observed_generation=self.rollouts,
-            replicas=1,
-            updated_replicas=1,
-            ready_replicas=0 if self.deadline_exceeded or self.unavailable_silently else 1,
-            available_replicas=0 if self.deadline_exceeded or self.unavailable_silently else 1,
-            template_config_hash=self.deployment["spec"]["template"]["metadata"]["annotations"][
-                "specpilot.dev/config-hash"
-            ],
-            applied_hash=annotations[rec.ANNOTATION_APPLIED_HASH],
-            progress_deadline_exceeded=self.deadline_exceeded,
-            spec_replicas=1,
-        )
+        down = self.deadline_exceeded or self.unavailable_silently
+        return observed_deployment(self.deployment, self.rollouts, ready=not down, deadline=self.deadline_exceeded)
+
+    def _observed_canary(self) -> rec.ObservedDeployment | None:
+        return None if self.canary is None else observed_deployment(self.canary, 1, ready=self.canary_ready)
 
     def reconcile(self, autotune: AutotuneOutcome | None = None) -> rec.ReconcileResult:
         observed = self._observed()
         live = {} if observed is None else {f"Deployment/{self.deployment_name}": observed.applied_hash}
+        canary = self._observed_canary()
+        if canary is not None:
+            live[f"Deployment/{self.deployment_name}-canary"] = canary.applied_hash
         result = reconcile_chosen(
             rec.ReconcileInputs(
                 name="chat",
@@ -174,6 +192,7 @@ class Cluster:
                 now=format_time(self.now),
                 live_children=live,
                 deployment=observed,
+                canary_deployment=canary,
                 autotune_fields=autotune.fields if autotune else {},
                 autotune_conditions=tuple(autotune.conditions) if autotune else (),
             )
@@ -181,9 +200,14 @@ class Cluster:
         if result.status_patch is not None:  # persisted first, as the operator does
             self.status = store(self.status, result.status_patch)
         for child in result.apply:
-            if child["kind"] == "Deployment":
+            if child["kind"] == "Deployment" and child["metadata"]["name"].endswith("-canary"):
+                self.canary = child
+            elif child["kind"] == "Deployment":
+                rolled = self.deployment is None or template_hash(child) != template_hash(self.deployment)
                 self.deployment = child
-                self.rollouts += 1
+                self.rollouts += 1 if rolled else 0
+        if f"Deployment/{self.deployment_name}-canary" in result.delete:
+            self.canary = None
         self.events += [*(autotune.events if autotune else []), *result.events]
         return result
 
@@ -195,14 +219,17 @@ class Cluster:
         """The pods of the current config are all ready: the next reconcile marks the rollout complete."""
         self.reconcile()
 
-    def evaluate(self, measurements: dict[str, Measurement]) -> AutotuneOutcome:
+    def evaluate(
+        self, measurements: dict[str, Measurement], canary: dict[str, Measurement] | None = None
+    ) -> AutotuneOutcome:
+        """One evaluation; `canary`: what the one-pod slot's config hash measured (a canary or a trial pod)."""
         outcome = conclude(
             v1alpha1.parse_spec(self.spec),
             annotations={},
             status=copy.deepcopy(self.status),
             deployment=self._observed(),
             measurements=measurements,
-            canary=None,
+            canary=canary,
             now=self.now,
         )
         self.outcomes.append((self.now, outcome))

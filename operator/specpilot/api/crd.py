@@ -47,6 +47,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "Recommendation", "type": "string", "priority": 1, "jsonPath": ".status.recommendation.action"},
     {"name": "Config", "type": "string", "priority": 1, "jsonPath": ".status.effective.configHash"},
+    {"name": "Trial", "type": "string", "priority": 1, "jsonPath": ".status.trial.phase"},
 ]
 
 

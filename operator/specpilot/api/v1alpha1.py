@@ -1278,6 +1278,55 @@ class TrialFigures(_Model):
     requests: int | None = Field(None, description="Finished requests in the window (the sample size).")
 
 
+class TrialPhase(StrEnum):
+    """Where a one-pod trial of a new speculation config stands."""
+
+    RUNNING = "Running"  # one pod runs the trial config beside the incumbent pods; analysis pending
+    PROMOTED = "Promoted"  # the analysis was Successful: every pod rolls to the trial config
+    ROLLED_BACK = "RolledBack"  # Failed, still Inconclusive after its one extension, or never ready: trial pod removed
+    ABANDONED = "Abandoned"  # the config it tried is no longer wanted (spec edit, mode change, pin): trial pod removed
+
+
+class TrialOutcome(StrEnum):
+    """The analysis of a trial, as Argo Rollouts' analysis names its results."""
+
+    SUCCESSFUL = "Successful"
+    FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"
+
+
+class TrialStatus(_Model):
+    """The one-pod trial of a speculation config (progressive actuation, docs/rollout.md).
+
+    The operator reads back only the typed record of the trial (intents, hashes, times, phase, extended); the figures,
+    speedup and reason are evidence for people.
+    """
+
+    intent: IntentStatus = Field(description="The speculation config on trial (what the trial pod runs).")
+    config_hash: str = Field(description="Hash of the trial pod's vLLM command line; its metrics carry this label.")
+    incumbent_intent: IntentStatus = Field(description="The config the other pods keep running during the trial.")
+    incumbent_config_hash: str = Field(description="Hash of the incumbent pods' command line.")
+    action: str | None = Field(None, description="The autotune actuation the trial carries out.")
+    phase: TrialPhase = Field(description="Running, Promoted, RolledBack or Abandoned.")
+    started_at: str = Field(description="When the operator recorded the trial (before creating its pod).")
+    ready_at: str | None = Field(None, description="When an evaluation first saw the trial pod ready.")
+    analysis_at: str | None = Field(
+        None, description="When the analysis concludes: readyAt + window + 2 scrape intervals, once more if extended."
+    )
+    extended: bool = Field(False, description="The analysis was Inconclusive once and got one more window.")
+    ended_at: str | None = Field(None, description="When the trial was promoted, rolled back or abandoned.")
+    retry_after: str | None = Field(
+        None, description="After a rollback: the same config is not tried again before this time (probeInterval)."
+    )
+    outcome: TrialOutcome | None = Field(None, description="The last analysis: Successful, Failed or Inconclusive.")
+    candidate: TrialFigures | None = Field(None, description="The trial pod's figures over the analysis window.")
+    incumbent: TrialFigures | None = Field(None, description="The incumbent pods' figures over the same window.")
+    speedup: float | None = Field(
+        None, description="Incumbent over trial mean time per output token at comparable batch (> 1: trial faster)."
+    )
+    reason: str | None = Field(None, description="The analysis or the end of the trial in words, for people.")
+
+
 class CandidateStatus(_Model):
     """One spec.speculation.candidates element: what it is, what its trials measured and the verdict."""
 
@@ -1318,6 +1367,9 @@ class SpeculativeDeploymentStatus(BaseModel):
     last_handled_reevaluate: str | None = None
     autotune_halt: dict[str, Any] | None = Field(
         None, description="Set when automation halted itself (a failed autotune rollout); cleared by a reevaluate."
+    )
+    trial: TrialStatus | None = Field(
+        None, description="The last one-pod trial of an autotune change: its configs, phase and comparison."
     )
     candidates: list[CandidateStatus] = Field(
         default_factory=list,

@@ -21,15 +21,19 @@ from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import QueryClient, effective_window, measure
 from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.policy import framework_rules
+from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.decision import (
     PAUSED_BY_ANNOTATION,
     Action,
+    OffReason,
+    OffRecord,
     PolicyInputs,
     PolicyState,
     actuation_entry,
     decide,
     desired_intent,
     record_actuation,
+    rendered_hash,
     revert_failed_rollout,
     running_intent,
 )
@@ -37,7 +41,7 @@ from specpilot.autotune.signals.measurements import Measurement, MeasurementClas
 from specpilot.autotune.signals.promql import Scope, Signal
 from specpilot.reconcile import conditions as cond
 from specpilot.reconcile.core import Event, ObservedDeployment, ReconcileInputs
-from specpilot.vllm.intent import ChosenIntent
+from specpilot.vllm.intent import ChosenIntent, SpeculationIntent
 
 ACTUATION_HISTORY = 10
 ACTION_EVENT_REASONS = {
@@ -332,6 +336,7 @@ def conclude(
     if current is None:
         return AutotuneOutcome({}, [], [])
     in_progress, since = rollout_state(status, deployment)
+    trial = trials.running(status)
     window = effective_window(spec.autotune)
     inputs = PolicyInputs(
         spec=spec,
@@ -342,21 +347,31 @@ def conclude(
         pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
         reevaluate_token=token,
         last_handled_reevaluate=status.get("lastHandledReevaluate"),
-        rollout_in_progress=in_progress,
+        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
+        rollout_in_progress=in_progress or trial is not None,
         config_since=since,
-        canary=canary,
+        canary=None if trial is not None else canary,
         fit=fit_settings_for(spec),
     )
     decision, state = decide(inputs, state, now)
+    record = trials.read_trial(status)
+    if trial is not None:
+        record, state = _trial_turn(spec, status, trial, state, measurements, canary, now, events)
+    elif decision.actuate and trials.blocks_retry(record, decision.target, now):
+        retry = record.retry_after if record is not None else None
+        decision = replace(decision, actuate=False, gate=f"trial rolled back; not tried again before {retry}")
     actuations = list(status.get("actuations") or [])
     actuated = False
     if decision.actuate and not halted:
         state = record_actuation(state, decision, current, now, spec.autotune.budget)
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
-        reason = ACTION_EVENT_REASONS.get(decision.action)
-        if reason:
-            events.append(Event("Warning" if decision.action == Action.DISABLE else "Normal", reason, decision.reason))
+        started = _start_trial(spec, status, decision.action, decision.target, current, now)
+        if started is not None:
+            record = started
+            events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
+        else:
+            events.append(_action_event(decision.action, decision.reason))
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
     stored = status.get("autotune")
@@ -381,12 +396,109 @@ def conclude(
         "actuations": actuations,
         "autotuneHalt": {"reason": halted, "token": token} if halted else None,
     }
+    if record is not None:
+        fields["trial"] = trials.to_status(record)
     if findings:
         fields["recommendation"]["framework"] = [f.to_dict() for f in findings]
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
+    if record is not None:
+        conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
+
+
+def _action_event(action: Action | str, reason: str) -> Event:
+    kind = Action(action)
+    return Event("Warning" if kind is Action.DISABLE else "Normal", ACTION_EVENT_REASONS.get(kind, kind.value), reason)
+
+
+def _start_trial(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    action: Action,
+    target: SpeculationIntent,
+    current: SpeculationIntent,
+    now: datetime,
+) -> v1alpha1.TrialStatus | None:
+    """The record of a one-pod trial of `target`, when the deployment can spare a pod (trials.can_trial); None: the
+    change goes to every pod at once, as before."""
+    incumbent_hash = (status.get("effective") or {}).get("configHash")
+    trial_hash = rendered_hash(spec, target)
+    if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
+        return None
+    return trials.start(
+        intent=target,
+        config_hash=trial_hash,
+        incumbent=current,
+        incumbent_hash=str(incumbent_hash),
+        action=action.value,
+        now=now,
+    )
+
+
+def _trial_turn(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    trial: v1alpha1.TrialStatus,
+    state: PolicyState,
+    measurements: Mapping[str, Measurement],
+    slot: Mapping[str, Measurement] | None,
+    now: datetime,
+    events: list[Event],
+) -> tuple[v1alpha1.TrialStatus, PolicyState]:
+    """One evaluation of a running trial: abandoned when its config is no longer wanted, else advanced (wait,
+    analyse, promote or roll back). `slot` measures the one-pod slot (status.effective.canary's config hash)."""
+    wanted = trials.can_trial(spec) and desired_intent(spec, state).intent == trials.trial_intent(trial)
+    if not wanted:
+        step = trials.abandon(trial, now, "its config is no longer the one autotune wants (spec, mode or pin changed)")
+    else:
+        on_slot = (status.get("effective") or {}).get("canary") or {}
+        ready = on_slot.get("configHash") == trial.config_hash and int(on_slot.get("readyReplicas") or 0) >= 1
+        observation = trials.TrialObservation(
+            candidate=trials.GroupFigures.of(slot if ready and slot is not None else {}),
+            incumbent=trials.GroupFigures.of(measurements),
+        )
+        pods = int(status.get("readyReplicas") or 0)
+        step = trials.advance(trial, spec=spec, ready=ready, observation=observation, pods=pods, now=now)
+    if step.event is not None:
+        events.append(Event(*step.event))
+    if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.action:
+        events.append(_action_event(trial.action, f"promoted after a one-pod trial: {step.trial.reason}"))
+    if step.ended in (v1alpha1.TrialPhase.ROLLED_BACK, v1alpha1.TrialPhase.ABANDONED):
+        state = _back_to_incumbent(state, trial, now)
+    return step.trial, state
+
+
+def _back_to_incumbent(state: PolicyState, trial: v1alpha1.TrialStatus, now: datetime) -> PolicyState:
+    """Select the incumbent again after a trial ended without promotion. The trial's actuation stays in the budget
+    (a pod was restarted for it). A trial that switched speculation on and lost leaves it off for the reason a plain
+    canary would give: the plain pods were faster on the same traffic."""
+    incumbent = trials.incumbent_intent(trial)
+    if state.selected != trials.trial_intent(trial):
+        return state  # autotune has moved on (the spec changed): nothing of the trial's is selected
+    off = state.off
+    if not incumbent.enabled and off is None:
+        off = OffRecord(OffReason.CANARY, now, None, "a one-pod trial of speculation on was not faster")
+    elif incumbent.enabled:
+        off = None
+    return replace(state, selected=incumbent, off=off, probe_started=None, streak=None)
+
+
+def trial_condition(trial: v1alpha1.TrialStatus) -> cond.ConditionUpdate:
+    """The Trial condition: True while a trial pod runs, False once it ended (the reason says how)."""
+    reasons = {
+        v1alpha1.TrialPhase.PROMOTED: "TrialPromoted",
+        v1alpha1.TrialPhase.ROLLED_BACK: "TrialRolledBack",
+        v1alpha1.TrialPhase.ABANDONED: "TrialAbandoned",
+    }
+    if trial.phase is v1alpha1.TrialPhase.RUNNING:
+        reason = "TrialInconclusive" if trial.extended else "TrialStarted"
+        message = (
+            f"config {trial.config_hash} on one pod since {trial.started_at}; incumbent {trial.incumbent_config_hash}"
+        )
+        return cond.ConditionUpdate(cond.TRIAL, "True", reason, message)
+    return cond.ConditionUpdate(cond.TRIAL, "False", reasons[trial.phase], trial.reason or "")
 
 
 # Fields that say when an evaluation ran, not what it found.
@@ -439,4 +551,14 @@ def choose_intent(inputs: ReconcileInputs) -> ChosenIntent | None:
         return None
     state = PolicyState.from_status(inputs.autotune_fields.get("autotune", inputs.status.get("autotune")))[0]
     chosen = desired_intent(spec, state)
-    return replace(chosen, reason=state.actuations[-1].reason if state.actuations else None)
+    chosen = replace(chosen, reason=state.actuations[-1].reason if state.actuations else None)
+    trial = trials.running({"trial": inputs.autotune_fields.get("trial", inputs.status.get("trial"))})
+    if trial is None or chosen.intent != trials.trial_intent(trial):
+        return chosen
+    # One pod first: the other pods keep the incumbent until the analysis promotes the trial. Where a trial may not
+    # run (no pod to spare, mode no longer Auto), no pod runs it; the next evaluation abandons it.
+    return replace(
+        chosen,
+        intent=trials.incumbent_intent(trial),
+        trial=trials.trial_intent(trial) if trials.can_trial(spec) else None,
+    )

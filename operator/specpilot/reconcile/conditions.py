@@ -22,6 +22,9 @@ MEMORY_FIT = "MemoryFit"
 THROTTLED = "Throttled"
 PAUSED = "Paused"
 THRESHOLD_SUPPORTED = "ThresholdSupported"
+# A one-pod trial of an autotune change (progressive actuation): present once the first trial started, so it is not
+# among CONDITION_TYPES (True while the trial pod runs; False with TrialPromoted, TrialRolledBack or TrialAbandoned).
+TRIAL = "Trial"
 # The seed framework's advice (framework_rules.py): set by every autotune evaluation, Unknown until the first one
 # (reason AutotuneOff or NoPrometheus while autotune cannot run: nothing measures then).
 QUANTIZATION_PENALTY = "QuantizationPenalty"

@@ -443,9 +443,10 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
 
     owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
     try:
-        canary = canary_command(spec, intent)
+        canary = trial_command(spec, chosen.trial) if chosen.trial is not None else canary_command(spec, intent)
     except UnsupportedCombination as err:
-        msg = f"{err.field}: {err} (needed by the canary replica, spec.autotune.canary)"
+        needed_by = "the trial pod" if chosen.trial is not None else "the canary replica, spec.autotune.canary"
+        msg = f"{err.field}: {err} (needed by {needed_by})"
         return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
     children = manifests.build_children(
         spec,
@@ -461,7 +462,7 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     wanted = {child_key(c) for c in children}
     delete = _children_to_delete(inputs, wanted, canary_key, refused)
     applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
-    want = manifests.main_replicas(spec, with_canary=canary is not None)
+    want = manifests.main_replicas(spec, with_canary=canary is not None, trial=canary is not None and canary.trial)
     clock = RolloutClock.of(inputs.status.get("effective") or {}, rendered.config_hash, inputs.now)
     overdue = clock.overdue(inputs.now, manifests.rollout_budget_seconds(spec, want))
     rollout, summary = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main, overdue)
@@ -621,9 +622,17 @@ def _effective(
         else {
             "speculation": canary.speculation,
             "configHash": canary.config_hash,
-            "readyReplicas": inputs.canary_deployment.ready_replicas if inputs.canary_deployment else 0,
+            "readyReplicas": _ready_on(inputs.canary_deployment, canary.config_hash),
         },
     }
+
+
+def _ready_on(live: ObservedDeployment | None, config_hash: str) -> int:
+    """Ready pods of `live` that run `config_hash`: none while its template is another config, or not yet observed
+    (the old canary's pod must not count as the new trial's)."""
+    if live is None or live.template_config_hash != config_hash or live.observed_generation < live.generation:
+        return 0
+    return min(live.ready_replicas, live.updated_replicas)
 
 
 def canary_command(
@@ -641,6 +650,16 @@ def canary_command(
     other = intent.without_speculation() if intent.enabled else complete_intent(intent.with_speculation(), spec)
     rendered = render_command(spec, other)
     return manifests.CanaryCommand(rendered.argv, rendered.config_hash, other.enabled)
+
+
+def trial_command(spec: v1alpha1.SpeculativeDeploymentSpec, trial: SpeculationIntent) -> manifests.CanaryCommand:
+    """The trial pod's command: the config on trial, in the canary's slot (its own Deployment, the same Service).
+
+    While a trial runs, the other mode of spec.autotune.canary is not run: the slot holds one pod, and the trial is
+    the comparison the operator acts on.
+    """
+    rendered = render_command(spec, trial)
+    return manifests.CanaryCommand(rendered.argv, rendered.config_hash, trial.enabled, trial=True)
 
 
 def _speculation_message(

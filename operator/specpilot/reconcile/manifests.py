@@ -111,8 +111,11 @@ def canary_name(name: str) -> str:
     return f"{name}-canary"
 
 
-def main_replicas(spec: v1alpha1.SpeculativeDeploymentSpec, *, with_canary: bool) -> int:
-    """Replicas of the main Deployment: the canary, when there is one, is one of spec.replicas."""
+def main_replicas(spec: v1alpha1.SpeculativeDeploymentSpec, *, with_canary: bool, trial: bool = False) -> int:
+    """Replicas of the main Deployment: the canary, when there is one, is one of spec.replicas. A trial pod is one of
+    them too, unless spec.rollout allows surge: then it is the extra pod and every replica keeps serving."""
+    if trial and rollout.max_surge(spec) >= 1:
+        return spec.replicas
     return spec.replicas - 1 if with_canary else spec.replicas
 
 
@@ -319,11 +322,12 @@ def build_pod_disruption_budget(spec: v1alpha1.SpeculativeDeploymentSpec, owner:
 
 @dataclass(frozen=True)
 class CanaryCommand:
-    """What the canary replica runs: the other mode's command line and its config hash."""
+    """What the canary replica runs: the other mode's command line and its config hash, or a config on trial."""
 
     command: Sequence[str]
     config_hash: str
     speculation: bool
+    trial: bool = False  # a config on trial (progressive actuation), not the other mode of spec.autotune.canary
 
 
 def build_children(
@@ -349,7 +353,7 @@ def build_children(
             command=command,
             config_hash=config_hash,
             speculation=speculation,
-            replicas=main_replicas(spec, with_canary=canary is not None),
+            replicas=main_replicas(spec, with_canary=canary is not None, trial=canary is not None and canary.trial),
         ),
     ]
     if canary is not None:

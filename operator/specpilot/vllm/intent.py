@@ -100,3 +100,5 @@ class ChosenIntent:
     intent: SpeculationIntent
     source: IntentSource
     reason: str | None = None  # the last actuation's reason, when the autotuner chose it
+    # A config on trial on one pod (progressive actuation): the other pods keep `intent` until it is promoted.
+    trial: SpeculationIntent | None = None

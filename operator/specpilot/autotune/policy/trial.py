@@ -1,0 +1,303 @@
+"""One pod first: the trial of a speculation config beside the incumbent pods, and its analysis (pure).
+
+In Auto, an autotune change to a deployment that can spare one pod (spec.replicas >= 2, or maxSurge >= 1) first runs
+on one pod only, behind the same Service, while the other pods keep the incumbent config. The trial is generic over
+"a speculation config to try": it carries a `SpeculationIntent` and its config hash, and knows nothing of why it was
+chosen.
+
+Its life is a small state machine over `status.trial` (the typed record; the operator reads back only its intents,
+hashes, times, phase and `extended`):
+
+    Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it)
+                                                               --Failed--------> RolledBack (trial pod removed)
+                                                               --Inconclusive--> extended once by the same span,
+                                                                                 then RolledBack
+    Running --not ready within one pod's rollout budget--> RolledBack
+    Running --its config no longer wanted (spec edit, mode, pin)--> Abandoned
+
+An Inconclusive analysis after its extension rolls back rather than promotes (Argo Rollouts would pause for a
+person): automation must end in a known state, and the incumbent config is the one with evidence behind it. A rolled
+back config is not tried again before `retryAfter` (startedAt's end + spec.autotune.probeInterval).
+
+The analysis is in the HPA's shape: one typed observation (`TrialObservation`, the two groups' figures over the same
+window and traffic) -> named gates in a fixed order (`GATES`) -> one outcome.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from specpilot.api import rollout, v1alpha1
+from specpilot.api.durations import parse_duration
+from specpilot.api.timestamps import format_time, parse_time
+from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase, TrialStatus
+from specpilot.autotune.signals.measurements import Measurement, valid_value
+from specpilot.autotune.signals.promql import Signal
+from specpilot.reconcile import manifests
+from specpilot.vllm.intent import SpeculationIntent, intent_from_dict, intent_to_dict
+
+# Two groups are at comparable load when their per-engine batches are within this factor (as the canary comparison).
+COMPARABLE_BATCH_FACTOR = 2.0
+# How many times an Inconclusive analysis gets one more analysis span before the trial rolls back.
+EXTENSIONS = 1
+# The gates of one analysis, in the order they are applied; the first that does not pass names the outcome.
+GATES = ("sample", "measured", "load", "speed")
+
+
+# ------------------------------------------------------------------------------------------------ observation
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """One side of the comparison over the analysis window: the trial pod, or the incumbent pods together."""
+
+    tpot_mean_s: float | None
+    batch: float | None
+    requests: float | None
+    token_rate: float | None = None  # generated tokens per second, all pods of the group together
+    acceptance: float | None = None
+    mean_acceptance_length: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p99_s: float | None = None
+
+    @classmethod
+    def of(cls, measurements: Mapping[str, Measurement]) -> GroupFigures:
+        def v(signal: Signal) -> float | None:
+            return valid_value(measurements, signal)
+
+        return cls(
+            tpot_mean_s=v(Signal.TPOT_MEAN),
+            batch=v(Signal.BATCH_SIZE),
+            requests=v(Signal.REQUESTS_IN_WINDOW),
+            token_rate=v(Signal.GENERATION_TOKEN_RATE),
+            acceptance=v(Signal.ACCEPTANCE_RATE),
+            mean_acceptance_length=v(Signal.MEAN_ACCEPTANCE_LENGTH),
+            tpot_p50_s=v(Signal.TPOT_P50),
+            tpot_p99_s=v(Signal.TPOT_P99),
+        )
+
+    def to_status(self, pods: int) -> dict[str, Any]:
+        """status.trial.candidate / .incumbent (v1alpha1.TrialFigures): evidence for people, never read back."""
+
+        def ms(seconds: float | None) -> float | None:
+            return None if seconds is None else round(seconds * 1000, 3)
+
+        per_pod = None if self.token_rate is None or pods < 1 else round(self.token_rate / pods, 2)
+        figures = v1alpha1.TrialFigures(
+            output_tokens_per_second=per_pod,
+            mean_batch_size=_rounded(self.batch, 2),
+            acceptance_rate=_rounded(self.acceptance, 4),
+            mean_acceptance_length=_rounded(self.mean_acceptance_length, 3),
+            p50_tpot_ms=ms(self.tpot_p50_s),
+            p99_tpot_ms=ms(self.tpot_p99_s),
+            requests=None if self.requests is None else int(self.requests),
+        )
+        return figures.model_dump(by_alias=True, exclude_none=True)
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True)
+class TrialObservation:
+    """What one evaluation measured of both groups, over the same window of the same live traffic."""
+
+    candidate: GroupFigures
+    incumbent: GroupFigures
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    min_requests: float  # finished requests each group needs in the window (spec.autotune.minSamples.requests)
+    tolerance: float  # a slowdown within it is noise (spec.autotune.latency.regressionTolerance)
+
+    @classmethod
+    def of(cls, spec: v1alpha1.SpeculativeDeploymentSpec) -> AnalysisSettings:
+        at = spec.autotune
+        return cls(min_requests=float(at.min_samples.requests), tolerance=at.latency.regression_tolerance)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    outcome: TrialOutcome
+    gate: str  # the gate that decided (one of GATES)
+    reason: str
+    speedup: float | None = None  # incumbent over candidate mean TPOT: > 1 means the trial pod is faster
+
+
+def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analysis:
+    """The gates in order: enough requests on each side, mean TPOT and batch measured on each side, comparable
+    load, then speed. The trial fails when its mean time per output token is slower than the incumbent's beyond the
+    tolerance, and succeeds otherwise: the decision that proposed it already priced its gain, and the trial is the
+    guard against that model being wrong on this traffic."""
+    cand, inc = observation.candidate, observation.incumbent
+    for side, group in (("trial pod", cand), ("incumbent pods", inc)):
+        if group.requests is None or group.requests < settings.min_requests:
+            have = "no" if group.requests is None else f"{group.requests:.0f}"
+            why = f"{side}: {have} finished requests in the window, {settings.min_requests:.0f} needed"
+            return Analysis(TrialOutcome.INCONCLUSIVE, "sample", why)
+    c_tpot, c_batch, i_tpot, i_batch = cand.tpot_mean_s, cand.batch, inc.tpot_mean_s, inc.batch
+    if c_tpot is None or c_batch is None or i_tpot is None or i_batch is None:
+        side = "trial pod" if c_tpot is None or c_batch is None else "incumbent pods"
+        return Analysis(TrialOutcome.INCONCLUSIVE, "measured", f"{side}: mean TPOT or batch not measured")
+    low, high = sorted((max(c_batch, 0.5), max(i_batch, 0.5)))
+    if high / low > COMPARABLE_BATCH_FACTOR:
+        why = f"load not comparable: batch {c_batch:.1f} on the trial pod vs {i_batch:.1f} on the incumbents"
+        return Analysis(TrialOutcome.INCONCLUSIVE, "load", why)
+    ratio = c_tpot / i_tpot if i_tpot > 0 else math.inf
+    speedup = None if ratio == 0 or math.isinf(ratio) else round(1 / ratio, 4)
+    shown = (
+        f"mean TPOT {c_tpot * 1000:.2f} ms on the trial pod vs {i_tpot * 1000:.2f} ms on the incumbents "
+        f"({ratio - 1:+.0%}) at batch {c_batch:.1f}/{i_batch:.1f}"
+    )
+    if ratio > 1 + settings.tolerance:
+        return Analysis(TrialOutcome.FAILED, "speed", f"{shown}: slower beyond {settings.tolerance:.0%}", speedup)
+    return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: not slower beyond {settings.tolerance:.0%}", speedup)
+
+
+# ------------------------------------------------------------------------------------------------ lifecycle
+
+
+def analysis_span(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
+    """From the trial pod's readiness to its analysis: one full window of its own metrics, plus two scrapes."""
+    at = spec.autotune
+    return timedelta(seconds=parse_duration(at.window) + 2 * parse_duration(at.scrape_interval))
+
+
+def readiness_deadline(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
+    """How long the trial pod may take to become ready: one pod replacement (manifests.rollout_budget_seconds)."""
+    return timedelta(seconds=manifests.rollout_budget_seconds(spec, 1))
+
+
+def can_trial(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
+    """Progressive actuation needs a pod to spare: two replicas or more, or surge. Auto only: Recommend and Off never
+    create trial pods. One replica without surge keeps the all-at-once rollout (an outage, docs/rollout.md)."""
+    spare = spec.replicas >= 2 or (spec.replicas >= 1 and rollout.max_surge(spec) >= 1)
+    return spec.autotune.mode is v1alpha1.AutotuneMode.AUTO and spare
+
+
+def read_trial(status: Mapping[str, Any]) -> TrialStatus | None:
+    """status.trial as stored, or None when absent or unreadable (a malformed record starts no trial pod)."""
+    raw = status.get("trial")
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return TrialStatus.model_validate(raw)
+    except ValueError:
+        return None
+
+
+def running(status: Mapping[str, Any]) -> TrialStatus | None:
+    trial = read_trial(status)
+    return trial if trial is not None and trial.phase is TrialPhase.RUNNING else None
+
+
+def trial_intent(trial: TrialStatus) -> SpeculationIntent:
+    return intent_from_dict(trial.intent.model_dump(by_alias=True))
+
+
+def incumbent_intent(trial: TrialStatus) -> SpeculationIntent:
+    return intent_from_dict(trial.incumbent_intent.model_dump(by_alias=True))
+
+
+def start(
+    *, intent: SpeculationIntent, config_hash: str, incumbent: SpeculationIntent, incumbent_hash: str, action: str,
+    now: datetime,
+) -> TrialStatus:  # fmt: skip
+    """The record of a new trial, written to status before its pod is created."""
+    return TrialStatus.model_validate(
+        {
+            "intent": intent_to_dict(intent),
+            "configHash": config_hash,
+            "incumbentIntent": intent_to_dict(incumbent),
+            "incumbentConfigHash": incumbent_hash,
+            "action": action,
+            "phase": TrialPhase.RUNNING,
+            "startedAt": format_time(now),
+        }
+    )
+
+
+def blocks_retry(trial: TrialStatus | None, target: SpeculationIntent, now: datetime) -> bool:
+    """A config rolled back by its trial is not tried again before retryAfter."""
+    if trial is None or trial.phase is not TrialPhase.ROLLED_BACK or trial.retry_after is None:
+        return False
+    return trial_intent(trial) == target and now < parse_time(trial.retry_after)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One evaluation of a running trial: its new record, and whether it ended (and how)."""
+
+    trial: TrialStatus
+    ended: TrialPhase | None = None  # Promoted or RolledBack when this step ended it
+    event: tuple[str, str, str] | None = None  # (type, reason, message)
+
+
+def advance(
+    trial: TrialStatus,
+    *,
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    ready: bool,
+    observation: TrialObservation,
+    pods: int,
+    now: datetime,
+) -> Step:
+    """Move a Running trial on by one evaluation: wait for its pod, wait for the analysis, then conclude."""
+    stamp = format_time(now)
+    if trial.ready_at is None:
+        if not ready:
+            if now - parse_time(trial.started_at) > readiness_deadline(spec):
+                why = f"the trial pod did not become ready within {readiness_deadline(spec)}"
+                return _rolled_back(trial, spec, now, why)
+            return Step(trial)
+        trial = trial.model_copy(update={"ready_at": stamp, "analysis_at": format_time(now + analysis_span(spec))})
+    assert trial.analysis_at is not None
+    if now < parse_time(trial.analysis_at):
+        return Step(trial)
+    verdict = analyse(observation, AnalysisSettings.of(spec))
+    trial = trial.model_copy(
+        update={
+            "outcome": verdict.outcome,
+            "candidate": v1alpha1.TrialFigures.model_validate(observation.candidate.to_status(1)),
+            "incumbent": v1alpha1.TrialFigures.model_validate(observation.incumbent.to_status(pods)),
+            "speedup": verdict.speedup,
+            "reason": f"{verdict.gate}: {verdict.reason}",
+        }
+    )
+    if verdict.outcome is TrialOutcome.SUCCESSFUL:
+        done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
+        return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))
+    if verdict.outcome is TrialOutcome.INCONCLUSIVE and not trial.extended:
+        later = format_time(now + analysis_span(spec))
+        extended = trial.model_copy(update={"extended": True, "analysis_at": later})
+        return Step(extended, None, ("Normal", "TrialInconclusive", f"{verdict.reason}; analysing again at {later}"))
+    return _rolled_back(trial, spec, now, verdict.reason)
+
+
+def _rolled_back(trial: TrialStatus, spec: v1alpha1.SpeculativeDeploymentSpec, now: datetime, why: str) -> Step:
+    retry = format_time(now + timedelta(seconds=parse_duration(spec.autotune.probe_interval)))
+    done = trial.model_copy(
+        update={
+            "phase": TrialPhase.ROLLED_BACK,
+            "ended_at": format_time(now),
+            "retry_after": retry,
+            "reason": trial.reason or why,
+        }
+    )
+    message = f"rolled back, the incumbent config stays: {why}; not tried again before {retry}"
+    return Step(done, TrialPhase.ROLLED_BACK, ("Warning", "TrialRolledBack", message))
+
+
+def abandon(trial: TrialStatus, now: datetime, why: str) -> Step:
+    done = trial.model_copy(update={"phase": TrialPhase.ABANDONED, "ended_at": format_time(now), "reason": why})
+    return Step(done, TrialPhase.ABANDONED, ("Normal", "TrialAbandoned", f"trial pod removed: {why}"))
+
+
+def to_status(trial: TrialStatus) -> dict[str, Any]:
+    return trial.model_dump(by_alias=True, mode="json", exclude_none=True)

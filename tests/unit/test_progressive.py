@@ -1,0 +1,187 @@
+"""Progressive actuation through the real seams (tests/seams.py): conclude -> reconcile -> stored status -> next.
+
+A 3-replica Auto deployment whose drafter collapses: the autotuner decides to switch speculation off. That change goes
+to one pod first (the `-canary` Deployment, one replica, the main one scaled to two and still speculating), is
+compared with the incumbents after the analysis window, then promoted to every pod, or rolled back when the trial pod
+measures slower. A one-replica deployment and Recommend mode keep today's path.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Signal
+from tests.seams import ROUND_TRIP_SPEC, Cluster, evaluate_until_actuated, m, window_measurements
+
+COLLAPSED = window_measurements(speculating=True, acceptance=0.2)  # incumbents: mean TPOT 11 ms at batch 2
+
+
+def trial_pod(tpot_mean_s: float) -> dict[str, Measurement]:
+    """The trial pod (speculation off) over the same window: plain, at the same batch, `tpot_mean_s` per token."""
+    plain = window_measurements(speculating=False, acceptance=None)
+    plain[str(Signal.TPOT_MEAN)] = m(Signal.TPOT_MEAN, tpot_mean_s)
+    return plain
+
+
+def three_replicas(**autotune: Any) -> Cluster:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["replicas"] = 3
+    raw["autotune"].update(autotune)
+    cluster = Cluster(raw)
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)  # past the settling time of the first config
+    return cluster
+
+
+def speculating(deployment: dict[str, Any] | None) -> bool:
+    assert deployment is not None
+    return "--speculative-config" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def replicas(deployment: dict[str, Any] | None) -> int:
+    assert deployment is not None
+    return int(deployment["spec"]["replicas"])
+
+
+def reasons(cluster: Cluster) -> list[str]:
+    return [e.reason for e in cluster.events]
+
+
+def start_trial(cluster: Cluster) -> dict[str, Any]:
+    """Evaluate until the disable is decided; it must start a trial on one pod and leave the others as they were."""
+    on_hash = cluster.status["effective"]["configHash"]
+    evaluate_until_actuated(cluster, COLLAPSED)
+    trial = cluster.status["trial"]
+    assert trial["phase"] == "Running"
+    assert trial["incumbentConfigHash"] == on_hash
+    assert trial["intent"]["enabled"] is False
+    assert "TrialStarted" in reasons(cluster)
+    assert "SpeculationDisabled" not in reasons(cluster)
+    assert speculating(cluster.deployment)
+    assert replicas(cluster.deployment) == 2
+    assert not speculating(cluster.canary)
+    assert replicas(cluster.canary) == 1
+    assert cluster.canary is not None
+    assert (
+        cluster.canary["spec"]["template"]["metadata"]["annotations"]["specpilot.dev/config-hash"]
+        == trial["configHash"]
+    )
+    assert cluster.status["effective"]["configHash"] == on_hash
+    assert cluster.status["autotune"]["actuations"][-1]["action"] == "DisableSpeculation"  # charged to the budget
+    cluster.settle()  # the reconcile on the trial Deployment's update records its pod ready (status.effective.canary)
+    return dict(trial)
+
+
+def analyse(cluster: Cluster, trial_tpot: float, minutes: int = 10) -> list[str]:
+    """Evaluate once a minute, the trial pod measuring `trial_tpot`, until the trial ends; returns the phases seen."""
+    phases = []
+    for _ in range(minutes):
+        cluster.advance(1)
+        cluster.evaluate(COLLAPSED, trial_pod(trial_tpot))
+        phases.append(cluster.status["trial"]["phase"])
+        if phases[-1] != "Running":
+            break
+    return phases
+
+
+def test_one_pod_first_then_promoted_to_every_pod() -> None:
+    cluster = three_replicas()
+    start_trial(cluster)
+    phases = analyse(cluster, 0.008)
+    # ready at the first evaluation, analysed 2m30s later (window + 2 scrapes): promoted at the fourth
+    assert phases == ["Running", "Running", "Running", "Promoted"], phases
+    trial = cluster.status["trial"]
+    assert trial["outcome"] == "Successful"
+    assert trial["speedup"] == 1.375
+    assert trial["candidate"]["p50TpotMs"] == 10.0
+    assert trial["incumbent"]["requests"] == 400
+    assert not speculating(cluster.deployment)
+    assert replicas(cluster.deployment) == 3
+    assert cluster.canary is None  # the trial pod is gone
+    assert cluster.status["effective"]["configHash"] == trial["configHash"]
+    assert {"TrialPromoted", "SpeculationDisabled"} <= set(reasons(cluster))
+    trial_condition = next(c for c in cluster.status["conditions"] if c["type"] == "Trial")
+    assert (trial_condition["status"], trial_condition["reason"]) == ("False", "TrialPromoted")
+    # the next decision waits for the promotion's rollout, then for its settling, like any rollout
+    cluster.advance(1)
+    assert cluster.evaluate(COLLAPSED).decision["gate"] == "rollout in progress"
+
+
+def test_slower_trial_rolls_back_and_is_not_retried_at_once() -> None:
+    cluster = three_replicas()
+    start_trial(cluster)
+    phases = analyse(cluster, 0.020)
+    assert phases[-1] == "RolledBack", phases
+    trial = cluster.status["trial"]
+    assert trial["outcome"] == "Failed"
+    assert "slower" in trial["reason"]
+    assert speculating(cluster.deployment)
+    assert replicas(cluster.deployment) == 3
+    assert cluster.canary is None
+    assert cluster.status["effective"]["configHash"] == trial["incumbentConfigHash"]
+    assert cluster.status["autotune"]["selected"]["enabled"] is True
+    assert "TrialRolledBack" in reasons(cluster)
+    assert "SpeculationDisabled" not in reasons(cluster)
+    # the same disable is agreed again, but held until retryAfter
+    gates = []
+    for _ in range(5):
+        cluster.advance(1)
+        outcome = cluster.evaluate(COLLAPSED)
+        assert not outcome.actuated
+        gates.append(outcome.decision["gate"])
+    assert any(g.startswith("trial rolled back; not tried again before") for g in gates), gates
+
+
+def test_trial_pod_loading_is_not_analysed() -> None:
+    cluster = three_replicas()
+    start_trial(cluster)
+    cluster.canary_ready = False
+    cluster.reconcile()
+    for _ in range(6):  # twice the analysis span
+        cluster.advance(1)
+        cluster.evaluate(COLLAPSED, trial_pod(0.020))
+    assert cluster.status["trial"]["phase"] == "Running"
+    assert "readyAt" not in cluster.status["trial"]
+    cluster.canary_ready = True
+    assert analyse(cluster, 0.008)[-1] == "Promoted"
+
+
+def test_one_replica_changes_all_at_once() -> None:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    cluster = Cluster(raw)
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)
+    evaluate_until_actuated(cluster, COLLAPSED)
+    assert "trial" not in cluster.status
+    assert cluster.canary is None
+    assert not speculating(cluster.deployment)
+    assert "SpeculationDisabled" in reasons(cluster)
+
+
+def test_recommend_mode_never_creates_a_trial_pod() -> None:
+    cluster = three_replicas(mode="Recommend")
+    for _ in range(10):
+        cluster.advance(1)
+        cluster.evaluate(COLLAPSED)
+    assert cluster.status["recommendation"]["action"] == "DisableSpeculation"  # it would change something
+    assert "trial" not in cluster.status
+    assert cluster.canary is None
+    assert speculating(cluster.deployment)
+    assert replicas(cluster.deployment) == 3
+
+
+def test_a_spec_edit_during_the_trial_abandons_it() -> None:
+    cluster = three_replicas()
+    start_trial(cluster)
+    cluster.spec["speculation"]["numSpeculativeTokens"] = 3  # the user's edit wins at once
+    cluster.reconcile()
+    assert cluster.canary is None
+    assert replicas(cluster.deployment) == 3
+    cluster.advance(1)
+    cluster.evaluate(COLLAPSED, trial_pod(0.008))
+    assert cluster.status["trial"]["phase"] == "Abandoned"
+    assert "TrialAbandoned" in reasons(cluster)

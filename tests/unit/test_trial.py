@@ -1,0 +1,185 @@
+"""The one-pod trial's analysis and lifecycle (autotune/policy/trial.py), table-driven on plain values."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from specpilot.api import v1alpha1
+from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase
+from specpilot.autotune.policy import trial as trials
+from specpilot.autotune.policy.trial import AnalysisSettings, GroupFigures, TrialObservation
+from specpilot.vllm.intent import SpeculationIntent
+from tests.seams import ROUND_TRIP_SPEC
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+SETTINGS = AnalysisSettings(min_requests=50, tolerance=0.05)
+INCUMBENT = GroupFigures(tpot_mean_s=0.010, batch=4.0, requests=400)
+
+
+def group(tpot: float | None = 0.010, batch: float | None = 4.0, requests: float | None = 400) -> GroupFigures:
+    return GroupFigures(tpot_mean_s=tpot, batch=batch, requests=requests)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "incumbent", "outcome", "gate"),
+    [
+        (group(tpot=0.008), INCUMBENT, TrialOutcome.SUCCESSFUL, "speed"),  # faster
+        (group(tpot=0.0104), INCUMBENT, TrialOutcome.SUCCESSFUL, "speed"),  # 4% slower: within the 5% noise
+        (group(tpot=0.0106), INCUMBENT, TrialOutcome.FAILED, "speed"),  # 6% slower
+        (group(tpot=0.020), INCUMBENT, TrialOutcome.FAILED, "speed"),
+        (group(requests=49), INCUMBENT, TrialOutcome.INCONCLUSIVE, "sample"),  # the trial pod saw too little
+        (group(), group(requests=None), TrialOutcome.INCONCLUSIVE, "sample"),
+        (group(tpot=None), INCUMBENT, TrialOutcome.INCONCLUSIVE, "measured"),
+        (group(), group(batch=None), TrialOutcome.INCONCLUSIVE, "measured"),
+        (group(tpot=0.002, batch=9.0), INCUMBENT, TrialOutcome.INCONCLUSIVE, "load"),  # batch 9 vs 4: not comparable
+        (group(tpot=0.020, batch=1.0), INCUMBENT, TrialOutcome.INCONCLUSIVE, "load"),  # slower, but at 1/4 the batch
+        (group(tpot=0.0106, requests=10), INCUMBENT, TrialOutcome.INCONCLUSIVE, "sample"),  # sample before speed
+    ],
+)
+def test_analysis_gates_in_order(
+    candidate: GroupFigures, incumbent: GroupFigures, outcome: TrialOutcome, gate: str
+) -> None:
+    analysis = trials.analyse(TrialObservation(candidate, incumbent), SETTINGS)
+    assert (analysis.outcome, analysis.gate) == (outcome, gate), analysis.reason
+
+
+def test_speedup_is_incumbent_over_candidate_tpot() -> None:
+    analysis = trials.analyse(TrialObservation(group(tpot=0.008), INCUMBENT), SETTINGS)
+    assert analysis.speedup == 1.25
+    assert "-20%" in analysis.reason
+
+
+def spec(**changes: Any) -> v1alpha1.SpeculativeDeploymentSpec:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["replicas"] = changes.pop("replicas", 3)
+    raw["autotune"]["mode"] = changes.pop("mode", "Auto")
+    if "surge" in changes:
+        raw["rollout"] = {"maxSurge": changes.pop("surge"), "maxUnavailable": 0}
+    return v1alpha1.parse_spec(raw)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "mode", "surge", "trial"),
+    [
+        (3, "Auto", None, True),
+        (2, "Auto", None, True),
+        (1, "Auto", None, False),  # no pod to spare: all at once, priced as an outage
+        (1, "Auto", 1, True),  # surge: the trial pod is the extra one
+        (3, "Recommend", None, False),  # Recommend never creates trial pods
+        (3, "Off", None, False),
+    ],
+)
+def test_who_can_trial(replicas: int, mode: str, surge: int | None, trial: bool) -> None:
+    extra = {} if surge is None else {"surge": surge}
+    assert trials.can_trial(spec(replicas=replicas, mode=mode, **extra)) is trial
+
+
+OFF = SpeculationIntent(False, 4, 16)
+ON = SpeculationIntent(True, 4, 16)
+
+
+def started() -> v1alpha1.TrialStatus:
+    return trials.start(
+        intent=OFF, config_hash="trialhash", incumbent=ON, incumbent_hash="inchash", action="DisableSpeculation", now=T0
+    )
+
+
+def test_start_records_both_configs_before_any_pod() -> None:
+    record = trials.to_status(started())
+    assert record["phase"] == "Running"
+    assert record["intent"] == {"enabled": False, "numSpeculativeTokens": 4, "disableAboveBatchSize": 16}
+    assert record["incumbentConfigHash"] == "inchash"
+    assert "readyAt" not in record
+    assert "analysisAt" not in record
+
+
+def observe(candidate_tpot: float, requests: float = 400) -> TrialObservation:
+    return TrialObservation(group(tpot=candidate_tpot, requests=requests), INCUMBENT)
+
+
+def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
+    sp = spec()
+    span = trials.analysis_span(sp)  # window 2m + 2 x 15 s
+    assert span == timedelta(seconds=150)
+    trial = started()
+    step = trials.advance(
+        trial, spec=sp, ready=False, observation=observe(0.008), pods=2, now=T0 + timedelta(minutes=1)
+    )
+    assert (step.trial, step.ended) == (trial, None)  # the pod is loading: nothing moves
+    ready_at = T0 + timedelta(minutes=2)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), pods=2, now=ready_at)
+    assert step.ended is None
+    assert step.trial.ready_at == "2026-11-26T12:02:00Z"
+    assert step.trial.analysis_at == "2026-11-26T12:04:30Z"
+    before = ready_at + span - timedelta(seconds=1)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), pods=2, now=before)
+    assert step.ended is None
+    assert step.trial.outcome is None
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), pods=2, now=ready_at + span)
+    assert step.ended is TrialPhase.PROMOTED
+    assert step.event is not None
+    assert step.event[1] == "TrialPromoted"
+    assert step.trial.outcome is TrialOutcome.SUCCESSFUL
+    assert step.trial.speedup == 1.25
+    assert step.trial.candidate is not None
+    assert step.trial.candidate.requests == 400
+
+
+def analysed(trial: v1alpha1.TrialStatus, tpot: float, now: datetime, requests: float = 400) -> trials.Step:
+    return trials.advance(trial, spec=spec(), ready=True, observation=observe(tpot, requests), pods=2, now=now)
+
+
+def test_slower_trial_rolls_back_and_blocks_a_retry_until_probe_interval() -> None:
+    step = analysed(started(), 0.008, T0)  # ready now
+    step = analysed(step.trial, 0.020, T0 + timedelta(minutes=3))
+    assert step.ended is TrialPhase.ROLLED_BACK
+    assert step.trial.outcome is TrialOutcome.FAILED
+    assert step.event is not None
+    assert step.event[:2] == ("Warning", "TrialRolledBack")
+    assert step.trial.retry_after == "2026-11-26T12:13:00Z"  # probeInterval 10m after the rollback
+    assert trials.blocks_retry(step.trial, OFF, T0 + timedelta(minutes=12))
+    assert not trials.blocks_retry(step.trial, OFF, T0 + timedelta(minutes=13))
+    assert not trials.blocks_retry(step.trial, SpeculationIntent(True, 3, 16), T0 + timedelta(minutes=5))
+
+
+def test_inconclusive_extends_once_then_rolls_back() -> None:
+    step = analysed(started(), 0.008, T0)
+    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=3), requests=5)
+    assert step.ended is None
+    assert step.trial.extended
+    assert step.event is not None
+    assert step.event[1] == "TrialInconclusive"
+    assert step.trial.analysis_at == "2026-11-26T12:05:30Z"
+    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=4), requests=5)
+    assert step.ended is None  # the extension's window has not passed
+    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=6), requests=5)
+    assert step.ended is TrialPhase.ROLLED_BACK
+    assert step.trial.outcome is TrialOutcome.INCONCLUSIVE
+
+
+def test_inconclusive_then_successful_in_the_extension_promotes() -> None:
+    step = analysed(started(), 0.008, T0)
+    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=3), requests=5)
+    step = analysed(step.trial, 0.009, T0 + timedelta(minutes=6))
+    assert step.ended is TrialPhase.PROMOTED
+
+
+def test_a_trial_pod_never_ready_rolls_back_after_one_pod_replacement() -> None:
+    sp = spec()
+    limit = trials.readiness_deadline(sp)
+    step = trials.advance(started(), spec=sp, ready=False, observation=observe(0.008), pods=2, now=T0 + limit)
+    assert step.ended is None
+    later = T0 + limit + timedelta(seconds=1)
+    step = trials.advance(step.trial, spec=sp, ready=False, observation=observe(0.008), pods=2, now=later)
+    assert step.ended is TrialPhase.ROLLED_BACK
+    assert step.event is not None
+    assert "did not become ready" in step.event[2]
+
+
+@pytest.mark.parametrize("raw", [None, "text", {"phase": "Running"}, {"phase": "Nonsense", "intent": {}}])
+def test_unreadable_trial_records_start_nothing(raw: object) -> None:
+    assert trials.running({"trial": raw}) is None
