@@ -1,0 +1,224 @@
+"""Progressive actuation on the local cluster: one pod first, analysed on the same traffic, promoted or rolled back.
+
+The real operator runs a 3-replica Auto SpeculativeDeployment whose pods are simulated 8B/H100 engines started by the
+pod runner from each pod's own command line (e2e/vllm/simulated.py); real Prometheus scrapes every pod, labelled with
+its config hash. The load goes round robin to every ready pod (the Service's share, trial pod included) at
+temperature 2, where the simulated draft model accepts ~0.36: speculation costs more than it saves.
+
+1. The autotuner decides to switch speculation off. One pod changes first: the main Deployment keeps speculating on
+   two pods and `<name>-canary` runs the plain config on one. After the analysis window the plain pod measures
+   faster, so the trial is promoted: the main Deployment rolls to the plain config on all three pods and the trial
+   pod goes.
+2. After probeInterval, the probe tries speculation on again, on one pod. At the same traffic the speculating pod
+   measures slower, so the trial is rolled back: the main Deployment never left the plain config.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster.fixture import KubeCluster
+from e2e.podrunner import PodRunner, file_sd_scrape_config
+from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
+from e2e.vllm.simulated import SimulatorOptions
+from e2e.waiting import wait_for
+from tests.operator.conftest import StartOperator
+from tests.operator.test_closed_loop import decision_line, wait_for_or_explain
+from tests.operator.test_operator_cluster import apply, events, get
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+
+NAME = "trial8b"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture
+def sim_pods(
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    start_operator: StartOperator,
+    prometheus_factory: StartPrometheus,
+    tmp_path: Path,
+) -> Iterator[tuple[PodRunner, PrometheusServer]]:
+    targets = tmp_path / "targets.json"
+    runner = PodRunner(
+        kube_cluster.kubeconfig,
+        kube_namespace,
+        python=Path(sys.executable),
+        model_map={},
+        default_model=tmp_path,
+        default_draft=tmp_path,
+        targets_file=targets,
+        log_dir=tmp_path / "pods",
+        simulator=SimulatorOptions(preset="llama8b-h100", time_scale=0.1, startup_seconds=1.0, seed=3),
+    )
+    prometheus = prometheus_factory([file_sd_scrape_config(targets)])
+    start_operator()
+    with runner:
+        yield runner, prometheus
+
+
+def three_replicas(prometheus_url: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "specpilot.dev/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": NAME},
+        "spec": {
+            "replicas": 3,
+            "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0", "maxModelLen": 4096,
+                       "maxNumSeqs": 64},
+            "target": {"model": MODEL},
+            "speculation": {"method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
+                            "numSpeculativeTokens": 2},
+            "resources": {"gpusPerReplica": 1, "gpuMemoryGiB": 80},
+            "rollout": {"drainSeconds": 5},
+            "autotune": {
+                "mode": "Auto",
+                "prometheus": {"url": prometheus_url, "timeout": "3s"},
+                "interval": "5s",
+                "window": "20s",
+                "scrapeInterval": "1s",
+                "minSamples": {"draftTokens": 100, "requests": 5},
+                "agreeingEvaluations": 1,
+                "stabilization": "0s",
+                "probeInterval": "60s",
+                "acceptance": {"disableBelow": 0.45, "enableAbove": 0.55},
+                "latency": {"regressionTolerance": 0.05},
+                "batchThreshold": {"tune": False},
+                "budget": {"minInterval": "10s", "maxPerHour": 10, "maxPerDay": 20},
+            },
+        },
+    }  # fmt: skip
+
+
+class RoundRobinLoad:
+    """`concurrency` completions always in flight, each sent to the next ready pod of the deployment: every pod,
+    the trial pod included, gets the same share of the same traffic, as behind the Service."""
+
+    def __init__(self, runner: PodRunner, concurrency: int) -> None:
+        self.runner = runner
+        self.sent = 0
+        self.errors = 0
+        self._turn = itertools.count()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(concurrency)]
+
+    def _worker(self) -> None:
+        body = json.dumps({"model": MODEL, "prompt": "x" * 400, "max_tokens": 64, "temperature": 2.0}).encode()
+        while not self._stop.is_set():
+            urls = sorted(self.runner.endpoints(NAME).values())
+            if not urls:
+                time.sleep(0.5)
+                continue
+            url = urls[next(self._turn) % len(urls)]
+            request = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=120) as resp:
+                    resp.read()
+                self.sent += 1
+            except OSError:  # a pod is being replaced: the next request goes to another
+                self.errors += 1
+                time.sleep(0.5)
+
+    def __enter__(self) -> RoundRobinLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=130)
+
+
+def speculates(deployment: dict[str, Any] | None) -> bool:
+    assert deployment is not None
+    return "--speculative-config" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+@pytest.mark.timeout(900)
+def test_one_pod_first_promoted_when_faster_rolled_back_when_slower(
+    kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
+) -> None:
+    runner, prometheus = sim_pods
+    apply(kube_cluster, kube_namespace, three_replicas(prometheus.url))
+    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
+    assert not runner.failures(), runner.failures()
+
+    def cr() -> dict[str, Any]:
+        return get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}
+
+    def deployment(name: str = NAME) -> dict[str, Any] | None:
+        return get(kube_cluster, kube_namespace, "deployment", name)
+
+    def trial() -> dict[str, Any]:
+        return dict((cr().get("status") or {}).get("trial") or {})
+
+    speculating_hash = cr()["status"]["effective"]["configHash"]
+    with RoundRobinLoad(runner, 12) as load:
+
+        def diagnose() -> str:
+            return f"load sent {load.sent} ({load.errors} errors); trial {trial().get('phase')}; {decision_line(cr())}"
+
+        # 1. the disable goes to one pod first
+        started = wait_for_or_explain(
+            diagnose, "a trial started", lambda: trial().get("phase") == "Running" and trial(), 240, 1
+        )
+        assert started["intent"]["enabled"] is False
+        assert started["incumbentConfigHash"] == speculating_hash
+        main, canary = deployment(), deployment(f"{NAME}-canary")
+        assert main is not None
+        assert canary is not None
+        assert speculates(main), "two pods keep the incumbent config"
+        assert main["spec"]["replicas"] == 2
+        assert not speculates(canary), "one pod runs the trial config"
+        assert canary["spec"]["replicas"] == 1
+        promoted = wait_for_or_explain(diagnose, "the trial promoted", lambda: trial().get("phase") != "Running"
+                                       and trial(), 180, 1)  # fmt: skip
+        assert promoted["phase"] == "Promoted", promoted
+        assert promoted["outcome"] == "Successful", promoted
+        assert promoted["speedup"] > 1, promoted
+        print(f"\npromoted: {promoted['reason']}")
+        wait_for_or_explain(
+            diagnose,
+            "every pod on the plain config, the trial pod gone",
+            lambda: (
+                (d := deployment()) is not None
+                and not speculates(d)
+                and d["spec"]["replicas"] == 3
+                and deployment(f"{NAME}-canary") is None
+            ),
+            60,
+            1,
+        )
+        plain_hash = promoted["configHash"]
+
+        # 2. the probe tries speculation on again, on one pod; it is slower on this traffic: rolled back
+        wait_for_or_explain(diagnose, "the probe's trial started", lambda: trial().get("configHash") != plain_hash
+                            and trial().get("phase") == "Running", 240, 1)  # fmt: skip
+        assert not speculates(deployment()), "the incumbents stay plain during the trial"
+        rolled = wait_for_or_explain(diagnose, "the probe's trial ended", lambda: trial().get("phase") != "Running"
+                                     and trial(), 180, 1)  # fmt: skip
+    assert rolled["phase"] == "RolledBack", rolled
+    assert rolled["outcome"] == "Failed", rolled
+    assert rolled["speedup"] < 1, rolled
+    print(f"rolled back: {rolled['reason']}")
+    wait_for("the trial pod gone", lambda: deployment(f"{NAME}-canary") is None, 60, 1)
+    final = deployment()
+    assert final is not None
+    assert not speculates(final)
+    assert final["spec"]["replicas"] == 3
+    assert cr()["status"]["effective"]["configHash"] == plain_hash
+    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, NAME)]
+    assert {"TrialStarted", "TrialPromoted", "TrialRolledBack"} <= set(reasons), reasons
+    print(kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", NAME, "-o", "wide").stdout)
