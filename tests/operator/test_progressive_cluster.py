@@ -79,7 +79,7 @@ def three_replicas(prometheus_url: str) -> dict[str, Any]:
                        "maxNumSeqs": 64},
             "target": {"model": MODEL},
             "speculation": {"method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
-                            "numSpeculativeTokens": 2},
+                            "numSpeculativeTokens": 4},
             "resources": {"gpusPerReplica": 1, "gpuMemoryGiB": 80},
             "rollout": {"drainSeconds": 5},
             "autotune": {

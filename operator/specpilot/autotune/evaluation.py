@@ -366,12 +366,12 @@ def conclude(
         state = record_actuation(state, decision, current, now, spec.autotune.budget)
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
-        started = _start_trial(spec, status, decision.action, decision.target, current, now)
+        started = _start_trial(spec, status, decision.action.value, decision.target, current, now)
         if started is not None:
             record = started
             events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
         else:
-            events.append(_action_event(decision.action, decision.reason))
+            events.extend(_action_events(decision.action.value, decision.reason))
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
     stored = status.get("autotune")
@@ -408,21 +408,27 @@ def conclude(
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
 
 
-def _action_event(action: Action | str, reason: str) -> Event:
-    kind = Action(action)
-    return Event("Warning" if kind is Action.DISABLE else "Normal", ACTION_EVENT_REASONS.get(kind, kind.value), reason)
+def _action_events(action: str, reason: str) -> list[Event]:
+    """The event an applied action posts (SpeculationDisabled, ...); none for an action without one, or for a trial
+    label that names no autotune action."""
+    kind = next((a for a in Action if a.value == action), None)
+    name = ACTION_EVENT_REASONS.get(kind) if kind is not None else None
+    if name is None:
+        return []
+    return [Event("Warning" if kind is Action.DISABLE else "Normal", name, reason)]
 
 
 def _start_trial(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
-    action: Action,
+    action: str,
     target: SpeculationIntent,
     current: SpeculationIntent,
     now: datetime,
 ) -> v1alpha1.TrialStatus | None:
     """The record of a one-pod trial of `target`, when the deployment can spare a pod (trials.can_trial); None: the
-    change goes to every pod at once, as before."""
+    change goes to every pod at once, as before. Generic over the config to try: `action` labels why (an autotune
+    Action's value, or another path's own label), and only an Action posts its own event when promoted."""
     incumbent_hash = (status.get("effective") or {}).get("configHash")
     trial_hash = rendered_hash(spec, target)
     if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
@@ -432,7 +438,7 @@ def _start_trial(
         config_hash=trial_hash,
         incumbent=current,
         incumbent_hash=str(incumbent_hash),
-        action=action.value,
+        action=action,
         now=now,
     )
 
@@ -464,7 +470,7 @@ def _trial_turn(
     if step.event is not None:
         events.append(Event(*step.event))
     if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.action:
-        events.append(_action_event(trial.action, f"promoted after a one-pod trial: {step.trial.reason}"))
+        events.extend(_action_events(trial.action, f"promoted after a one-pod trial: {step.trial.reason}"))
     if step.ended in (v1alpha1.TrialPhase.ROLLED_BACK, v1alpha1.TrialPhase.ABANDONED):
         state = _back_to_incumbent(state, trial, now)
     return step.trial, state
