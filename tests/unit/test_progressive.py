@@ -185,3 +185,47 @@ def test_a_spec_edit_during_the_trial_abandons_it() -> None:
     cluster.evaluate(COLLAPSED, trial_pod(0.008))
     assert cluster.status["trial"]["phase"] == "Abandoned"
     assert "TrialAbandoned" in reasons(cluster)
+
+
+def test_with_surge_the_trial_pod_is_the_extra_one() -> None:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["rollout"] = {"maxSurge": 1, "maxUnavailable": 0}
+    cluster = Cluster(raw)  # one replica, but a spare pod's worth of GPUs
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)
+    evaluate_until_actuated(cluster, COLLAPSED)
+    assert cluster.status["trial"]["phase"] == "Running"
+    assert speculating(cluster.deployment)
+    assert replicas(cluster.deployment) == 1  # the only incumbent keeps serving
+    assert not speculating(cluster.canary)
+    assert replicas(cluster.canary) == 1
+    cluster.settle()
+    assert analyse(cluster, 0.008)[-1] == "Promoted"
+    assert replicas(cluster.deployment) == 1
+    assert not speculating(cluster.deployment)
+
+
+def test_the_trial_borrows_the_canary_slot_and_gives_it_back() -> None:
+    cluster = three_replicas(canary={"enabled": True})
+    assert cluster.canary is not None
+    assert not speculating(cluster.canary)  # the other mode: plain beside speculating pods
+    other_mode = cluster.status["effective"]["canary"]["configHash"]
+    plain = trial_pod(0.011)  # the plain canary is no faster: no canary-driven change
+    for _ in range(60):
+        cluster.advance(1)
+        if cluster.evaluate(COLLAPSED, plain).actuated:
+            break
+    trial = cluster.status["trial"]
+    assert trial["phase"] == "Running"
+    assert replicas(cluster.deployment) == 2  # the canary's replica is the trial's: still one pod of three
+    # the disable's config is the plain canary's own command line: the slot's pod already runs the trial
+    assert trial["configHash"] == other_mode
+    assert cluster.status["effective"]["canary"]["configHash"] == trial["configHash"]
+    cluster.settle()
+    assert analyse(cluster, 0.008)[-1] == "Promoted"
+    # speculation is off everywhere now, so the canary returns in the other mode: speculating
+    assert not speculating(cluster.deployment)
+    assert replicas(cluster.deployment) == 2
+    assert speculating(cluster.canary)
+    assert cluster.status["effective"]["canary"]["configHash"] != other_mode
