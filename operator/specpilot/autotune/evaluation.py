@@ -25,6 +25,7 @@ from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.decision import (
     PAUSED_BY_ANNOTATION,
     Action,
+    Decision,
     OffReason,
     OffRecord,
     PolicyInputs,
@@ -354,24 +355,14 @@ def conclude(
         fit=fit_settings_for(spec),
     )
     decision, state = decide(inputs, state, now)
-    record = trials.read_trial(status)
-    if trial is not None:
-        record, state = _trial_turn(spec, status, trial, state, measurements, canary, now, events)
-    elif decision.actuate and trials.blocks_retry(record, decision.target, now):
-        retry = record.retry_after if record is not None else None
-        decision = replace(decision, actuate=False, gate=f"trial rolled back; not tried again before {retry}")
+    record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)
     actuations = list(status.get("actuations") or [])
     actuated = False
     if decision.actuate and not halted:
         state = record_actuation(state, decision, current, now, spec.autotune.budget)
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
-        started = _start_trial(spec, status, decision.action.value, decision.target, current, now)
-        if started is not None:
-            record = started
-            events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
-        else:
-            events.extend(_action_events(decision.action.value, decision.reason))
+        record = _announce_actuation(spec, status, decision, current, now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     previous = list(status.get("conditions", []) or [])
     stored = status.get("autotune")
@@ -396,14 +387,13 @@ def conclude(
         "actuations": actuations,
         "autotuneHalt": {"reason": halted, "token": token} if halted else None,
     }
-    if record is not None:
-        fields["trial"] = trials.to_status(record)
     if findings:
         fields["recommendation"]["framework"] = [f.to_dict() for f in findings]
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
     if record is not None:
+        fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
 
@@ -416,6 +406,45 @@ def _action_events(action: str, reason: str) -> list[Event]:
     if name is None:
         return []
     return [Event("Warning" if kind is Action.DISABLE else "Normal", name, reason)]
+
+
+def _with_trial(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    decision: Decision,
+    state: PolicyState,
+    measured: tuple[Mapping[str, Measurement], Mapping[str, Measurement] | None],
+    now: datetime,
+    events: list[Event],
+) -> tuple[v1alpha1.TrialStatus | None, Decision, PolicyState]:
+    """The trial record after this evaluation: a running trial advanced (the decision held meanwhile, as during any
+    rollout), or the last one kept; an agreed change to a config its trial rolled back waits for retryAfter."""
+    record = trials.read_trial(status)
+    running = trials.running(status)
+    if running is not None:
+        record, state = _trial_turn(spec, status, running, state, measured[0], measured[1], now, events)
+    elif record is not None and decision.actuate and trials.blocks_retry(record, decision.target, now):
+        gate = f"trial rolled back; not tried again before {record.retry_after}"
+        decision = replace(decision, actuate=False, gate=gate)
+    return record, decision, state
+
+
+def _announce_actuation(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    decision: Decision,
+    current: SpeculationIntent,
+    now: datetime,
+    events: list[Event],
+) -> v1alpha1.TrialStatus | None:
+    """An applied decision starts a one-pod trial where it can (TrialStarted; its action's event waits for the
+    promotion), else goes to every pod at once with its action's event."""
+    started = _start_trial(spec, status, decision.action.value, decision.target, current, now)
+    if started is not None:
+        events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
+    else:
+        events.extend(_action_events(decision.action.value, decision.reason))
+    return started
 
 
 def _start_trial(
