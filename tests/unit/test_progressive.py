@@ -11,8 +11,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
+from specpilot.api import v1alpha1
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
+from specpilot.reconcile import manifests
 from tests.seams import ROUND_TRIP_SPEC, Cluster, evaluate_until_actuated, m, window_measurements
 
 COLLAPSED = window_measurements(speculating=True, acceptance=0.2)  # incumbents: mean TPOT 11 ms at batch 2
@@ -229,3 +233,23 @@ def test_the_trial_borrows_the_canary_slot_and_gives_it_back() -> None:
     assert replicas(cluster.deployment) == 2
     assert speculating(cluster.canary)
     assert cluster.status["effective"]["canary"]["configHash"] != other_mode
+
+
+@pytest.mark.parametrize(
+    ("replicas", "surge", "canary", "trial", "main"),
+    [
+        (3, 0, False, True, 2),  # the trial pod is one of the three
+        (3, 1, False, True, 3),  # surge: the trial pod is the extra one
+        (1, 1, False, True, 1),
+        (3, 1, True, True, 2),  # the canary already gave up a replica: the trial takes its place
+        (3, 0, True, False, 2),  # the other-mode canary as before
+        (3, 0, False, False, 3),
+    ],
+)
+def test_main_replicas_beside_a_trial(replicas: int, surge: int, canary: bool, trial: bool, main: int) -> None:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["replicas"] = replicas
+    raw["rollout"] = {"maxSurge": surge, "maxUnavailable": 0 if surge else 1}
+    raw["autotune"]["canary"] = {"enabled": canary}
+    spec = v1alpha1.parse_spec(raw)
+    assert manifests.main_replicas(spec, with_canary=canary or trial, trial=trial) == main

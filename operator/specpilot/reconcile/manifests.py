@@ -113,8 +113,9 @@ def canary_name(name: str) -> str:
 
 def main_replicas(spec: v1alpha1.SpeculativeDeploymentSpec, *, with_canary: bool, trial: bool = False) -> int:
     """Replicas of the main Deployment: the canary, when there is one, is one of spec.replicas. A trial pod is one of
-    them too, unless spec.rollout allows surge: then it is the extra pod and every replica keeps serving."""
-    if trial and rollout.max_surge(spec) >= 1:
+    them too, unless spec.rollout allows surge: then it is the extra pod and every replica keeps serving. Where
+    spec.autotune.canary already gives up a replica, the trial takes the canary's place."""
+    if trial and rollout.max_surge(spec) >= 1 and not spec.autotune.canary.enabled:
         return spec.replicas
     return spec.replicas - 1 if with_canary else spec.replicas
 
