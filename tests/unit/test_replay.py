@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.bench import report
 from specpilot.bench.replay import (
     AZURE_CONV,
     AZURE_CONV_CAPACITY_QPS,
@@ -124,3 +125,44 @@ def test_the_cli_names_a_malformed_trace_in_one_line(tmp_path: Path, capsys: pyt
     assert cli_main(["bench", "--trace", str(bad), "--no-plots", "--report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err == "error: --trace: bad.csv:3:21: ContextTokens: 'x' is not a whole number of tokens\n"
+
+
+def test_latency_is_reported_beside_goodput() -> None:
+    """Rows carry P50/P99 TPOT and TTFT and P99 E2E; the verdicts print specpilot's ratios to the oracle and off."""
+
+    def row(policy: str, goodput: float, tpot: float, ttft: float) -> dict[str, object]:
+        return {"policy": policy, "config": "K3", "goodput": goodput, "p50_tpot_ms": tpot, "p99_tpot_ms": 2 * tpot,
+                "p50_ttft_ms": ttft, "p99_ttft_ms": 3 * ttft, "p99_e2e_ms": 100.0}  # fmt: skip
+
+    by = {"off": row("off", 100.0, 10.0, 50.0), "always-on": row("always-on", 120.0, 5.0, 60.0),
+          "oracle": row("oracle", 125.0, 4.0, 40.0)}  # fmt: skip
+    assert report.latency_verdicts("specpilot", row("specpilot", 118.8, 5.0, 60.0), by) == [
+        "specpilot: goodput vs max(off, always-on) (always-on) 99.0% (target >= 99%: met)",
+        "specpilot: latency vs oracle: P50 TPOT x1.25, P99 TPOT x1.25, P50 TTFT x1.50, P99 TTFT x1.50, P99 E2E x1.00",
+        "specpilot: latency vs off: P50 TPOT x0.50, P99 TPOT x0.50, P50 TTFT x1.20, P99 TTFT x1.20, P99 E2E x1.00",
+    ]
+    assert report.latency_verdicts("specpilot", row("specpilot", 118.0, 5.0, 60.0), by)[0].endswith("MISSED)")
+    scenario = replay_scenario(_trace((0.0, 100, 20), (0.2, 50, 30)), "t", "llama8b-h100", "eagle3", 3)
+    runs, _ = run_scenario(scenario, seed=1)
+    first = rows_of(runs, scenario, 1)[0]
+    assert 0 < first["p50_ttft_ms"] <= first["p99_ttft_ms"] < first["p99_e2e_ms"]
+    assert set(report.COLUMNS) >= {"p50_tpot_ms", "p99_tpot_ms", "p50_ttft_ms", "p99_ttft_ms", "p99_e2e_ms"}
+
+
+def test_latency_ratios_across_seeds_are_paired() -> None:
+    def row(seed: int, policy: str, goodput: float, tpot: float, ttft: float) -> dict[str, object]:
+        return {"scenario": "s", "seed": seed, "policy": policy, "config": "K3", "goodput": goodput,
+                "p50_tpot_ms": tpot, "p99_ttft_ms": ttft, "actuations": 0, "failed": 0}  # fmt: skip
+
+    rows = [row(1, "off", 100.0, 10.0, 50.0), row(1, "always-on", 90.0, 5.0, 50.0), row(1, "oracle", 110.0, 4.0, 40.0),
+            row(1, "best-static", 110.0, 4.0, 40.0), row(1, "specpilot", 99.0, 5.0, 60.0),
+            row(2, "off", 50.0, 20.0, 100.0), row(2, "always-on", 60.0, 5.0, 50.0), row(2, "oracle", 60.0, 5.0, 50.0),
+            row(2, "best-static", 60.0, 5.0, 50.0), row(2, "specpilot", 60.0, 5.0, 50.0)]  # fmt: skip
+    metas = [{"scenario": "s", "seed": seed, "dynamic": False, "window_s": 300.0} for seed in (1, 2)]
+    mine = report.across_seeds(rows, metas)[0]
+    assert mine["vs_plain"] == pytest.approx([0.99, 1.0])  # against off on seed 1, always-on on seed 2
+    assert mine["latency_vs_oracle"] == [pytest.approx([1.25, 1.5]), pytest.approx([1.0, 1.0])]
+    assert mine["latency_vs_off"] == [pytest.approx([0.5, 1.2]), pytest.approx([0.25, 0.5])]
+    assert report.seeds_table([mine]).splitlines()[1].split()[-10:] == [
+        "99.0%", "/", "99.5%", "/", "100.0%", "2/2", "x1.12,", "x1.25", "x0.38,", "x0.85"
+    ]  # fmt: skip

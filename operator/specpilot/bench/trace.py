@@ -74,8 +74,9 @@ class Trace:
         The busiest 60 s of the scaled trace is the busiest 60 / scale seconds of the recorded one, which only falls
         as the scale grows, so a bisection finds it.
         """
-        low, high = 1e-6, 1e6
-        for _ in range(60):
+        guess = self.peak_minute_qps() / qps  # exact where the busiest window keeps its requests
+        low, high = guess / 4, guess * 4
+        for _ in range(30):
             middle = math.sqrt(low * high)
             low, high = (middle, high) if self.peak_minute_qps(middle) > qps else (low, middle)
         return high
