@@ -74,6 +74,8 @@ class Trace:
         The busiest 60 s of the scaled trace is the busiest 60 / scale seconds of the recorded one, which only falls
         as the scale grows, so a bisection finds it.
         """
+        if not qps > 0 or math.isinf(qps):
+            raise ValueError(f"a peak rate must be a finite number > 0, not {qps!r}")
         guess = self.peak_minute_qps() / qps  # exact where the busiest window keeps its requests
         low, high = guess / 4, guess * 4
         for _ in range(30):
@@ -119,14 +121,14 @@ def parse_trace(source: str, lines: Iterable[str], max_requests: int = MAX_REQUE
     return _collect(source, fmt, rows, max_requests)
 
 
-Row = tuple[float, int, int] | None  # (arrival seconds, prompt, output); None: a skipped row
+Row = tuple[float, int, int]  # (arrival seconds, prompt tokens, output tokens)
 
 
 def _collect(source: str, fmt: str, rows: Iterator[tuple[int, Row]], max_requests: int) -> Trace:
     kept: list[tuple[float, int, int]] = []
     skipped = 0
     for n, row in rows:
-        if row is None or row[1] <= 0 or row[2] <= 0:
+        if row[1] <= 0 or row[2] <= 0:
             skipped += 1
             continue
         if len(kept) >= max_requests:
