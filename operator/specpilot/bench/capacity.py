@@ -14,24 +14,32 @@ prefill sharing steps with decodes, the KV cache, preemption and the CUDA-graph 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from specpilot.bench.scenarios import Lengths, batched_tokens, draw_lengths
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest
 from specpilot.sim.presets import Preset
 from specpilot.vllm.versions import VllmVersion
 
+# A length distribution, or recorded (prompt, output) pairs drawn uniformly (a trace's lengths).
+Draw = Lengths | Sequence[tuple[int, int]]
+
 WARMUP_S = 300.0
 MEASURE_S = 900.0
 
 
-def _request(rng: random.Random, draw: Lengths, max_model_len: int, n: int, now: float) -> SimRequest:
-    prompt, output, max_tokens = draw_lengths(rng, draw, max_model_len)
+def _request(rng: random.Random, draw: Draw, max_model_len: int, n: int, now: float) -> SimRequest:
+    if isinstance(draw, Lengths):
+        prompt, output, max_tokens = draw_lengths(rng, draw, max_model_len)
+    else:  # recorded (prompt, output) pairs, each generating exactly its output
+        prompt, output = rng.choice(draw)
+        max_tokens = output
     return SimRequest(f"c{n}", now, prompt, max_tokens, output)
 
 
 def capacity_qps(
     preset: Preset,
-    draw: Lengths,
+    draw: Draw,
     *,
     version: str,
     max_num_seqs: int,

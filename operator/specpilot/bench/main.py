@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.bench import report
-from specpilot.bench.scenarios import SCENARIOS, scenario_named
+from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
+from specpilot.bench.trace import TraceError, read_trace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,8 +39,71 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default read timeout of ingress-nginx and AWS ALB); unset, clients wait forever. A sensitivity run: it "
         "applies to every policy of every scenario",
     )
+    add_trace_arguments(p)
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
+
+
+def add_trace_arguments(p: argparse.ArgumentParser) -> None:
+    """`--trace FILE` and how to replay it (bench/replay.py)."""
+    g = p.add_argument_group("trace replay (Azure LLM inference CSV, BurstGPT CSV or Mooncake JSONL)")
+    g.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="replay this trace's arrivals and lengths (.gz read "
+        "compressed) through every policy, instead of the built-in scenarios unless --scenario names some",
+    )
+    g.add_argument("--trace-preset", default="llama8b-h100", help="simulator preset (default llama8b-h100)")
+    g.add_argument("--trace-method", default="eagle3", help="speculation method of the preset (default eagle3)")
+    g.add_argument("--trace-k", type=positive(int), default=3, help="the declared num_speculative_tokens (default 3)")
+    load = g.add_mutually_exclusive_group()
+    load.add_argument(
+        "--trace-load",
+        type=positive(float),
+        metavar="SHARE",
+        help="scale time so the busiest minute is at this share of the preset's no-speculation capacity"
+        " at the trace's lengths (0.9: 90%%)",
+    )
+    load.add_argument(
+        "--trace-time-scale",
+        type=positive(float),
+        default=1.0,
+        metavar="FACTOR",
+        help="multiply arrival times (0.5: twice the rate; default 1, the trace's own rate)",
+    )
+    g.add_argument(
+        "--trace-hot-share",
+        type=share,
+        default=0.2,
+        metavar="SHARE",
+        help="share of requests at temperature 1.0, the rest at 0 or 0.7 (default 0.2)",
+    )
+    g.add_argument("--trace-acceptance-scale", type=positive(float), default=1.0, metavar="FACTOR",
+                   help="multiply the drafter's acceptance (0.5: a drafter half as good; default 1)")  # fmt: skip
+
+
+def positive(kind: Callable[[str], float]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0 or math.isinf(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0")
+        return value
+
+    return parse
+
+
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a share between 0 and 1")
+    return value
 
 
 def seed_list(text: str) -> list[int]:
@@ -68,6 +134,26 @@ def client_timeout(text: str) -> float:
     return seconds
 
 
+def _chosen(args: argparse.Namespace) -> list[Scenario]:
+    """The scenarios to run: --scenario names (built-in and the standard trace scenarios), the --trace replay, or
+    the whole suite."""
+    from specpilot.bench.replay import replay_scenario, standard_trace_scenarios
+
+    suite = [*SCENARIOS, *standard_trace_scenarios()]
+    try:
+        chosen = [scenario_named(n, suite) for n in args.scenario]
+    except ValueError as err:
+        raise ValueError(f"--scenario: {err}") from None
+    if args.trace is not None:
+        trace = read_trace(args.trace)
+        name = "trace-" + args.trace.name.split(".")[0]
+        chosen.append(replay_scenario(trace, name, args.trace_preset, args.trace_method, args.trace_k,
+                                      load=args.trace_load, time_scale=args.trace_time_scale,
+                                      hot_share=args.trace_hot_share,
+                                      acceptance_scale=args.trace_acceptance_scale))  # fmt: skip
+    return chosen or suite
+
+
 def main(args: argparse.Namespace) -> int:
     if args.calibration:
         from specpilot.bench.calibration import calibration_rows, format_rows
@@ -81,9 +167,12 @@ def main(args: argparse.Namespace) -> int:
     from specpilot.bench.runner import rows_of, run_scenario
 
     try:
-        chosen = [scenario_named(n) for n in args.scenario] if args.scenario else list(SCENARIOS)
+        chosen = _chosen(args)
+    except TraceError as err:
+        print(f"error: --trace: {err}", file=sys.stderr)
+        return 2
     except ValueError as err:
-        print(f"error: --scenario: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     if args.quick:
         chosen = [s.scaled(0.1) for s in chosen]

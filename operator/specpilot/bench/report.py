@@ -10,8 +10,10 @@ from typing import Any
 
 from specpilot.bench.runner import RESTART_CONTROLS, PolicyRun
 
-COLUMNS = ("scenario", "policy", "config", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p99_e2e_ms",
-           "actuations", "failed")  # fmt: skip
+COLUMNS = ("scenario", "policy", "config", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p50_ttft_ms",
+           "p99_ttft_ms", "p99_e2e_ms", "actuations", "failed")  # fmt: skip
+LATENCIES = (("p50_tpot_ms", "P50 TPOT"), ("p99_tpot_ms", "P99 TPOT"), ("p50_ttft_ms", "P50 TTFT"),
+             ("p99_ttft_ms", "P99 TTFT"), ("p99_e2e_ms", "P99 E2E"))  # fmt: skip
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
@@ -51,6 +53,7 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
                     f" {it} reaches {reference['goodput'] / oracle['goodput']:.1%} of the oracle"
                     " (no target: a reference)"
                 )
+        out += latency_verdicts(name, sp, by)
         plain_best = meta.get("best_static_without_fitted_schedules")
         plain_goodput = meta.get("static_goodput", {}).get(plain_best, 0.0)
         if best and plain_best and plain_best != best["config"] and plain_goodput > 0:
@@ -72,6 +75,33 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
                 " configuration (a control, no target)"
             )
     return out
+
+
+def latency_verdicts(name: str, mine: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
+    """Goodput against the better plain choice (off or the declared config always on), and every latency of the
+    row as a ratio to the oracle's and to speculation off's (< 1: faster): printed, never asserted."""
+    out: list[str] = []
+    plain = [by[p] for p in ("off", "always-on") if p in by and by[p]["goodput"] > 0]
+    if plain:
+        better = max(plain, key=lambda r: r["goodput"])
+        ratio = mine["goodput"] / better["goodput"]
+        out.append(f"{name}: goodput vs max(off, always-on) ({better['policy']}) {ratio:.1%}"
+                   f" (target >= 99%: {'met' if ratio >= 0.99 else 'MISSED'})")  # fmt: skip
+    for reference in ("oracle", "off"):
+        row = by.get(reference)
+        if row is None:
+            continue
+        ratios = [f"{label} {_latency_ratio(mine.get(key), row.get(key))}" for key, label in LATENCIES]
+        if all(r.endswith(" -") for r in ratios):
+            continue
+        out.append(f"{name}: latency vs {reference}: " + ", ".join(ratios))
+    return out
+
+
+def _latency_ratio(mine: Any, reference: Any) -> str:
+    if not (_finite(mine) and _finite(reference)) or reference <= 0:
+        return "-"
+    return f"x{mine / reference:.2f}"
 
 
 def p99_windows_worse(meta: dict[str, Any], policy: str) -> tuple[int, int] | None:
@@ -116,7 +146,8 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                                      "vs_oracle_within_budget": [], "oracle_vs_best_static": [],
                                      "oracle_restarts_alone": [], "vs_restart_control": [],
                                      "p99_windows_worse": [], "actuations": [], "failed": [],
-                                     "oracle_failed": []}  # fmt: skip
+                                     "oracle_failed": [], "vs_plain": [], "latency_vs_oracle": [],
+                                     "latency_vs_off": []}  # fmt: skip
             for meta in runs:
                 seed = meta["seed"]
                 mine = by_seed.get((scenario, seed, policy))
@@ -141,9 +172,27 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                 entry["actuations"].append(mine["actuations"])
                 entry["failed"].append(mine.get("failed", 0))
                 entry["oracle_failed"].append(oracle.get("failed", 0))
+                _add_latency(entry, mine, oracle, {p: by_seed.get((scenario, seed, p)) for p in ("off", "always-on")})
             if entry["seeds"]:
                 out.append(entry)
     return out
+
+
+def _add_latency(
+    entry: dict[str, Any], mine: dict[str, Any], oracle: dict[str, Any], plain: dict[str, dict[str, Any] | None]
+) -> None:
+    """One seed's goodput against max(off, always-on) and [P50 TPOT, P99 TTFT] ratios to the oracle and to off."""
+    rows = [r for r in plain.values() if r is not None]
+    better = max(rows, key=lambda r: float(r["goodput"])) if rows else None
+    entry["vs_plain"].append(_ratio(mine, better) if better else math.nan)
+    off = plain.get("off")
+    for key, reference in (("latency_vs_oracle", oracle), ("latency_vs_off", off)):
+        entry[key].append([_quotient(mine.get(m), reference.get(m)) if reference else math.nan
+                           for m in ("p50_tpot_ms", "p99_ttft_ms")])  # fmt: skip
+
+
+def _quotient(mine: Any, reference: Any) -> float:
+    return float(mine) / float(reference) if _finite(mine) and _finite(reference) and reference > 0 else math.nan
 
 
 def _ratio(mine: dict[str, Any], reference: dict[str, Any]) -> float:
@@ -156,7 +205,9 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
               ">=+10%", "vs earliest refit min/mean/max", "vs oracle within budget min/mean/max",
               "oracle vs best static min/mean/max", "of which the oracle's restarts alone",
               "vs the best static with its restarts",
-              "P99 windows > 1.05x off", "actuations", "aborted or lost (oracle)")  # fmt: skip
+              "P99 windows > 1.05x off", "actuations", "aborted or lost (oracle)",
+              "vs max(off, always-on) min/mean/max", ">=99%", "P50 TPOT, P99 TTFT vs oracle (mean)",
+              "P50 TPOT, P99 TTFT vs off (mean)")  # fmt: skip
     lines: list[tuple[str, ...]] = [header]
     for e in summary:
         dropped = ", ".join(f"{f} ({o})" for f, o in zip(e["failed"], e["oracle_failed"], strict=True))
@@ -170,7 +221,9 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
                       _spread(e["oracle_vs_best_static"], "{:+.1%}"), _spread(e["oracle_restarts_alone"], "{:+.1%}"),
                       _spread(e["vs_restart_control"], "{:.1%}"), windows,
                       ", ".join(str(a) for a in e["actuations"]),
-                      dropped))  # fmt: skip
+                      dropped, _spread(e["vs_plain"], "{:.1%}"),
+                      f"{sum(1 for r in e['vs_plain'] if r >= 0.99)}/{n}", _mean_latency(e["latency_vs_oracle"]),
+                      _mean_latency(e["latency_vs_off"])))  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
 
@@ -180,6 +233,15 @@ def _spread(values: Sequence[float], fmt: str) -> str:
     if not finite:
         return "-"
     return " / ".join(fmt.format(v) for v in (min(finite), sum(finite) / len(finite), max(finite)))
+
+
+def _mean_latency(per_seed: Sequence[Sequence[float]]) -> str:
+    """Mean of each latency ratio over the seeds, as x0.55, x1.02 ("-" where no seed has it)."""
+    out = []
+    for i in range(len(per_seed[0]) if per_seed else 0):
+        finite = [r[i] for r in per_seed if not math.isnan(r[i])]
+        out.append(f"x{sum(finite) / len(finite):.2f}" if finite else "-")
+    return ", ".join(out) or "-"
 
 
 def _seed_list(seeds: Sequence[int]) -> str:

@@ -285,6 +285,7 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
     done = [o for o in run.outcomes if not o.failed]
     tpots = [o.tpot for o in done if o.tpot is not None]
     e2es = [o.e2e for o in done if o.e2e is not None]
+    ttfts = [o.ttft for o in done if o.ttft is not None]
     return {
         "scenario": run.scenario,
         "policy": run.policy,
@@ -293,6 +294,8 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
         "slo_attainment": round(oracles.attainment(run.outcomes, tpot_slo, ttft_slo), 4),
         "p50_tpot_ms": round(oracles.quantile(tpots, 0.5) * 1000, 3),
         "p99_tpot_ms": round(oracles.quantile(tpots, 0.99) * 1000, 3),
+        "p50_ttft_ms": round(oracles.quantile(ttfts, 0.5) * 1000, 1),
+        "p99_ttft_ms": round(oracles.quantile(ttfts, 0.99) * 1000, 1),
         "p99_e2e_ms": round(oracles.quantile(e2es, 0.99) * 1000, 1),
         "actuations": run.actuations,
         "requests": len(run.outcomes),

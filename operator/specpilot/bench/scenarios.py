@@ -70,6 +70,23 @@ def share_of_capacity(
 
 
 @dataclass(frozen=True)
+class Replay:
+    """Recorded requests replayed as they came (a trace, bench/trace.py): (arrival s, prompt, output tokens) each."""
+
+    source: str
+    requests: tuple[tuple[float, int, int], ...]
+
+    def scaled(self, factor: float) -> Replay:
+        """The same shape compressed in time at the same rate: arrival times x factor, and of every 1/factor
+        consecutive requests one kept (evenly spaced by index, so every minute keeps its share of the load)."""
+        if factor >= 1:
+            return Replay(self.source, tuple((t * factor, p, o) for t, p, o in self.requests))
+        kept = [(t * factor, p, o) for i, (t, p, o) in enumerate(self.requests)
+                if math.floor((i + 1) * factor) > math.floor(i * factor)]  # fmt: skip
+        return Replay(self.source, tuple(kept))
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -91,6 +108,9 @@ class Scenario:
     # Seconds a client waits for its first token before it hangs up and vLLM aborts the request; None: clients wait
     # forever (the headline runs). `specpilot bench --client-timeout` sets it for every scenario, as a sensitivity run.
     client_timeout_s: float | None = None
+    # Recorded arrivals and lengths replayed exactly instead of drawn from qps and lengths (temperatures and the
+    # drift multiplier still come from the mix at each arrival time).
+    replay: Replay | None = None
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""
@@ -102,6 +122,7 @@ class Scenario:
             alpha_multiplier=tuple((t * factor, v) for t, v in self.alpha_multiplier),
             prompt_scale=tuple((t * factor, v) for t, v in self.prompt_scale),
             window_s=self.window_s * factor if factor < 1 else self.window_s,
+            replay=self.replay.scaled(factor) if self.replay else None,
         )
 
 
@@ -131,6 +152,8 @@ def draw_lengths(rng: random.Random, lengths: Lengths, max_model_len: int, scale
 def arrivals(scenario: Scenario, seed: int) -> tuple[Arrival, ...]:
     """The request list of one scenario under one seed."""
     rng = random.Random(f"arrivals:{scenario.name}:{seed}")
+    if scenario.replay is not None:
+        return _replayed(scenario, scenario.replay, rng)
     peak = max(v for _, v in scenario.qps)
     out: list[Arrival] = []
     t = 0.0
@@ -157,6 +180,17 @@ def arrivals(scenario: Scenario, seed: int) -> tuple[Arrival, ...]:
             )
         )
         n += 1
+    return tuple(out)
+
+
+def _replayed(scenario: Scenario, replay: Replay, rng: random.Random) -> tuple[Arrival, ...]:
+    """A replay's requests at their recorded times and lengths; each generates exactly its recorded output
+    (max_tokens = output, as a load client forces it with ignore_eos), its temperature drawn from the mix."""
+    out: list[Arrival] = []
+    for n, (t, prompt, output) in enumerate(replay.requests):
+        hot = rng.random() < at(scenario.high_temperature_share, t)
+        temperature = 1.0 if hot else (0.0 if rng.random() < 0.5 else 0.7)
+        out.append(Arrival(f"r{n}", t, prompt, output, output, temperature, at(scenario.alpha_multiplier, t)))
     return tuple(out)
 
 

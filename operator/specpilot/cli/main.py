@@ -407,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------ simulator and benchmark (issue 9)
 def _add_simulator_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`simulate` (a vLLM stand-in serving the operator's command line) and `bench` (the decision benchmark)."""
+    from specpilot.bench import loadgen
     from specpilot.bench import main as bench_main
     from specpilot.sim import main as sim_main
 
@@ -416,6 +417,9 @@ def _add_simulator_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     p_bench = sub.add_parser("bench", help="does the autotuner beat a static config? (simulated scenarios)")
     bench_main.add_arguments(p_bench)
     p_bench.set_defaults(func=bench_main.main)
+    p_load = sub.add_parser("loadgen", help="replay a request trace against an OpenAI-compatible server (vLLM)")
+    loadgen.add_arguments(p_load)
+    p_load.set_defaults(func=loadgen.main)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

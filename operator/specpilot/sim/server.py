@@ -168,7 +168,8 @@ class SimServer:
         try:
             if body.get("stream"):
                 try:
-                    return await self._stream(request, rid, chat, waiter, sim_request)
+                    usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage")
+                    return await self._stream(request, rid, chat, waiter, sim_request, usage=bool(usage))
                 except ConnectionResetError:  # the client hung up between two chunks; `finally` aborts
                     return web.Response(status=499)
             generated = 0
@@ -202,8 +203,10 @@ class SimServer:
         }
 
     async def _stream(
-        self, request: web.Request, rid: str, chat: bool, waiter: _Waiter, req: SimRequest
+        self, request: web.Request, rid: str, chat: bool, waiter: _Waiter, req: SimRequest, *, usage: bool = False
     ) -> web.StreamResponse:
+        """Server-sent events as vLLM's OpenAI server sends them; with stream_options.include_usage, a last chunk
+        without choices carries the usage."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         created = int(time.time())
@@ -230,6 +233,12 @@ class SimServer:
         final = {"id": rid, "object": kind, "created": created, "model": self.serve.served_model_name,
                  "choices": [final_choice]}  # fmt: skip
         await response.write(f"data: {json.dumps(final)}\n\n".encode())
+        if usage:
+            counted = {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.generated,
+                       "total_tokens": req.prompt_tokens + req.generated}  # fmt: skip
+            last = {"id": rid, "object": kind, "created": created, "model": self.serve.served_model_name,
+                    "choices": [], "usage": counted}  # fmt: skip
+            await response.write(f"data: {json.dumps(last)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
