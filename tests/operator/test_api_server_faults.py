@@ -33,7 +33,7 @@ from specpilot.api.v1alpha1 import ANNOTATION_REEVALUATE as REEVALUATE
 from tests.operator.api_faults import Fault, FaultProxy, Seen, proxy_for, through_proxy
 from tests.operator.conftest import OPERATOR_NAMESPACE, chart_rbac, service_account_kubeconfig
 from tests.operator.test_fleet import fleet_member
-from tests.operator.test_operator_cluster import apply, get
+from tests.operator.test_operator_cluster import apply, events, get
 
 pytestmark = pytest.mark.cluster
 
@@ -192,13 +192,14 @@ class WriteCase:
     retry_after: int | None
     after_forwarding: bool
     counted_as: str  # the operator's metric that counts this failure
+    told: bool  # whether the victim gets a ReconcileFailed event (a 409 is a stale decision, decided again quietly)
 
 
 WRITE_CASES = (
-    WriteCase("409", 409, None, False, 'specpilot_reconciles_total{result="stale"'),
-    WriteCase("429", 429, 1, False, 'specpilot_object_failures_total{stage="reconcile"}'),
-    WriteCase("500", 500, None, False, 'specpilot_object_failures_total{stage="reconcile"}'),
-    WriteCase("500-lost", 500, None, True, 'specpilot_object_failures_total{stage="reconcile"}'),
+    WriteCase("409", 409, None, False, 'specpilot_reconciles_total{result="stale"', told=False),
+    WriteCase("429", 429, 1, False, 'specpilot_object_failures_total{stage="reconcile"}', told=True),
+    WriteCase("500", 500, None, False, 'specpilot_object_failures_total{stage="reconcile"}', told=True),
+    WriteCase("500-lost", 500, None, True, 'specpilot_object_failures_total{stage="reconcile"}', told=True),
 )
 
 
@@ -239,13 +240,21 @@ def test_a_failing_status_write_costs_only_its_object_and_loses_nothing(
         hits = fault.hits
     wait_for("the victim converges on the edit", lambda: converged(s.cluster, s.victim_ns, tokens), 60)
     failures = counted(s.operator, case.counted_as) - counted_before
+    told = [
+        e["message"]
+        for e in events(s.cluster, s.victim_ns, VICTIM)
+        if e["reason"] == "ReconcileFailed" and f"(HTTP {case.answer})" in e["message"]
+    ]
     tell(
         f"status patches of {VICTIM} answered {fault.describe()}: met {hits} times; the pods kept K={running} "
         f"while the edit's (K={tokens}) status write failed; the bystander answered a reevaluate in {took:.1f} s; "
         f"after: converged on K={tokens}, operator live, {case.counted_as.split('{')[0]} +{failures:g}"
+        + (f"; told: {told[0][:160]}" if told else "")
     )
     assert live(s.operator), "the operator is still running and live"
     assert failures >= 1, f"{case.counted_as} counts the failures"
+    if case.told:
+        assert told, "the victim is told why it is not reconciled (a ReconcileFailed event naming the answer)"
 
 
 @dataclass(frozen=True)
