@@ -177,11 +177,11 @@ class FaultProxy:
         for key, value in upstream.headers.items():
             if key.lower() not in _ANSWER_DROPPED:
                 response.headers[key] = value
-        await response.prepare(request)
         stream = _Stream(seen, request.transport)
         with self._guard:
             self._streams.append(stream)
         try:
+            await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()

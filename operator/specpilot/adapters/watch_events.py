@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -33,11 +34,13 @@ from kopf._cogs.clients import errors, watching
 
 _WRAPPED_MARK = "_specpilot_without_managed_fields"
 RELIST_BACKOFF_SECONDS = (1.0, 30.0)  # the first wait after a failed watch, and the cap of its doubling
+RELIST_BACKOFF_RESET_SECONDS = 300.0  # a failure this long after the last one waits the least again
 log = logging.getLogger(__name__)
 
 
 def relist_delay(failures_in_a_row: int) -> float:
-    """Seconds to wait before re-listing after the n-th failed watch in a row (n >= 1): doubling, capped."""
+    """Seconds to wait before re-listing after the n-th failed watch in a row (n >= 1; failures less than
+    RELIST_BACKOFF_RESET_SECONDS apart): doubling, capped."""
     first, cap = RELIST_BACKOFF_SECONDS
     return float(min(cap, first * 2 ** min(failures_in_a_row - 1, 16)))
 
@@ -61,18 +64,20 @@ def install(on_failure: Callable[[str], None] = lambda resource: None) -> None:
         return
     if not inspect.isasyncgenfunction(original):
         raise RuntimeError("kopf._cogs.clients.watching.continuous_watch is no longer an async generator")
-    failures: dict[tuple[str, str | None], int] = {}  # failed watches in a row, per kind and namespace
+    failures: dict[tuple[str, str | None], tuple[int, float]] = {}  # per kind and namespace: (in a row, when last)
 
     async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
         resource, namespace = str(kwargs.get("resource")), kwargs.get("namespace")
         key = (resource, namespace)
         try:
             async for event in original(**kwargs):
-                failures.pop(key, None)
                 yield without_managed_fields(event)
         except (watching.WatchingError, errors.APIError) as err:
-            failures[key] = failures.get(key, 0) + 1
-            delay = relist_delay(failures[key])
+            count, last = failures.get(key, (0, 0.0))
+            now = time.monotonic()
+            count = 1 if now - last > RELIST_BACKOFF_RESET_SECONDS else count + 1
+            failures[key] = (count, now)
+            delay = relist_delay(count)
             where = f"in {namespace!r}" if namespace is not None else "cluster-wide"
             log.warning("watch of %s %s failed (%s); re-listing in %g s", resource, where, err, delay)
             on_failure(resource)
