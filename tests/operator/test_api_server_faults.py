@@ -330,3 +330,38 @@ def test_a_broken_watch_loses_no_edit(setup: Setup, name: str, tell: Tell) -> No
     if case.relists:
         assert relists >= 1, "a failed or expired watch is followed by a fresh list"
     assert (failures >= 1) == case.counted, "a failed watch is counted; an expired or cut one is routine"
+
+
+GONE = 'specpilot_reconciles_total{result="gone"'
+
+
+def test_an_object_deleted_while_the_watch_was_down_is_forgotten(setup: Setup, tell: Tell) -> None:
+    """A re-list delivers what exists, never what went away: the operator learns it from the 404 of its next status
+    write and forgets the object, instead of evaluating and reconciling it every tick forever."""
+    s = setup
+    url = (get(s.cluster, s.victim_ns, "specdeploy", VICTIM) or {})["spec"]["autotune"]["prometheus"]["url"]
+    apply(s.cluster, s.victim_ns, fleet_member("ghost", url))
+    wait_for("ghost evaluated", functools.partial(_evaluated, s.cluster, s.victim_ns, "ghost"), 60)
+    refused = Fault("watch 500", cr_watch(s.victim_ns), answer=500)
+    expired = Fault("watch 410", cr_watch(s.victim_ns, resuming=True), watch_error=410)
+    s.proxy.faults.extend([refused, expired])
+    gone_before = counted(s.operator, GONE)
+    with s.proxy.injecting(refused):
+        wait_for("the victim's CR watch open", lambda: s.proxy.cut_watches(cr_watch(s.victim_ns)), 30)
+        s.cluster.kubectl("-n", s.victim_ns, "delete", "specdeploy", "ghost")  # its DELETED event is never seen
+        wait_for("watch 500 met twice", lambda: refused.hits >= 2, 60)
+    with s.proxy.injecting(expired):
+        wait_for("watch 410 met", lambda: expired.hits >= 1, 60)
+    wait_for("the ghost's status write answered 404", lambda: counted(s.operator, GONE) > gone_before, 60)
+    gone_after = counted(s.operator, GONE)
+    took = bystander_answers(s, "after-ghost")  # rounds and passes ran meanwhile
+    time.sleep(2 * 2.0)  # two more ticks
+    gone_later = counted(s.operator, GONE)
+    series = [k for k in s.operator.metrics() if 'name="ghost"' in k]
+    tell(
+        f"an object deleted while its namespace's CR watch was refused (500) and then expired (410): status writes "
+        f"answered 404: {gone_after - gone_before:g}, then {gone_later - gone_after:g} more over "
+        f"{took + 4:.0f} s in which the bystander answered a reevaluate; its metric series left: {len(series)}"
+    )
+    assert gone_later == gone_after, "a deleted object is forgotten, not reconciled every tick"
+    assert not series, series
