@@ -196,7 +196,8 @@ class KubeAdapter:
         Done here rather than through kopf's patch so the caller learns which version holds its write (see
         reconcile.current_status: the body the watch delivered may predate our last patch). With
         `resource_version`, the API server applies the patch only to that version (raises StaleStatus otherwise):
-        a decision made from one version of the object is never written over a newer one.
+        a decision made from one version of the object is never written over a newer one. Any other refusal raises
+        WriteRefused.
         """
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         self.on_write(f"{kind}/status", "patch")
@@ -217,6 +218,9 @@ class KubeAdapter:
             return None
         except ConflictError as err:
             raise StaleStatus(str(err)) from err
+        except (DynamicApiError, ApiException) as err:  # the server's own words, not the client's dump of the answer
+            refused = _refused(err)
+            raise WriteRefused(refused.status, f"status patch refused (HTTP {refused.status}): {refused}") from err
         written = _json(response)
         return str(written["metadata"]["resourceVersion"]), dict(written.get("status") or {})
 

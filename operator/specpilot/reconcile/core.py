@@ -251,9 +251,18 @@ class RolloutClock:
 
     @classmethod
     def of(cls, previous_effective: Mapping[str, Any], desired_hash: str, now: str) -> RolloutClock:
-        if previous_effective.get("configHash") == desired_hash and previous_effective.get("rolloutStarted"):
-            return cls(str(previous_effective["rolloutStarted"]), previous_effective.get("rolloutCompleted"))
-        return cls(now, None)
+        """The recorded clock of the desired config, or one started now: for another config, or when a recorded time
+        is not an RFC 3339 time (a hand edit; the status written next replaces it)."""
+        started, completed = previous_effective.get("rolloutStarted"), previous_effective.get("rolloutCompleted")
+        if previous_effective.get("configHash") != desired_hash or not started:
+            return cls(now, None)
+        try:
+            for recorded in (started, completed):
+                if recorded is not None:
+                    parse_time(str(recorded))
+        except ValueError:
+            return cls(now, None)
+        return cls(str(started), None if completed is None else str(completed))
 
     def overdue(self, now: str, deadline_seconds: int) -> bool:
         """Never completed, and older than the deadline."""

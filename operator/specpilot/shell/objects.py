@@ -21,6 +21,7 @@ from specpilot.api import v1alpha1
 from specpilot.autotune.evaluation import AutotuneOutcome, Cadence, idle_conditions
 from specpilot.shell import telemetry
 from specpilot.shell.children import fingerprint_of, indexes_of
+from specpilot.shell.failures import reconcile_failed
 from specpilot.shell.memory import MEMORY, ObjectMemory, cadence_of
 from specpilot.shell.reconciling import caught_up, run_reconcile, status_of
 from specpilot.shell.wiring import CAPTURED, GROUP, MANAGED, PLURAL, VERSION, Indexes, handler_context, log
@@ -115,9 +116,8 @@ def periodic_pass() -> int:
         try:
             looked += 1
             reconcile_if_changed("timer", indexes, memory)
-        except Exception:  # one object's failure must not cost the others their pass
-            telemetry.OBJECT_FAILURES.labels("reconcile").inc()
-            log.exception("periodic pass of %s failed", uid)
+        except Exception as err:  # one object's failure must not cost the others their pass
+            reconcile_failed(uid, memory, err)
         finally:
             memory.lock.release()
     return looked
@@ -188,10 +188,9 @@ def _run_next() -> None:
         return
     try:
         reconcile_if_changed(entry.trigger, indexes, memory)
-    except Exception:
+    except Exception as err:  # the periodic pass retries it
         memory.fingerprint = None
-        telemetry.OBJECT_FAILURES.labels("reconcile").inc()
-        log.exception("reconcile of %s failed; the periodic pass retries it", uid)
+        reconcile_failed(uid, memory, err)
     finally:
         memory.lock.release()
 

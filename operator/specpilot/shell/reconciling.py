@@ -137,8 +137,11 @@ def write_status(
         telemetry.RECONCILES.labels("status", "stale").inc()
         return False
     if written is None:  # 404: the object is gone, and nothing may be applied for it
-        log.info("%s/%s: the object is gone; applying nothing for it", meta.namespace, meta.name)
+        log.info("%s/%s: the object is gone; applying nothing for it, forgetting it", meta.namespace, meta.name)
         telemetry.RECONCILES.labels("status", "gone").inc()
+        # Its DELETED event may never come: a watch that failed re-lists, and a re-list does not name what went away.
+        MEMORY.forget(str(meta.uid))
+        telemetry.forget_object(str(meta.namespace), str(meta.name))
         return False
     memory.remember_written(written)
     return True

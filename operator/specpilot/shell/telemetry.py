@@ -18,6 +18,12 @@ OBJECT_FAILURES = Counter(
     "round's due check, measurement or conclusion, or a reconcile",
     ["stage"],
 )
+WATCH_FAILURES = Counter(
+    "specpilot_watch_failures_total",
+    "Watch streams that failed other than by expiring (an ERROR event, or a request still refused after retries) and "
+    "were re-listed after a backoff, by resource",
+    ["resource"],
+)
 RECONCILE_SECONDS = Histogram("specpilot_reconcile_duration_seconds", "Time spent in one reconcile", ["trigger"])
 QUEUE_WAIT_SECONDS = Histogram(
     "specpilot_workqueue_wait_seconds",

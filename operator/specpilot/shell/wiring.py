@@ -35,7 +35,8 @@ HANDLER_THREADS = 20
 
 log = logging.getLogger("specpilot")
 
-watch_events.install()  # before kopf starts watching: events arrive without managedFields
+# Before kopf starts watching: events arrive without managedFields, and a failed watch re-lists (counted).
+watch_events.install(on_failure=lambda resource: telemetry.WATCH_FAILURES.labels(resource).inc())
 
 Indexes = Mapping[str, kopf.Index[tuple[str, str], Any]]
 

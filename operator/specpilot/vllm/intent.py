@@ -66,13 +66,25 @@ def intent_to_dict(intent: SpeculationIntent) -> dict[str, Any]:
 
 def intent_from_dict(raw: Mapping[str, Any]) -> SpeculationIntent:
     """Inverse of intent_to_dict; absent members (a merge patch drops nulls) read as None."""
-    schedule = raw.get("batchSchedule")
     return SpeculationIntent(
         enabled=bool(raw["enabled"]),
         num_speculative_tokens=_opt_int(raw.get("numSpeculativeTokens")),
         disable_above_batch_size=_opt_int(raw.get("disableAboveBatchSize")),
-        batch_schedule=tuple((int(a), int(b), int(c)) for a, b, c in schedule) if schedule else None,
+        batch_schedule=schedule_from_list(raw.get("batchSchedule")),
     )
+
+
+def schedule_from_list(raw: Any) -> tuple[tuple[int, int, int], ...] | None:
+    """A stored batchSchedule ([[first, last, K], ...]) as ranges; ValueError naming the entry that is not a triple
+    of integers."""
+    if not raw:
+        return None
+    ranges = []
+    for entry in raw:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3 or not all(isinstance(v, int) for v in entry):
+            raise ValueError(f"batchSchedule entry {str(entry)[:60]} is not a [first, last, K] triple of integers")
+        ranges.append((entry[0], entry[1], entry[2]))
+    return tuple(ranges)
 
 
 def _opt_int(value: Any) -> int | None:

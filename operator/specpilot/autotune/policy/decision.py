@@ -133,6 +133,7 @@ from specpilot.vllm.intent import (
     intent_from_dict,
     intent_from_spec,
     intent_to_dict,
+    schedule_from_list,
 )
 from specpilot.vllm.versions import VllmVersion
 
@@ -529,13 +530,19 @@ def running_intent(status: Mapping[str, Any], spec: SpeculativeDeploymentSpec) -
         return None
     record = effective.get("intent")
     if record:
-        return complete_intent(intent_from_dict(record), spec)
-    schedule = effective.get("batchSchedule")
+        try:
+            return complete_intent(intent_from_dict(record), spec)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"status.effective.intent is malformed: {err}") from None
+    try:
+        schedule = schedule_from_list(effective.get("batchSchedule"))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"status.effective is malformed: {err}") from None
     legacy = SpeculationIntent(
         enabled=bool(effective.get("speculation")),
         num_speculative_tokens=effective.get("numSpeculativeTokens"),
         disable_above_batch_size=effective.get("disableAboveBatchSize"),
-        batch_schedule=tuple((int(a), int(b), int(k)) for a, b, k in schedule) if schedule else None,
+        batch_schedule=schedule,
     )
     return complete_intent(legacy, spec)
 
