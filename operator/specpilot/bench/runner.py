@@ -27,6 +27,7 @@ from typing import Any
 from specpilot.api.durations import parse_duration
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
+from specpilot.bench.prometheus import ScrapeClock
 from specpilot.bench.queries import ScrapeHistory, snapshot
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, batched_tokens
 from specpilot.bench.specpilot_policy import VERSION, SpecpilotController, bench_spec
@@ -36,6 +37,11 @@ from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.versions import DYNAMIC_SPECULATION, VllmVersion
 
 SCRAPE_S = 15.0
+# What the controller's Prometheus sees is not every nominal scrape: a sample's timestamp is the scrape's start, which
+# drifts under load (up to 1 s either way here), and a scrape of a busy pod now and then times out (1 in 50 here).
+# Both are assumptions, drawn per seed (bench.prometheus.ScrapeClock).
+SCRAPE_JITTER_S = 1.0
+MISSED_SCRAPES = 0.02
 
 
 def spec_config(intent: SpeculationIntent, method: str, version: VllmVersion, max_num_seqs: int) -> SpecConfig | None:
@@ -73,7 +79,6 @@ class Replica:
     down_until: float = 0.0
     config_since: float = 0.0
     next_arrival: int = 0
-    next_scrape: float = SCRAPE_S
     history: ScrapeHistory = field(default_factory=ScrapeHistory)
     outcomes: list[Outcome] = field(default_factory=list)
     actuations: int = 0
@@ -85,6 +90,9 @@ class Replica:
         self.version = VllmVersion.parse(VERSION)
         self.engine = Engine(self._config(self.intent), seed=self.seed)
         self.timeline.append((0.0, oracles.label(self.intent)))
+        self.scrapes = ScrapeClock(SCRAPE_S, SCRAPE_JITTER_S, MISSED_SCRAPES, seed=self.seed)
+        self.next_scrape, self.scrape_misses = self.scrapes.next()
+        self.history.target = oracles.label(self.intent)
 
     def _config(self, intent: SpeculationIntent) -> EngineConfig:
         return engine_config(self.scenario, self.preset, intent, self.version)
@@ -110,22 +118,26 @@ class Replica:
         self.config_since = self.down_until
         self.engine = Engine(self._config(intent), seed=self.seed * 1000 + self.generation, now=self.down_until)
         self.engine.now = now
-        self.history = ScrapeHistory()
+        self.history.retarget(oracles.label(intent), now)
         self.actuations += 1
         self.timeline.append((now, oracles.label(intent)))
 
     def _scrapes_until(self, t: float, items: Sequence[Arrival]) -> None:
+        """Every scrape up to `t`: none while the pod restarts, a staleness marker for a missed one."""
         while self.next_scrape <= t:
             if self.next_scrape >= self.down_until:
                 self.engine.advance_idle(self.next_scrape)
-                self.history.add(snapshot(self.engine.metrics, self.next_scrape))
+                if self.scrape_misses:
+                    self.history.scrape_failed(self.next_scrape)
+                else:
+                    self.history.add(snapshot(self.engine.metrics, self.next_scrape))
                 spec = self.engine.config.speculation
                 running = len(self.engine.running)
                 k_state = 0.0 if spec is None else float(spec.k_for(self.version, running, running))
                 self.series.append(
                     (self.next_scrape, float(len(self.engine.running)), float(len(self.engine.waiting)), k_state)
                 )
-            self.next_scrape += SCRAPE_S
+            self.next_scrape, self.scrape_misses = self.scrapes.next()
 
     def run_until(self, t_end: float, items: Sequence[Arrival]) -> None:
         e = self.engine

@@ -21,6 +21,7 @@ from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import PROFILES
 from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide, record_actuation
 from specpilot.autotune.signals.promql import Scope
+from specpilot.bench.oracles import label
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
 from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
@@ -116,7 +117,7 @@ class SpecpilotController:
     ) -> SpeculationIntent | None:
         """One evaluation at virtual time `now`; the intent to roll out, or None to keep the running one."""
         window = effective_window(self.spec.autotune)
-        scope = Scope(namespace="bench", deployment="bench", config_hash="sim")
+        scope = Scope(namespace="bench", deployment="bench", config_hash=label(current))  # the running config's series
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
         client = SimQueryClient(names, scope, window, history, to_seconds, *query_settings(self.spec))
         at = to_datetime(now)
