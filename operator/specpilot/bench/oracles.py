@@ -87,16 +87,15 @@ def band_schedule(ks: Sequence[int], max_num_seqs: int) -> SpeculationIntent:
 
 
 def band_moves(current: Sequence[int], band: int, k_max: int) -> list[tuple[int, ...]]:
-    """The neighbours of `current` the search tries in `band`: K there set to 0 (off from this band up), one less or
-    one more; bands above it are lowered to at most the new K. Schedules stay non-increasing in the batch size
-    (speculation's gain shrinks as the batch grows), and a K above the band below it is not tried."""
-    out: list[tuple[int, ...]] = []
-    for k in sorted({0, current[band] - 1, current[band] + 1}):
-        if k < 0 or k > k_max or k == current[band] or (band and k > current[band - 1]):
-            continue
-        moved = [*current[:band], k, *(min(x, k) for x in current[band + 1 :])]
-        out.append(tuple(moved))
-    return out
+    """The neighbours of `current` the search tries in `band`: every other K there, from 0 (off from this band up) to
+    the K of the band below (k_max in the first band); bands above are lowered to at most the new K. Schedules stay
+    non-increasing in the batch size: speculation's gain shrinks as the batch grows."""
+    ceiling = k_max if band == 0 else current[band - 1]
+    return [
+        (*current[:band], k, *(min(x, k) for x in current[band + 1 :]))
+        for k in range(ceiling + 1)
+        if k != current[band]
+    ]
 
 
 @dataclass(frozen=True)

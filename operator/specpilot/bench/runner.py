@@ -550,9 +550,10 @@ def _band_search(
     """The per-batch-size schedules of Theta, found through the simulator (adds their runs to `statics`).
 
     A coordinate search over one K per band (oracles.band_moves): from the best static K everywhere, the bands the
-    trace reached (oracles.reachable_bands of the largest batch of any first-stage run), highest first; in each band
-    the neighbouring schedules run over the whole trace (in parallel) and the best by the oracles' score is kept
-    when it beats the current one. Returns the schedules it ran, by label.
+    trace reached (oracles.reachable_bands of the largest batch of any first-stage run), lowest first, so that a
+    staircase can be built band by band; in each band the neighbouring schedules run over the whole trace (in
+    parallel) and the best by the oracles' score is kept when it beats the current one. Returns the schedules it
+    ran, by label.
     """
     k_max = scenario.num_speculative_tokens
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
@@ -565,7 +566,7 @@ def _band_search(
     bands = oracles.reachable_bands(peak, scenario.max_num_seqs)
     current = max(((k,) * bands for k in range(1, k_max + 1)), key=score)
     searched: dict[str, SpeculationIntent] = {}
-    for band in reversed(range(bands)):
+    for band in range(bands):
         moves = oracles.band_moves(current, band, k_max)
         fresh = {oracles.label(i): i for i in (oracles.band_schedule(m, scenario.max_num_seqs) for m in moves)}
         fresh = {name: i for name, i in fresh.items() if name not in statics}
