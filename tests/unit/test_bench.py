@@ -481,10 +481,10 @@ def test_band_schedule(ks: tuple[int, ...], label: str, off_from: int | None) ->
 @pytest.mark.parametrize(
     ("current", "band", "k_max", "moves"),
     [
-        ((3, 3, 3), 2, 3, [(3, 3, 0), (3, 3, 1), (3, 3, 2)]),  # no K above the band below
-        ((1, 1, 1), 0, 3, [(0, 0, 0), (2, 1, 1), (3, 1, 1)]),  # the first band up to k_max; the bands above go down
-        ((3, 2, 2), 1, 3, [(3, 0, 0), (3, 1, 1), (3, 3, 2)]),  # with it, never up
-        ((2, 2), 1, 4, [(2, 0), (2, 1)]),
+        ((3, 3, 3), 2, 3, [(3, 3, 0), (3, 3, 1), (3, 3, 2)]),
+        ((1, 1, 1), 0, 3, [(0, 0, 0), (2, 1, 1), (3, 1, 1)]),  # the bands above go down with it, never up
+        ((3, 2, 2), 1, 3, [(3, 0, 0), (3, 1, 1), (3, 3, 2)]),
+        ((2, 2, 2), 1, 3, [(2, 0, 0), (2, 1, 1), (3, 3, 2)]),  # the bands below go up with it, never down
     ],
 )
 def test_band_moves(current: tuple[int, ...], band: int, k_max: int, moves: list[tuple[int, ...]]) -> None:

@@ -87,13 +87,12 @@ def band_schedule(ks: Sequence[int], max_num_seqs: int) -> SpeculationIntent:
 
 
 def band_moves(current: Sequence[int], band: int, k_max: int) -> list[tuple[int, ...]]:
-    """The neighbours of `current` the search tries in `band`: every other K there, from 0 (off from this band up) to
-    the K of the band below (k_max in the first band); bands above are lowered to at most the new K. Schedules stay
+    """The neighbours of `current` the search tries in `band`: every other K there, from 0 (off from this band up)
+    to k_max, with the bands below raised to at least it and the bands above lowered to at most it. Schedules stay
     non-increasing in the batch size: speculation's gain shrinks as the batch grows."""
-    ceiling = k_max if band == 0 else current[band - 1]
     return [
-        (*current[:band], k, *(min(x, k) for x in current[band + 1 :]))
-        for k in range(ceiling + 1)
+        (*(max(x, k) for x in current[:band]), k, *(min(x, k) for x in current[band + 1 :]))
+        for k in range(k_max + 1)
         if k != current[band]
     ]
 
