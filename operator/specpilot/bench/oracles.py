@@ -1,25 +1,20 @@
 """Configurations, goodput and the choice rules of the oracles (pure; docs/benchmarks.md).
 
-Theta, the deployable configurations a study compares: speculation off, a static K, K with a batch-size table that
-drops to K = 0 at a threshold T (vLLM >= 0.24 `num_speculative_tokens_per_batch_size`), and the per-batch-size
-schedules specpilot's own fit (schedule.fit_schedule) produces from the scenario's true acceptance, so that every kind
-of configuration the policy can install is in the oracles' search space. Goodput is the output tokens per second of
-requests that met both SLOs (TTFT and per-token latency); aborted or lost requests count as misses.
+Theta, the deployable configurations a study compares, is searched independently of specpilot's policy (this module
+imports nothing of specpilot.autotune; an import-linter contract holds it to that): speculation off, every static K up
+to the scenario's, K with a batch-size table that drops to K = 0 at a threshold T (vLLM >= 0.24
+`num_speculative_tokens_per_batch_size`), and per-batch-size schedules, one K per batch-size band (BAND_EDGES), that
+the runner's coordinate search tries through the simulator itself (`band_schedule`, `band_moves`). Goodput is the
+output tokens per second of requests that met both SLOs (TTFT and per-token latency); aborted or lost requests count
+as misses.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from specpilot.api.v1alpha1 import BudgetSpec
-from specpilot.autotune.model import schedule, stepcost
-from specpilot.autotune.policy.decision import MAX_DWELL, dwell_after, quick_reversal_window
-from specpilot.bench.scenarios import Arrival, Scenario
-from specpilot.sim.acceptance import mean_alpha
-from specpilot.sim.presets import AcceptanceKind, DrafterPreset, Preset
 from specpilot.vllm.intent import SpeculationIntent
 
 
@@ -52,104 +47,54 @@ def label(intent: SpeculationIntent) -> str:
     return f"K{k}"
 
 
-def candidates(
-    k_max: int, max_num_seqs: int, schedules: Sequence[SpeculationIntent] = ()
-) -> tuple[SpeculationIntent, ...]:
-    """Theta of one scenario: off, K in {1, 2, k_max}, k_max with thresholds 32 and 128, and `schedules` (the fitted
-    per-batch-size schedules of `fitted_schedules`), without duplicates."""
-    ks = sorted({1, 2, k_max})
-    out: list[SpeculationIntent] = [off(), *(static(k) for k in ks)]
+def candidates(k_max: int, max_num_seqs: int) -> tuple[SpeculationIntent, ...]:
+    """The first stage of Theta: off, every static K from 1 to k_max, and k_max with thresholds 32 and 128."""
+    out: list[SpeculationIntent] = [off(), *(static(k) for k in range(1, k_max + 1))]
     for t in (32, 128):
         if t < max_num_seqs:
             out.append(threshold(k_max, t, max_num_seqs))
-    for fitted in schedules:
-        if label(fitted) not in {label(i) for i in out}:
-            out.append(fitted)
     return tuple(out)
 
 
-def true_survival(drafter: DrafterPreset, temperature: float, multiplier: float, k: int) -> tuple[float, ...]:
-    """r_1..r_k of one request of the simulator's positional acceptance model (sim/acceptance.py), exactly.
+# The per-batch-size schedules' bands: [1, 15], [16, 31], [32, 63], [64, 127], [128, maxNumSeqs]; one K each.
+BAND_EDGES = (1, 16, 32, 64, 128)
 
-    alpha_i ~ Beta(a, b) with a = mu·kappa, b = (1 - mu)·kappa, position j accepted with alpha_i·rho^(j-1) given the
-    earlier ones: r_j = E[alpha_i^j]·rho^(j(j-1)/2), E[X^j] = prod_{i<j} (a + i)/(a + b + i).
+
+def reachable_bands(peak_batch: int, max_num_seqs: int) -> int:
+    """How many bands a trace can tell apart: those starting at or below the largest batch it ran (and below
+    maxNumSeqs). A band above never sees a step, so its K changes nothing."""
+    return max(1, sum(1 for edge in BAND_EDGES if edge <= min(peak_batch, max_num_seqs)))
+
+
+def band_schedule(ks: Sequence[int], max_num_seqs: int) -> SpeculationIntent:
+    """The configuration that runs K = ks[i] in band i; the last band's K holds up to maxNumSeqs.
+
+    One K everywhere is that static configuration (or off), so a search meets each configuration under one label.
     """
-    mu = mean_alpha(drafter, temperature, multiplier)
-    kappa = max(drafter.kappa, 1e-3)
-    a, b = mu * kappa, (1 - mu) * kappa
-    out: list[float] = []
-    moment = 1.0
-    for j in range(1, k + 1):
-        moment *= (a + j - 1) / (a + b + j - 1)
-        out.append(moment * drafter.rho ** (j * (j - 1) / 2))
-    return tuple(out)
-
-
-def window_fit(
-    items: Sequence[Arrival], drafter: DrafterPreset, model: stepcost.StepCostModel, k: int, scenario: Scenario
-) -> SpeculationIntent:
-    """The schedule specpilot's fit would install if it measured these requests' acceptance without noise.
-
-    What the operator measures, computed from the truth: survival per position as a step-weighted mean over the
-    requests (a request is in ~n/E_k verification steps; vLLM's per-position counter over drafts is such a mean),
-    responses' mean length (stepcost.with_output_length), and the model's mean context L̄ as the decode-step-weighted
-    mean of prompt + half the output. The fit is schedule.fit_schedule with the bench spec's batchThreshold bounds
-    (min 8, max maxNumSeqs), the intent built as decision.py builds it (K, threshold = first K = 0, schedule).
-    """
-    totals = [0.0] * k
-    steps_sum = context_sum = tokens = 0.0
-    for a in items:
-        r = true_survival(drafter, a.temperature, a.alpha_multiplier, k)
-        steps = a.output_tokens / (1 + sum(r))
-        steps_sum += steps
-        for j in range(k):
-            totals[j] += steps * r[j]
-        context_sum += a.output_tokens * (a.prompt_tokens + a.output_tokens / 2)
-        tokens += a.output_tokens
-    profile = stepcost.with_output_length(
-        stepcost.AcceptanceProfile(tuple(t / steps_sum for t in totals), "true (scenario)"), tokens / len(items)
-    )
-    fit = schedule.fit_schedule(
-        profile,
-        replace(model, mean_context_tokens=context_sum / tokens),
-        max_k=k,
-        max_num_seqs=scenario.max_num_seqs,
-        bounds=(8, scenario.max_num_seqs),
-    )
+    if len(set(ks)) == 1:
+        return static(ks[0]) if ks[0] else off()
+    rows: list[tuple[int, int, int]] = []
+    for i, k in enumerate(ks):
+        hi = BAND_EDGES[i + 1] - 1 if i + 1 < len(ks) else max_num_seqs
+        if rows and rows[-1][2] == k:
+            rows[-1] = (rows[-1][0], hi, k)
+        else:
+            rows.append((BAND_EDGES[i], hi, k))
+    off_from = rows[-1][0] if rows[-1][2] == 0 else None
     return SpeculationIntent(
-        enabled=True, num_speculative_tokens=k, disable_above_batch_size=fit.threshold, batch_schedule=fit.schedule
+        enabled=True, num_speculative_tokens=max(ks), disable_above_batch_size=off_from, batch_schedule=tuple(rows)
     )
 
 
-def fitted_schedules(
-    scenario: Scenario, items: Sequence[Arrival], preset: Preset, limit: int = 4
-) -> tuple[SpeculationIntent, ...]:
-    """The per-batch-size schedules the oracles add to Theta: specpilot's fit over each window's true acceptance.
-
-    One fit per window (`window_fit`, the preset's own step model: the cost model the operator uses for this set-up).
-    Fits of neighbouring windows differ by a batch size or two at each crossover, differences the policy itself
-    cannot see (its gain and payback are priced at one representative batch per power-of-two load bucket,
-    schedule.representative_batch), so fits that give the same K at every representative batch are one candidate,
-    the one fitted most often standing for them. The `limit` classes that cover the most windows are kept (each costs
-    one simulation of the whole trace). The n-gram (bursty) acceptance has no closed form: no fitted schedules.
-    """
-    drafter = preset.drafter(scenario.method)
-    k = scenario.num_speculative_tokens
-    if drafter.acceptance is not AcceptanceKind.POSITIONAL or not items:
-        return ()
-    model = stepcost.model_for_method(stepcost.step_cost_model(preset), scenario.method)
-    count = max(1, math.ceil(scenario.duration_s / scenario.window_s))
-    per_window: list[list[Arrival]] = [[] for _ in range(count)]
-    for a in items:
-        per_window[min(count - 1, int(a.at // scenario.window_s))].append(a)
-    fits = [window_fit(chunk, drafter, model, k, scenario) for chunk in per_window if chunk]
-    buckets = range(scenario.max_num_seqs.bit_length() + 1)  # the load buckets up to maxNumSeqs (0: idle)
-    classes: dict[tuple[int, ...], Counter[SpeculationIntent]] = {}
-    for fit in fits:
-        key = tuple(stepcost.k_for_batch(fit, schedule.representative_batch(b), k) for b in buckets)
-        classes.setdefault(key, Counter())[fit] += 1
-    ranked = sorted(classes.values(), key=lambda c: -sum(c.values()))
-    return tuple(c.most_common(1)[0][0] for c in ranked[:limit])
+def band_moves(current: Sequence[int], band: int, k_max: int) -> list[tuple[int, ...]]:
+    """The neighbours of `current` the search tries in `band`: every other K there, from 0 (off from this band up)
+    to k_max, with the bands below raised to at least it and the bands above lowered to at most it. Schedules stay
+    non-increasing in the batch size: speculation's gain shrinks as the batch grows."""
+    return [
+        (*(max(x, k) for x in current[:band]), k, *(min(x, k) for x in current[band + 1 :]))
+        for k in range(k_max + 1)
+        if k != current[band]
+    ]
 
 
 @dataclass(frozen=True)
@@ -234,7 +179,8 @@ def window_scores(
 
 @dataclass(frozen=True)
 class WindowBudget:
-    """A deployment's actuation budget (spec.autotune.budget) in seconds, as decision.budget_check applies it.
+    """A deployment's actuation budget (spec.autotune.budget) in seconds, as decision.budget_check applies it
+    (specpilot_policy.window_budget reads it off a spec).
 
     An actuation at `now` is allowed when `now` is at least the dwell after the previous one (decision.dwell_after of
     the trailing reversals, +1 when this one undoes the previous one within decision.quick_reversal_window), when fewer
@@ -245,14 +191,6 @@ class WindowBudget:
     max_per_day: int
     quick_reversal_s: float
     dwells_s: tuple[float, ...]  # decision.dwell_after for 0, 1, 2... reversals, up to where it stops growing
-
-    @classmethod
-    def from_spec(cls, budget: BudgetSpec) -> WindowBudget:
-        dwells = [dwell_after(budget, 0).total_seconds()]
-        while dwells[-1] < MAX_DWELL.total_seconds() and (len(dwells) < 2 or dwells[-1] > dwells[-2]):
-            dwells.append(dwell_after(budget, len(dwells)).total_seconds())
-        quick_s = quick_reversal_window(budget).total_seconds()
-        return cls(budget.max_per_hour, budget.max_per_day, quick_s, tuple(dwells))
 
     def dwell_s(self, trailing_reversals: int) -> float:
         return self.dwells_s[min(trailing_reversals, len(self.dwells_s) - 1)]

@@ -1,13 +1,15 @@
 """Answer the operator's PromQL from the simulator's scraped samples, as Prometheus would (pure).
 
 The benchmark runs specpilot's real measurement code (`evaluate.measure`: the queries of `promql.build_queries`,
-their evidence gates and classification) against a `ScrapeHistory`: every `scrape_interval` of virtual time the
-runner copies the engine's counters, gauges and histograms, like a Prometheus scrape. Each query string is mapped
-back to the signal it was built for and computed with Prometheus' semantics over the samples in the window:
-rate = (last - first) / (t_last - t_first) of the samples inside the range (Prometheus also extrapolates to the
-range edges; without it rates here are exact averages), increase = rate x range, avg/max_over_time of gauge samples,
-histogram_quantile with linear interpolation inside the bucket and the highest finite bound for the +Inf bucket.
-A family that does not exist (spec decode while speculation is off) gives an empty result, as in Prometheus.
+their evidence gates and classification) against a `ScrapeHistory`: the runner's scrape loop (bench.prometheus.
+ScrapeClock: every `scrape_interval` with jitter, some scrapes missed) copies the engine's counters, gauges and
+histograms at each scrape, like a Prometheus scrape, into the series of the running configuration (the
+`specpilot_dev_config_hash` the query selects). A missed scrape or a restart ends the series with a staleness marker;
+a configuration that runs again later continues its series from a fresh engine's zeros, a counter reset. Each query
+string is mapped back to the signal it was built for and computed with Prometheus' semantics over the samples in the
+range (bench.prometheus): rate() and increase() with Prometheus' extrapolation and reset handling per series,
+avg/max_over_time of gauge samples, histogram_quantile over the per-bucket rates. A family that does not exist (spec
+decode while speculation is off) gives an empty result, as in Prometheus.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from specpilot.autotune.signals.promql import (
     short_output_bound,
     ttft_bound,
 )
+from specpilot.bench.prometheus import Point, bucket_quantile, extrapolated_rate, ms
 from specpilot.sim.metrics import MetricsState
 from specpilot.vllm.metrics import MetricNames
 
@@ -37,11 +40,12 @@ class Sample:
     counters: dict[str, dict[tuple[str, ...], float]]
     gauges: dict[str, float]
     histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float, int]]  # bounds, cumulative, sum, count
+    stale: bool = False  # a staleness marker for every series of the scrape before it
 
 
 def snapshot(state: MetricsState, t: float) -> Sample:
     return Sample(
-        t=t,
+        t=ms(t),
         counters={name: dict(series) for name, series in state.counters.items()},
         gauges={name: series.get((), 0.0) for name, series in state.gauges.items()},
         histograms={name: (h.bounds, tuple(h.cumulative()), h.total, h.count) for name, h in state.histograms.items()},
@@ -50,58 +54,85 @@ def snapshot(state: MetricsState, t: float) -> Sample:
 
 @dataclass
 class ScrapeHistory:
-    """Samples of one pod (one config hash) in time order; a restart starts a new history."""
+    """What Prometheus stored of one pod: per configuration (the series' config hash label) its samples in time
+    order, staleness markers included. `target` is the configuration the pod serves now; `add` stores under it."""
 
-    samples: list[Sample] = field(default_factory=list)
+    target: str = "sim"
+    series: dict[str, list[Sample]] = field(default_factory=dict)
 
     def add(self, sample: Sample) -> None:
-        self.samples.append(sample)
+        self.series.setdefault(self.target, []).append(sample)
 
-    def window(self, now: float, seconds: float) -> list[Sample]:
-        return [s for s in self.samples if now - seconds < s.t <= now + 1e-9]
+    def scrape_failed(self, t: float) -> None:
+        """A failed scrape (or the target gone): Prometheus marks the previous scrape's series stale."""
+        samples = self.series.get(self.target)
+        if samples and not samples[-1].stale:
+            samples.append(Sample(ms(t), {}, {}, {}, stale=True))
+
+    def retarget(self, target: str, t: float) -> None:
+        """The pod was replaced at `t` by one serving configuration `target`: the old series end there."""
+        self.scrape_failed(t)
+        self.target = target
+
+    def window(self, now: float, seconds: float, target: str | None = None) -> list[Sample]:
+        """The samples a range selector [now - seconds, now] returns for one configuration, markers dropped."""
+        samples = self.series.get(self.target if target is None else target, [])
+        return [s for s in samples if not s.stale and now - seconds <= s.t <= now]
+
+    def points(self, target: str, name: str, labels: tuple[str, ...] = ()) -> list[Point]:
+        """One counter series as Prometheus stores it: (t, value), a staleness marker as NaN."""
+        out: list[Point] = []
+        for s in self.series.get(target, []):
+            series = _counter(s, name)
+            if s.stale:
+                out.append((s.t, math.nan))
+            elif series is not None and labels in series:
+                out.append((s.t, series[labels]))
+        return out
+
+
+@dataclass(frozen=True)
+class Range:
+    """The range of a range selector: [start, end] seconds."""
+
+    start: float
+    end: float
 
 
 def _counter(sample: Sample, name: str) -> dict[tuple[str, ...], float] | None:
     return sample.counters.get(name.removesuffix("_total"))
 
 
-def _rate(samples: list[Sample], name: str, labels: tuple[str, ...] = ()) -> float | None:
-    if len(samples) < 2:
-        return None
-    first, last = _counter(samples[0], name), _counter(samples[-1], name)
-    if first is None or last is None or labels not in last:
-        return None
-    dt = samples[-1].t - samples[0].t
-    return (last[labels] - first.get(labels, 0.0)) / dt if dt > 0 else None
+def _rate(
+    samples: list[Sample], span: Range, name: str, labels: tuple[str, ...] = (), is_rate: bool = True
+) -> float | None:
+    """rate() (or increase()) of one counter series over the range."""
+    points = [(s.t, c[labels]) for s in samples if (c := _counter(s, name)) is not None and labels in c]
+    return extrapolated_rate(points, span.start, span.end, is_rate=is_rate)
 
 
-def _hist_parts(samples: list[Sample], name: str) -> tuple[tuple[float, ...], list[float], float, float] | None:
+def _hist_parts(
+    samples: list[Sample], span: Range, name: str, is_rate: bool = True
+) -> tuple[tuple[float, ...], list[float], float, float] | None:
+    """rate() of every `le` bucket series, of `_sum` and of `_count`: (bounds, bucket rates, sum rate, count rate)."""
     base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
-    if len(samples) < 2 or base not in samples[-1].histograms or base not in samples[0].histograms:
+    present = [s for s in samples if base in s.histograms]
+    if len(present) < 2:
         return None
-    bounds, cum1, sum1, n1 = samples[-1].histograms[base]
-    _, cum0, sum0, n0 = samples[0].histograms[base]
-    dt = samples[-1].t - samples[0].t
-    if dt <= 0:
-        return None
-    return bounds, [(a - b) / dt for a, b in zip(cum1, cum0, strict=True)], (sum1 - sum0) / dt, (n1 - n0) / dt
+    bounds = present[-1].histograms[base][0]
+    rates: list[float] = []
+    for i in range(len(bounds) + 1):
+        points = [(s.t, float(s.histograms[base][1][i])) for s in present]
+        rates.append(extrapolated_rate(points, span.start, span.end, is_rate=is_rate) or 0.0)
+    total = extrapolated_rate([(s.t, s.histograms[base][2]) for s in present], span.start, span.end, is_rate=is_rate)
+    count = extrapolated_rate([(s.t, float(s.histograms[base][3])) for s in present], span.start, span.end,
+                              is_rate=is_rate)  # fmt: skip
+    return bounds, rates, total or 0.0, count or 0.0
 
 
 def histogram_quantile(q: float, bounds: tuple[float, ...], cumulative: list[float]) -> float:
     """Prometheus' histogram_quantile over cumulative bucket rates (the last one is +Inf)."""
-    total = cumulative[-1]
-    if total <= 0:
-        return math.nan
-    rank = q * total
-    for i, c in enumerate(cumulative):
-        if c >= rank:
-            if i == len(bounds):
-                return bounds[-1]
-            lower = 0.0 if i == 0 else bounds[i - 1]
-            below = 0.0 if i == 0 else cumulative[i - 1]
-            inside = c - below
-            return lower + (bounds[i] - lower) * ((rank - below) / inside if inside > 0 else 0.0)
-    return bounds[-1]
+    return bucket_quantile(q, list(zip([*bounds, math.inf], cumulative, strict=True)))
 
 
 class SimQueryClient:
@@ -123,6 +154,7 @@ class SimQueryClient:
         self.ttft_deadline_s = ttft_deadline_s
         self.window = window
         self.history = history
+        self.config_hash = scope.config_hash
         self.clock = clock  # datetime -> virtual seconds
         self.by_promql: dict[str, Query] = {
             q.promql: q
@@ -134,8 +166,9 @@ class SimQueryClient:
         query = self.by_promql.get(promql)
         if query is None or at is None:
             return RawResult(status="error", error_type="bad_data", error=f"simulated Prometheus cannot run {promql}")
-        samples = self.history.window(self.clock(at), self.window.seconds)
-        value = self._value(query.signal, samples)
+        now = ms(self.clock(at))
+        samples = self.history.window(now, self.window.seconds, self.config_hash)
+        value = self._value(query.signal, samples, Range(now - self.window.seconds, now))
         if isinstance(value, dict):
             result = [{"metric": {"position": k}, "value": [0, _fmt(v)]} for k, v in sorted(value.items())]
         elif value is None:
@@ -144,39 +177,39 @@ class SimQueryClient:
             result = [{"metric": {}, "value": [0, _fmt(value)]}]
         return RawResult(status="success", result_type="vector", result=result, http_status=200)
 
-    def _value(self, signal: Signal, s: list[Sample]) -> float | dict[str, float] | None:
+    def _value(self, signal: Signal, s: list[Sample], span: Range) -> float | dict[str, float] | None:
         n = self.names
         w = self.window.seconds
         if signal is Signal.DRAFT_TOKENS_IN_WINDOW:
-            r = _rate(s, n.draft_tokens)
+            r = _rate(s, span, n.draft_tokens)
             return None if r is None else r * w
         if signal is Signal.REQUESTS_IN_WINDOW:
-            parts = _hist_parts(s, n.e2e_latency)
+            parts = _hist_parts(s, span, n.e2e_latency)
             return None if parts is None else parts[3] * w
         if signal is Signal.ACCEPTANCE_RATE:
-            return _ratio(_rate(s, n.accepted_tokens), _rate(s, n.draft_tokens))
+            return _ratio(_rate(s, span, n.accepted_tokens), _rate(s, span, n.draft_tokens))
         if signal is Signal.MEAN_ACCEPTANCE_LENGTH:
             if n.drafts is None:
                 return None
-            ratio = _ratio(_rate(s, n.accepted_tokens), _rate(s, n.drafts))
+            ratio = _ratio(_rate(s, span, n.accepted_tokens), _rate(s, span, n.drafts))
             return None if ratio is None else (1 + ratio if n.mean_acceptance_length_includes_bonus else ratio)
         if signal is Signal.ACCEPTANCE_BY_POSITION:
             if n.drafts is None or n.accepted_per_position is None or len(s) < 2:
                 return None
-            drafts = _rate(s, n.drafts)
+            drafts = _rate(s, span, n.drafts)
             series = _counter(s[-1], n.accepted_per_position)
             if not drafts or series is None:
                 return None
             out: dict[str, float] = {}
             for labels in series:
-                r = _rate(s, n.accepted_per_position, labels)
+                r = _rate(s, span, n.accepted_per_position, labels)
                 if r is not None:
                     out[labels[0]] = r / drafts
             return out or None
         if signal in (Signal.TPOT_P50, Signal.TPOT_P99, Signal.TPOT_MEAN):
             if n.per_token_latency is None:
                 return None
-            parts = _hist_parts(s, n.per_token_latency)
+            parts = _hist_parts(s, span, n.per_token_latency)
             if parts is None:
                 return None
             if signal is Signal.TPOT_MEAN:
@@ -190,7 +223,7 @@ class SimQueryClient:
         }
         if signal in quantiles:
             name, q = quantiles[signal]
-            parts = _hist_parts(s, name)
+            parts = _hist_parts(s, span, name)
             return None if parts is None else histogram_quantile(q, parts[0], parts[1])
         gauges = {
             Signal.RUNNING_REQUESTS: (n.running_requests, "avg"),
@@ -206,24 +239,24 @@ class SimQueryClient:
                 return None
             return max(values) if how == "max" else sum(values) / len(values)
         if signal is Signal.REQUEST_RATE:
-            parts = _hist_parts(s, n.e2e_latency)
+            parts = _hist_parts(s, span, n.e2e_latency)
             return None if parts is None else parts[3]
         if signal is Signal.GENERATION_TOKEN_RATE:
-            return _rate(s, n.generation_tokens)
+            return _rate(s, span, n.generation_tokens)
         if signal is Signal.PREEMPTION_RATE:
-            return _rate(s, n.preemptions)
+            return _rate(s, span, n.preemptions)
         if signal is Signal.MEAN_PROMPT_TOKENS:
-            parts = _hist_parts(s, n.request_prompt_tokens)
+            parts = _hist_parts(s, span, n.request_prompt_tokens)
             return None if parts is None else _ratio(parts[2], parts[3])
         if signal in (Signal.OUTPUT_SHORT_FRACTION, Signal.OUTPUT_TOKENS_P50):
-            return self._output_length(signal, s)
+            return self._output_length(signal, s, span)
         if signal is Signal.TTFT_WITHIN_DEADLINE:
-            return self._ttft_within_deadline(s)
+            return self._ttft_within_deadline(s, span)
         return None
 
-    def _ttft_within_deadline(self, s: list[Sample]) -> float | None:
+    def _ttft_within_deadline(self, s: list[Sample], span: Range) -> float | None:
         """The TTFT histogram's bucket at promql.ttft_bound(deadline) over its count, both rated."""
-        parts = _hist_parts(s, self.names.time_to_first_token)
+        parts = _hist_parts(s, span, self.names.time_to_first_token)
         if parts is None or self.ttft_deadline_s is None:
             return None
         bounds, cumulative, _, count = parts
@@ -234,9 +267,9 @@ class SimQueryClient:
             return None  # no such bucket: an empty result, as Prometheus gives
         return _ratio(cumulative[bounds.index(bound)], count)
 
-    def _output_length(self, signal: Signal, s: list[Sample]) -> float | None:
+    def _output_length(self, signal: Signal, s: list[Sample], span: Range) -> float | None:
         """The generation-token histogram: the share at or below the short bound (a bucket edge), or the median."""
-        parts = _hist_parts(s, self.names.request_generation_tokens)
+        parts = _hist_parts(s, span, self.names.request_generation_tokens)
         if parts is None:
             return None
         bounds, cumulative, _, count = parts

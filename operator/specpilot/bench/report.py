@@ -54,11 +54,11 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
                     " (no target: a reference)"
                 )
         out += latency_verdicts(name, sp, by)
-        plain_best = meta.get("best_static_without_fitted_schedules")
+        plain_best = meta.get("best_static_without_searched_schedules")
         plain_goodput = meta.get("static_goodput", {}).get(plain_best, 0.0)
         if best and plain_best and plain_best != best["config"] and plain_goodput > 0:
             gain = sp["goodput"] / plain_goodput - 1
-            out.append(f"{name}: goodput vs best static without fitted schedules ({plain_best}) {gain:+.1%}")
+            out.append(f"{name}: goodput vs best static without per-batch schedules ({plain_best}) {gain:+.1%}")
         counted = p99_windows_worse(meta, name) if off else None
         if counted is not None:
             worse, total = counted

@@ -1,16 +1,17 @@
 """Run scenarios through the simulator under each policy on a virtual clock (the benchmark's imperative shell).
 
 A `Replica` is one vLLM pod behind a Service: an Engine, the requests of the scenario fed at their arrival times,
-a Prometheus-like scrape every 15 s, and restarts: changing the configuration aborts what is in flight, loses the
-arrivals during the restart (no ready endpoint) and starts a fresh engine, with fresh counters, after the preset's
-restart time. Policies: off, always on (static K), a static threshold, the best static configuration in hindsight
-(O_static, searched over Theta, the fitted per-batch-size schedules included), the switching-aware per-window oracle
-(over the same Theta), and specpilot's own policy in closed loop. Two references beside them, not policies: the
-oracle held to the closed loop's actuation budget (`oracle-within-budget`), and the best static configuration in
-hindsight installed at the earliest moment the closed loop's spec lets any change go in (`best-static-reachable`):
-what a policy that starts as declared, obeys the agreement rule and knows the answer would serve with one refit.
-Two controls (RESTART_CONTROLS): the best static configuration restarted into itself wherever the oracle, and
-wherever specpilot, restarted: what those restarts are worth without any change of configuration.
+a Prometheus scrape loop (every 15 s with jitter, some scrapes missed), and restarts: changing the configuration
+aborts what is in flight, loses the arrivals during the restart (no ready endpoint) and starts a fresh engine, with
+fresh counters, after the preset's restart time. Policies: off, always on (static K), a static threshold, the best
+static configuration in hindsight (O_static, searched over Theta, the per-batch-size schedules of its band search
+included), the switching-aware per-window oracle (over the same Theta), and specpilot's own policy in closed loop.
+Two references beside them, not policies: the oracle held to the closed loop's actuation budget
+(`oracle-within-budget`), and the best static configuration in hindsight installed at the earliest moment the closed
+loop's spec lets any change go in (`best-static-reachable`): what a policy that starts as declared, obeys the
+agreement rule and knows the answer would serve with one refit. Two controls (RESTART_CONTROLS): the best static
+configuration restarted into itself wherever the oracle, and wherever specpilot, restarted: what those restarts are
+worth without any change of configuration.
 """
 
 from __future__ import annotations
@@ -27,15 +28,21 @@ from typing import Any
 from specpilot.api.durations import parse_duration
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
+from specpilot.bench.prometheus import ScrapeClock
 from specpilot.bench.queries import ScrapeHistory, snapshot
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, batched_tokens
-from specpilot.bench.specpilot_policy import VERSION, SpecpilotController, bench_spec
+from specpilot.bench.specpilot_policy import VERSION, SpecpilotController, bench_spec, window_budget
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import Preset, preset_named
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.versions import DYNAMIC_SPECULATION, VllmVersion
 
 SCRAPE_S = 15.0
+# What the controller's Prometheus sees is not every nominal scrape: a sample's timestamp is the scrape's start, which
+# drifts under load (up to 1 s either way here), and a scrape of a busy pod now and then times out (1 in 50 here).
+# Both are assumptions, drawn per seed (bench.prometheus.ScrapeClock).
+SCRAPE_JITTER_S = 1.0
+MISSED_SCRAPES = 0.02
 
 
 def spec_config(intent: SpeculationIntent, method: str, version: VllmVersion, max_num_seqs: int) -> SpecConfig | None:
@@ -73,7 +80,6 @@ class Replica:
     down_until: float = 0.0
     config_since: float = 0.0
     next_arrival: int = 0
-    next_scrape: float = SCRAPE_S
     history: ScrapeHistory = field(default_factory=ScrapeHistory)
     outcomes: list[Outcome] = field(default_factory=list)
     actuations: int = 0
@@ -85,6 +91,9 @@ class Replica:
         self.version = VllmVersion.parse(VERSION)
         self.engine = Engine(self._config(self.intent), seed=self.seed)
         self.timeline.append((0.0, oracles.label(self.intent)))
+        self.scrapes = ScrapeClock(SCRAPE_S, SCRAPE_JITTER_S, MISSED_SCRAPES, seed=self.seed)
+        self.next_scrape, self.scrape_misses = self.scrapes.next()
+        self.history.target = oracles.label(self.intent)
 
     def _config(self, intent: SpeculationIntent) -> EngineConfig:
         return engine_config(self.scenario, self.preset, intent, self.version)
@@ -110,22 +119,26 @@ class Replica:
         self.config_since = self.down_until
         self.engine = Engine(self._config(intent), seed=self.seed * 1000 + self.generation, now=self.down_until)
         self.engine.now = now
-        self.history = ScrapeHistory()
+        self.history.retarget(oracles.label(intent), now)
         self.actuations += 1
         self.timeline.append((now, oracles.label(intent)))
 
     def _scrapes_until(self, t: float, items: Sequence[Arrival]) -> None:
+        """Every scrape up to `t`: none while the pod restarts, a staleness marker for a missed one."""
         while self.next_scrape <= t:
             if self.next_scrape >= self.down_until:
                 self.engine.advance_idle(self.next_scrape)
-                self.history.add(snapshot(self.engine.metrics, self.next_scrape))
+                if self.scrape_misses:
+                    self.history.scrape_failed(self.next_scrape)
+                else:
+                    self.history.add(snapshot(self.engine.metrics, self.next_scrape))
                 spec = self.engine.config.speculation
                 running = len(self.engine.running)
                 k_state = 0.0 if spec is None else float(spec.k_for(self.version, running, running))
                 self.series.append(
                     (self.next_scrape, float(len(self.engine.running)), float(len(self.engine.waiting)), k_state)
                 )
-            self.next_scrape += SCRAPE_S
+            self.next_scrape, self.scrape_misses = self.scrapes.next()
 
     def run_until(self, t_end: float, items: Sequence[Arrival]) -> None:
         e = self.engine
@@ -446,16 +459,15 @@ def run_scenario(
     items = arrivals(scenario, seed)
     k = scenario.num_speculative_tokens
     preset = preset_named(scenario.preset)
-    fitted = oracles.fitted_schedules(scenario, items, preset)
-    theta = oracles.candidates(k, scenario.max_num_seqs, fitted)
+    theta = oracles.candidates(k, scenario.max_num_seqs)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say)
+    searched = _band_search(scenario, seed, statics, workers, say)
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     best = oracles.best_static(scores)
-    fitted_labels = {oracles.label(i) for i in fitted}
-    best_unfitted = oracles.best_static({n: v for n, v in scores.items() if n not in fitted_labels})
-    by_name = {oracles.label(i): i for i in theta}
+    best_unscheduled = oracles.best_static({n: v for n, v in scores.items() if n not in searched})
+    by_name = {**{oracles.label(i): i for i in theta}, **searched}
     refs = _oracle_references(scenario, seed, items, preset, statics, by_name, totals)
     say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
     reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best])
@@ -485,8 +497,8 @@ def run_scenario(
         "description": scenario.description,
         "static_goodput": {n: round(g, 2) for n, g in totals.items()},
         "best_static": best,
-        "best_static_without_fitted_schedules": best_unfitted,
-        "fitted_schedules": sorted(fitted_labels),
+        "best_static_without_searched_schedules": best_unscheduled,
+        "searched_schedules": sorted(searched),
         "oracle_plan": refs.oracle_plan,
         "oracle_within_budget_plan": refs.budgeted_plan,
         "oracle_candidates": {kind: round(g, 2) for kind, g in refs.candidate_goodput.items()},
@@ -535,6 +547,40 @@ def _theta_and_closed_loop_runs(
     return statics, mine, lenient
 
 
+def _band_search(
+    scenario: Scenario, seed: int, statics: dict[str, PolicyRun], workers: int, say: Callable[[str], None]
+) -> dict[str, SpeculationIntent]:
+    """The per-batch-size schedules of Theta, found through the simulator (adds their runs to `statics`).
+
+    A coordinate search over one K per band (oracles.band_moves): from the best static K everywhere, the bands the
+    trace reached (oracles.reachable_bands of the largest batch of any first-stage run), lowest first, so that a
+    staircase can be built band by band; in each band the neighbouring schedules run over the whole trace (in
+    parallel) and the best by the oracles' score is kept when it beats the current one. Returns the schedules it
+    ran, by label.
+    """
+    k_max = scenario.num_speculative_tokens
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
+
+    def score(ks: tuple[int, ...]) -> oracles.Score:
+        run = statics[oracles.label(oracles.band_schedule(ks, scenario.max_num_seqs))]
+        return oracles.score(run.outcomes, scenario.duration_s, tpot_slo, ttft_slo)
+
+    peak = max(r.peak_running for r in statics.values())
+    bands = oracles.reachable_bands(peak, scenario.max_num_seqs)
+    current = max(((k,) * bands for k in range(1, k_max + 1)), key=score)
+    searched: dict[str, SpeculationIntent] = {}
+    for band in range(bands):
+        moves = oracles.band_moves(current, band, k_max)
+        fresh = {oracles.label(i): i for i in (oracles.band_schedule(m, scenario.max_num_seqs) for m in moves)}
+        fresh = {name: i for name, i in fresh.items() if name not in statics}
+        for run in _run_jobs([(_static_job, (scenario, i, seed)) for i in fresh.values()], workers) if fresh else []:
+            statics[run.policy] = run
+            say(f"{scenario.name}: {run.policy} done in {run.wall_s:.1f}s (band search)")
+        searched.update(fresh)
+        current = max([current, *moves], key=score)  # ties: the current schedule
+    return searched
+
+
 @dataclass(frozen=True)
 class OracleReferences:
     """The switching oracle, unbounded and within the deployment's budget: plans, replays and their goodput."""
@@ -572,7 +618,7 @@ def _oracle_references(
     }
     switching = oracles.switching_plan(per_window, preset.restart_s, scenario.window_s)
     started = time.monotonic()
-    budget = oracles.WindowBudget.from_spec(closed_loop_spec(scenario).autotune.budget)
+    budget = window_budget(closed_loop_spec(scenario).autotune.budget)
     constant = max(totals, key=lambda n: totals[n])
     candidates = {
         "switching DP": switching,

@@ -19,8 +19,17 @@ from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import effective_window, measure, query_settings
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import PROFILES
-from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide, record_actuation
+from specpilot.autotune.policy.decision import (
+    MAX_DWELL,
+    PolicyInputs,
+    PolicyState,
+    decide,
+    dwell_after,
+    quick_reversal_window,
+    record_actuation,
+)
 from specpilot.autotune.signals.promql import Scope
+from specpilot.bench.oracles import WindowBudget, label
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
 from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
@@ -85,6 +94,15 @@ def bench_spec(
     return v1alpha1.parse_resource(doc).spec
 
 
+def window_budget(budget: v1alpha1.BudgetSpec) -> WindowBudget:
+    """The deployment's actuation budget as the oracles' plans obey it: the policy's own dwell and reversal rules."""
+    dwells = [dwell_after(budget, 0).total_seconds()]
+    while dwells[-1] < MAX_DWELL.total_seconds() and (len(dwells) < 2 or dwells[-1] > dwells[-2]):
+        dwells.append(dwell_after(budget, len(dwells)).total_seconds())
+    quick_s = quick_reversal_window(budget).total_seconds()
+    return WindowBudget(budget.max_per_hour, budget.max_per_day, quick_s, tuple(dwells))
+
+
 @dataclass
 class SpecpilotController:
     """specpilot's autotuner in closed loop over one simulated deployment."""
@@ -116,7 +134,7 @@ class SpecpilotController:
     ) -> SpeculationIntent | None:
         """One evaluation at virtual time `now`; the intent to roll out, or None to keep the running one."""
         window = effective_window(self.spec.autotune)
-        scope = Scope(namespace="bench", deployment="bench", config_hash="sim")
+        scope = Scope(namespace="bench", deployment="bench", config_hash=label(current))  # the running config's series
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
         client = SimQueryClient(names, scope, window, history, to_seconds, *query_settings(self.spec))
         at = to_datetime(now)
