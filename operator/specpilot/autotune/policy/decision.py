@@ -239,6 +239,9 @@ class PolicyState:
     forgone_s: float = 0.0
     # the finished-request rate of each evaluation over the last hour: where the offered load is heading (forecast.py)
     request_rates: tuple[RateSample, ...] = ()
+    # seconds of serving one of this deployment's own restarts took, per pod: from autotune's last actuation to the
+    # rollout's completion (measured_restart_s); None until one was measured, when the profile's assumption prices it
+    restart_measured_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -292,6 +295,7 @@ class PolicyState:
             "backlogDropped": self.backlog_dropped,
             "forgoneSeconds": round(self.forgone_s, 1),
             "requestRates": [r.to_list() for r in self.request_rates],
+            "restartMeasuredSeconds": self.restart_measured_s,
         }
 
     @classmethod
@@ -351,6 +355,9 @@ class PolicyState:
             backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
             forgone_s=float(raw.get("forgoneSeconds") or 0.0),
             request_rates=tuple(RateSample.from_list(r) for r in raw.get("requestRates") or ()),
+            restart_measured_s=None
+            if raw.get("restartMeasuredSeconds") is None
+            else float(raw["restartMeasuredSeconds"]),
         )
 
     @classmethod
@@ -1400,6 +1407,28 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
     return state
 
 
+def measured_restart_s(
+    state: PolicyState, config_since: datetime | None, spec: SpeculativeDeploymentSpec
+) -> float | None:
+    """What autotune's last restart cost: from its actuation to the rollout's completion, divided by the rollout's
+    waves (manifests.rollout_waves), so it is one pod's restart. Only a completion within the rollout's budget
+    (manifests.rollout_budget_seconds) after the actuation is its rollout; a later one is someone else's. The
+    previous figure otherwise."""
+    if not state.actuations or config_since is None:
+        return state.restart_measured_s
+    took = (config_since - state.actuations[-1].at).total_seconds()
+    if not 0 < took <= manifests.rollout_budget_seconds(spec, spec.replicas):
+        return state.restart_measured_s
+    return took / max(1, manifests.rollout_waves(spec, spec.replicas))
+
+
+def with_measured_restart(inputs: PolicyInputs, state: PolicyState) -> PolicyInputs:
+    """The restart priced at this deployment's own measured restart once it has one; the profile's assumption before."""
+    if state.restart_measured_s is None:
+        return inputs
+    return replace(inputs, fit=replace(inputs.fit, restart_cost_s=state.restart_measured_s))
+
+
 def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float, min_gain: float) -> PolicyState:
     """Add this evaluation's forgone serving to the rent-or-buy account (schedule.repaid_by_waiting): a refit's
     per-request speed-up at the load now times the interval. The account empties when there is no refit to install
@@ -1482,6 +1511,8 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
+        state = replace(state, restart_measured_s=measured_restart_s(state, inputs.config_since, inputs.spec))
+    inputs = with_measured_restart(inputs, state)
     acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
     if (
         inputs.current.enabled
