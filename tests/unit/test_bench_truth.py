@@ -74,7 +74,8 @@ def test_the_controller_of_a_perturbed_run_is_handed_the_calibrated_runs_cr(vari
 def test_the_controller_gets_the_operators_fit_settings(scenario: str, calibrated: bool, gpu_label: str) -> None:
     spec = closed_loop_spec(scenario_named(scenario))
     assert spec.resources.node_selector["nvidia.com/gpu.product"] == gpu_label
-    assert fit_settings_for(spec).model_choice is not None
+    settings = fit_settings_for(spec)
+    assert settings.calibrated is calibrated
     assert "preset" not in {f.name for f in fields(SpecpilotController)}, "the controller never sees the simulator"
 
 

@@ -55,6 +55,7 @@ from specpilot.autotune.model.baseline import (
     side_by_side,
     summary,
 )
+from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL
 from specpilot.autotune.model.forecast import RateSample, add_rate, projected_ratios, projection_ahead_s, rising_trend
 from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.autotune.model.schedule import (
@@ -92,6 +93,7 @@ from specpilot.autotune.model.stepcost import (
     with_prefill,
 )
 from specpilot.autotune.model.stepfit import (
+    StepFit,
     StepSample,
     add_sample,
     fit_step_cost,
@@ -208,6 +210,8 @@ class OffRecord:
     batch: float | None
     detail: str
     acceptance: float | None = None  # the window's acceptance when it was switched off (absent in older states)
+    # the offered load then, in finished requests per second: unlike the batch, the config does not move it
+    request_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,7 @@ class PolicyState:
 
     spec_fingerprint: str | None = None
     intent_fingerprint: str | None = None
+    deployment_fingerprint: str | None = None  # the deployment the records below describe (deployment_fingerprint)
     consecutive_errors: int = 0
     metrics_available: bool | None = None
     paused: bool = False
@@ -248,6 +253,7 @@ class PolicyState:
             "version": STATE_VERSION,
             "specFingerprint": self.spec_fingerprint,
             "intentFingerprint": self.intent_fingerprint,
+            "deploymentFingerprint": self.deployment_fingerprint,
             "consecutiveErrors": self.consecutive_errors,
             "metricsAvailable": self.metrics_available,
             "paused": self.paused,
@@ -283,6 +289,7 @@ class PolicyState:
                 "batch": self.off.batch,
                 "detail": self.off.detail,
                 **({} if self.off.acceptance is None else {"acceptance": self.off.acceptance}),
+                **({} if self.off.request_rate is None else {"requestRate": self.off.request_rate}),
             },
             "probeStarted": _t(self.probe_started),
             "lastProbe": _t(self.last_probe),
@@ -308,6 +315,7 @@ class PolicyState:
         return cls(
             spec_fingerprint=raw.get("specFingerprint"),
             intent_fingerprint=raw.get("intentFingerprint"),
+            deployment_fingerprint=raw.get("deploymentFingerprint"),
             consecutive_errors=int(raw.get("consecutiveErrors", 0)),
             metrics_available=raw.get("metricsAvailable"),
             paused=bool(raw.get("paused", False)),
@@ -343,6 +351,7 @@ class PolicyState:
                 batch=None if off.get("batch") is None else float(off["batch"]),
                 detail=str(off.get("detail", "")),
                 acceptance=None if off.get("acceptance") is None else float(off["acceptance"]),
+                request_rate=None if off.get("requestRate") is None else float(off["requestRate"]),
             ),
             probe_started=_pt(raw.get("probeStarted")),
             last_probe=_pt(raw.get("lastProbe")),
@@ -374,6 +383,25 @@ class PolicyState:
             return cls.from_dict(raw), None
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
             return cls(), f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored"
+
+
+# What one deployment's records start as: everything learned from its own windows and rollouts.
+FRESH_RECORDS: dict[str, Any] = {
+    "baseline": (),
+    "load": {},
+    "load_updated": None,
+    "step_samples": (),
+    "step_sampled": None,
+    "request_rates": (),
+    "forgone_s": 0.0,
+    "off": None,
+    "probe_started": None,
+    "last_probe": None,
+    "restart_measured_s": None,
+    "streak": None,
+    "backlog_since": None,
+    "backlog_dropped": None,
+}
 
 
 def _t(at: datetime | None) -> str | None:
@@ -455,6 +483,8 @@ class Decision:
     probe: bool = False
     off_kind: OffReason | None = None
     batch: float | None = None
+    request_rate: float | None = None  # this window's finished requests per second (Valid only)
+    acceptance: float | None = None  # this window's acceptance rate (Valid only)
     handled_reevaluate: str | None = None  # write to status.lastHandledReevaluate
     events: tuple[PolicyEvent, ...] = ()
 
@@ -478,13 +508,34 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def deployment_fingerprint(spec: SpeculativeDeploymentSpec) -> str:
+    """What this deployment's measurements describe: the target, the drafter and method, the GPU and its
+    parallelism, the image and the vLLM version. Every record the decisions learn from (the baseline, the step
+    samples, the load and request-rate history, the off record, the measured restart) belongs to one fingerprint; a
+    change starts them fresh (_reset_on_spec_change)."""
+    speculation = spec.speculation
+    return fingerprint(
+        {
+            "target": spec.target.model_dump(mode="json", by_alias=True),
+            "method": speculation.method.value,
+            "draft": None if speculation.draft is None else speculation.draft.model_dump(mode="json", by_alias=True),
+            "gpu": spec.resources.node_selector.get(GPU_PRODUCT_LABEL),
+            "gpuMemoryGiB": spec.resources.gpu_memory_gi_b,
+            "parallelism": spec.parallelism.model_dump(mode="json", by_alias=True),
+            "image": spec.engine.image,
+            "version": spec.engine.version,
+        }
+    )
+
+
 def spec_fingerprints(spec: SpeculativeDeploymentSpec) -> tuple[str, str]:
-    """(whole spec, what the speculation intent derives from): the first resets agreement, the second the choice."""
+    """(whole spec, what the speculation intent derives from): the first resets agreement, the second the choice,
+    which was made for one deployment (deployment_fingerprint)."""
     whole = fingerprint(spec.model_dump(mode="json", by_alias=True))
     intent = fingerprint(
         {
             "speculation": spec.speculation.model_dump(mode="json", by_alias=True),
-            "version": spec.engine.version,
+            "deployment": deployment_fingerprint(spec),
             "maxNumSeqs": spec.engine.max_num_seqs,
         }
     )
@@ -680,25 +731,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                     f"off: {plan.reason}"
                 )
                 return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
-            if inputs.spec.speculation.adaptive_verification:
-                reason = (
-                    f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
-                    f"comparison yet ({missing}): recommended, not applied, until a plain baseline or canary at this "
-                    "load shows speculation is not faster"
-                )
-                return Proposal(
-                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
-                )
-            if predicted is not None and predicted >= _advisory_margin(state):
-                reason = (
-                    f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
-                    "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
-                    "not faster"
-                )
-                return Proposal(
-                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
-                )
-            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+            return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence)
         if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
                 f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
@@ -766,18 +799,89 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     return _keep(inputs, summary_text, evidence)
 
 
-def _advisory_margin(state: PolicyState) -> float:
-    """The predicted speedup over plain that keeps an acceptance-only disable advisory (no measured comparison).
+def _acceptance_only(
+    inputs: PolicyInputs,
+    reason: str,
+    predicted: float | None,
+    prediction: str,
+    missing: str,
+    evidence: dict[str, Any],
+) -> Proposal:
+    """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
+    off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
+    (_speedup_ceiling), the disable acts. A usable cost model that prices speculation slower than plain supports the
+    disable; one that prices it no slower publishes it as a recommendation only (advisory); without a usable model
+    (too few requests for a mean TPOT, a model this deployment's windows do not confirm) the config holds. So does
+    adaptive verification, which lowers acceptance by design."""
+    off_target = inputs.current.without_speculation()
+    ceiling = _speedup_ceiling(inputs)
+    if ceiling is not None and ceiling < 1 + FASTER_MARGIN:
+        return Proposal(
+            Action.DISABLE,
+            off_target,
+            f"{reason}: {ceiling:.3f} tokens per step, so on any hardware speculation is at most {ceiling - 1:.1%} "
+            f"faster than plain, within the noise margin {FASTER_MARGIN:.0%}",
+            evidence,
+            off_kind=OffReason.ACCEPTANCE,
+        )
+    if inputs.spec.speculation.adaptive_verification or (predicted is not None and predicted >= 1.0):
+        why = (
+            "adaptive verification lowers acceptance by design"
+            if inputs.spec.speculation.adaptive_verification
+            else prediction
+        )
+        reason = (
+            f"{reason}, but there is no measured speed comparison yet ({missing}) and {why}: recommended, not "
+            "applied, until a plain baseline or canary at this load shows speculation is not faster"
+        )
+        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True)
+    if predicted is None:
+        return _keep(
+            inputs,
+            f"holding: {reason}, but neither a measured speed comparison ({missing}) nor a usable cost model "
+            f"({prediction}) says speculation is slower; acceptance alone never switches it off",
+            evidence,
+        )
+    return Proposal(Action.DISABLE, off_target, f"{reason}; {prediction}", evidence, off_kind=OffReason.ACCEPTANCE)
 
-    Entering the advisory takes the model predicting speculation FASTER_MARGIN faster than plain; once the streak is
-    advisory it stays so while the model predicts speculation no slower than plain: a dead-band (separate leave and
-    re-enter thresholds). Without it, a prediction hovering at the margin alternates between the advisory and an
-    acting disable, and a run of acting ones agrees (docs/design/decisions.md).
-    """
-    streak = state.streak
-    if streak is not None and streak.key.startswith(_key_prefix(Action.DISABLE, advisory=True)):
-        return 1.0
-    return 1 + FASTER_MARGIN
+
+@dataclass(frozen=True)
+class StepModel:
+    """The step-cost model decisions may price with, and the deployment's own fit it came from or fell back from."""
+
+    model: StepCostModel | None  # None: none is usable, and nothing is priced
+    fit: StepFit
+    note: str
+
+
+def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
+    """The fit of the deployment's own settled windows when its error on them is small (stepfit.MAX_ERROR), else the
+    profile calibrated on this set-up. A profile of another set-up (an unknown GPU, another size) is only the fit's
+    prior: its shape is not this deployment's, so until its own windows fit, nothing is priced with it."""
+    prior = inputs.fit.model
+    fit = fit_step_cost(state.step_samples, model_for_method(prior, inputs.spec.speculation.method.value))
+    if fit.model is not None:
+        return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
+    if inputs.fit.calibrated:
+        return StepModel(prior, fit, f"profile {prior.name}, calibrated on this set-up")
+    return StepModel(
+        None,
+        fit,
+        f"no usable cost model: {prior.name} is another set-up's profile, a prior only, and the "
+        f"deployment's own fit is not ready ({fit.note})",
+    )
+
+
+def _speedup_ceiling(inputs: PolicyInputs) -> float | None:
+    """The most speculation can beat plain by whatever the hardware: a step that verifies drafts costs at least a plain
+    step, so the speed-up is at most the tokens it emits per step (vLLM's mean acceptance length, else 1 + acceptance x
+    K, the most K drafts can add). None when neither is measured."""
+    m = inputs.measurements
+    per_step = valid_value(m, Signal.MEAN_ACCEPTANCE_LENGTH)
+    if per_step is not None:
+        return per_step
+    acceptance, k = valid_value(m, Signal.ACCEPTANCE_RATE), inputs.current.num_speculative_tokens
+    return None if acceptance is None or not k else 1 + acceptance * k
 
 
 def _fit_plan(
@@ -788,12 +892,10 @@ def _fit_plan(
     batch: float | None,
     evidence: dict[str, Any],
 ) -> ThresholdPlan | None:
-    """The threshold/schedule fit on this deployment's own step-cost curve when it has one; filed in `evidence`."""
-    step_fit = fit_step_cost(
-        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
-    )
-    evidence["stepFit"] = step_fit.to_dict()
-    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
+    """The threshold/schedule fit priced with the usable step model (usable_step_model); filed in `evidence`."""
+    step_model = usable_step_model(inputs, state)
+    evidence["stepFit"] = step_model.fit.to_dict()
+    plan = _plan(inputs, state, now, acceptance, batch, step_model)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
     return plan
@@ -834,10 +936,7 @@ def _k0_window_proposal(
         acceptance, source = newest.acceptance, f"the baseline record's newest ({format_time(newest.at)})"
     else:
         acceptance, source = inputs.spec.autotune.acceptance.enable_above, "enableAbove (none recorded)"
-    step_fit = fit_step_cost(
-        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
-    )
-    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
+    plan = _plan(inputs, state, now, acceptance, batch, usable_step_model(inputs, state))
     if plan is None:
         return None
     evidence["threshold"] = {"reason": plan.reason, "acceptanceAtK0": {"value": acceptance, "source": source},
@@ -908,9 +1007,10 @@ def _predicted_speedup(
     k = k_for_batch(current, b, max_k)
     if k <= 0:
         return None, f"no cost-model prediction: K = 0 at batch {b}"
-    method = inputs.spec.speculation.method.value
-    fitted = fit_step_cost(state.step_samples, model_for_method(inputs.fit.model, method)).model
-    model = with_emission(fitted or model_for_method(inputs.fit.model, method), profile)
+    step_model = usable_step_model(inputs, state)
+    if step_model.model is None:
+        return None, f"no cost-model prediction: {step_model.note}"
+    model = with_emission(model_for_method(step_model.model, inputs.spec.speculation.method.value), profile)
     ok, note = model_consistency(
         model, profile, batch=b, k=k, tpot_ms=tpot * 1000, tolerance=inputs.fit.model_tolerance
     )
@@ -991,12 +1091,11 @@ def _plan(
     now: datetime,
     acceptance: float,
     batch: float | None,
-    fitted: StepCostModel | None = None,
+    step_model: StepModel,
 ) -> ThresholdPlan | None:
     """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope.
 
-    `fitted`: the step-cost curve fitted from this deployment's own windows (stepfit.py), used instead of the
-    assumed profile once the data allow it.
+    `step_model`: what the steps are priced with (usable_step_model); without a usable one nothing is refitted.
     """
     spec = inputs.spec
     at = spec.autotune
@@ -1007,6 +1106,10 @@ def _plan(
     if support is ThresholdSupport.NONE or batch is None:
         return None
     m = inputs.measurements
+    if step_model.model is None:
+        return ThresholdPlan(
+            support, None, 0.0, math.inf, False, f"no refit: {step_model.note}", {"stepModel": step_model.note}
+        )
     profile, unmeasured = _acceptance_profile(inputs, acceptance)
     if unmeasured:
         return ThresholdPlan(
@@ -1037,7 +1140,7 @@ def _plan(
         batch_now=batch,
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
-        settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
+        settings=replace(inputs.fit, model=step_model.model),
         drafter_memory=drafter_memory(spec, m),
         forgone_s=state.forgone_s,
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
@@ -1104,12 +1207,14 @@ def _propose_while_off(
     bucket = load_bucket(batch)
     since = f" since {format_time(off.at)} ({off.detail})" if off else ""
 
-    if off is not None and off.kind is OffReason.LOAD and off.batch is not None and bucket < load_bucket(off.batch):
+    rate = valid_value(m, Signal.REQUEST_RATE)
+    load = _load_since_off(off, rate, tolerance)
+    if off is not None and off.kind is OffReason.LOAD and load is LoadSinceOff.LOWER:
         return Proposal(
             Action.ENABLE,
             on_target,
-            f"load back under the crossover: batch {batch:.1f} per engine in {bucket_label(bucket)}, below "
-            f"{bucket_label(load_bucket(off.batch))} where speculation was disabled{since}",
+            f"load back under the crossover: {rate:.2f} requests/s, below the {off.request_rate:.2f} at which "
+            f"speculation was disabled{since} by more than the tolerance {tolerance:.0%}",
             evidence,
         )
 
@@ -1157,11 +1262,11 @@ def _propose_while_off(
         return _keep(inputs, f"speculation off{since}; probes disabled (probeInterval 0)", evidence)
     last = max(off.at, state.last_probe) if state.last_probe else off.at
     due = last + timedelta(seconds=probe_interval)
-    if off.batch is not None and bucket > load_bucket(off.batch):
+    if load is LoadSinceOff.HIGHER:
         return _keep(
             inputs,
-            f"speculation off{since}; probe waits for load at or below {bucket_label(load_bucket(off.batch))} "
-            f"(now batch {batch:.1f})",
+            f"speculation off{since}; probe waits for the request rate to fall to {off.request_rate:.2f}/s, "
+            f"where speculation was disabled (now {rate:.2f}/s)",
             evidence,
         )
     if now < due and not probe_now:
@@ -1174,6 +1279,25 @@ def _propose_while_off(
         evidence,
         probe=True,
     )
+
+
+class LoadSinceOff(StrEnum):
+    """The offered load now against the disable's, in request rate (the config moves the batch, not the traffic)."""
+
+    LOWER = "lower"
+    SAME = "same"  # within the tolerance
+    HIGHER = "higher"
+    UNKNOWN = "unknown"  # no rate now, or none recorded with the disable
+
+
+def _load_since_off(off: OffRecord | None, rate: float | None, tolerance: float) -> LoadSinceOff:
+    if off is None or off.request_rate is None or rate is None:
+        return LoadSinceOff.UNKNOWN
+    if rate < off.request_rate * (1 - tolerance):
+        return LoadSinceOff.LOWER
+    if rate > off.request_rate * (1 + tolerance):
+        return LoadSinceOff.HIGHER
+    return LoadSinceOff.SAME
 
 
 def _acceptance_gate_misread(
@@ -1309,14 +1433,13 @@ def record_actuation(
     probe_started = state.probe_started
     last_probe = state.last_probe
     if decision.action is Action.DISABLE and decision.off_kind is not None:
-        measured = (decision.evidence.get("measurements") or {}).get(Signal.ACCEPTANCE_RATE.value) or {}
-        acceptance = measured.get("value") if measured.get("class") == "Valid" else None
         off = OffRecord(
             decision.off_kind,
             now,
             decision.batch,
             decision.reason.split(" over ")[0],
-            None if acceptance is None else float(acceptance),
+            decision.acceptance,
+            decision.request_rate,
         )
         probe_started = None
     elif decision.action is Action.ENABLE:
@@ -1450,12 +1573,17 @@ def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:
 
 
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
+    """Level-based: a spec edit resets agreement, a change of what the intent derives from the choice, and a change
+    of the deployment (deployment_fingerprint) every record learned from the previous one."""
     whole, intent = spec_fingerprints(spec)
+    deployment = deployment_fingerprint(spec)
     if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
         state = replace(state, streak=None, last_recommendation=None)
     if state.intent_fingerprint is not None and state.intent_fingerprint != intent:
         state = replace(state, selected=None, off=None, probe_started=None)
-    return replace(state, spec_fingerprint=whole, intent_fingerprint=intent)
+    if state.deployment_fingerprint is not None and state.deployment_fingerprint != deployment:
+        state = replace(state, **FRESH_RECORDS)
+    return replace(state, spec_fingerprint=whole, intent_fingerprint=intent, deployment_fingerprint=deployment)
 
 
 def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Decision, PolicyState]:
@@ -1511,7 +1639,8 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
-        state = replace(state, restart_measured_s=measured_restart_s(state, inputs.config_since, inputs.spec))
+        restart_s = measured_restart_s(state, inputs.config_since, inputs.spec)
+        state = replace(state, restart_measured_s=restart_s)
     inputs = with_measured_restart(inputs, state)
     acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
     if (
@@ -1551,6 +1680,8 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         "probe": proposal.probe,
         "off_kind": proposal.off_kind,
         "batch": batch,
+        "request_rate": valid_value(inputs.measurements, Signal.REQUEST_RATE),
+        "acceptance": valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE),
         "handled_reevaluate": handled,
     }
     evidence = {**proposal.evidence, "history": side_by_side(state.baseline, metric=at.latency.metric.value, now=now)}
