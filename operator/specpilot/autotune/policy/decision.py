@@ -5,15 +5,17 @@ The state is a plain JSON document kept in `status.autotune`, so agreement strea
 baseline record and the reason speculation was switched off survive operator restarts (HPA loses all of these on a
 restart; KEP-853 explains why that causes instant scaling).
 
-Layers, outermost first (the rules of docs/design/decisions.md):
-1. mode Off -> nothing; measurement Errors -> hold and count (4 in a row -> MetricsAvailable=False);
-   pause annotation -> hold (user overrides win); rollout in flight or config still settling -> hold.
-2. `propose`: what this one evaluation alone says, from Valid measurements only, with minimum sample counts.
-3. Agreement: K consecutive identical proposals spanning the stabilization window (hysteresis); a new
-   `specpilot.dev/reevaluate` token counts as full agreement once.
-4. Mode Recommend publishes; mode Auto checks the budget (min interval, per hour/day, longer after a reversal;
-   kept in status so it survives restarts) and asks the shell to actuate. The shell applies, then calls
-   `record_actuation`.
+`decide`, in the HPA's shape (the rules of docs/design/decisions.md):
+1. Observation: a spec or deployment change resets what it invalidates (`_reset_on_spec_change`); mode Off and
+   measurement Errors hold (4 in a row -> MetricsAvailable=False); a settled window is filed into the records
+   (`_observe`) and the measured restart (`measured_restart_s`); pause, a rollout in flight or a config still
+   settling hold (`_before_proposal`).
+2. Proposal: what this one evaluation alone says (`propose`), from Valid measurements only, with minimum samples.
+3. Agreement: the streak continues or starts, and its wait is priced (`_agree`, `_stabilization`).
+4. Gates, in the fixed order of `GATES`: agreement (K consecutive evaluations spanning the stabilization window;
+   a new `specpilot.dev/reevaluate` token counts as full agreement once), publish (mode Recommend, or an advisory
+   proposal), budget (min interval, per hour/day, longer after a reversal; kept in status), backlog. The first that
+   holds concludes; past all of them the shell actuates and then calls `record_actuation`.
 
 Re-enabling: with speculation off there are no acceptance counters, so "off" is left only on other
 evidence: a canary replica that speculates on the same traffic; load back under the level where a load-driven
@@ -27,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -717,21 +719,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
                 )
-            predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
-            evidence["predictedSpeed"] = {
-                "speedup": None if predicted is None else round(predicted, 3),
-                "note": prediction,
-            }
-            missing = speed.evidence.get("note", speed.reason)
-            plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
-            if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
-                reason = (
-                    f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
-                    f"consistent with the measured TPOT, prices a refit above both the running config and speculation "
-                    f"off: {plan.reason}"
-                )
-                return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
-            return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence)
+            return _below_disable_without_comparison(inputs, state, now, reason, speed, evidence)
         if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
                 f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
@@ -797,6 +785,31 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
             return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
     return _keep(inputs, summary_text, evidence)
+
+
+def _below_disable_without_comparison(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, reason: str, speed: SpeedVerdict, evidence: dict[str, Any]
+) -> Proposal:
+    """Acceptance below disableBelow, no measured speed comparison: a refit the fit prices above both the running
+    config and off, else whatever the model and the hardware-free bound support (_acceptance_only)."""
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
+    assert acceptance is not None
+    predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
+    evidence["predictedSpeed"] = {
+        "speedup": None if predicted is None else round(predicted, 3),
+        "note": prediction,
+    }
+    missing = speed.evidence.get("note", speed.reason)
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
+    if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
+        reason = (
+            f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
+            f"consistent with the measured TPOT, prices a refit above both the running config and speculation "
+            f"off: {plan.reason}"
+        )
+        return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
+    return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence)
 
 
 def _acceptance_only(
@@ -1257,6 +1270,25 @@ def _propose_while_off(
     if off is None:
         origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
         return _keep(inputs, f"speculation off {origin}; no canary, record or probe evidence to enable it", evidence)
+    return _probe(inputs, state, now, evidence, load, probe_now=probe_now)
+
+
+def _probe(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    evidence: dict[str, Any],
+    load: LoadSinceOff,
+    *,
+    probe_now: bool,
+) -> Proposal:
+    """After an autotune disable: turn speculation back on `probeInterval` later, at no higher request rate."""
+    at, off = inputs.spec.autotune, state.off
+    assert off is not None
+    since = f" since {format_time(off.at)} ({off.detail})"
+    on_target = complete_intent(inputs.current.with_speculation(), inputs.spec)
+    rate = valid_value(inputs.measurements, Signal.REQUEST_RATE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     probe_interval = parse_duration(at.probe_interval)
     if probe_interval <= 0:
         return _keep(inputs, f"speculation off{since}; probes disabled (probeInterval 0)", evidence)
@@ -1274,7 +1306,7 @@ def _propose_while_off(
     return Proposal(
         Action.ENABLE,
         on_target,
-        f"probe: speculation off{since}; re-measuring acceptance at batch {batch:.1f} per engine "
+        f"probe: speculation off{since}; re-measuring acceptance at batch {batch or 0:.1f} per engine "
         f"(probeInterval {format_duration(probe_interval)})",
         evidence,
         probe=True,
@@ -1586,282 +1618,324 @@ def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -
     return replace(state, spec_fingerprint=whole, intent_fingerprint=intent, deployment_fingerprint=deployment)
 
 
-def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Decision, PolicyState]:
-    """One evaluation: the decision and the state to persist (see the module docstring for the layers)."""
-    at = inputs.spec.autotune
-    state = _reset_on_spec_change(state, inputs.spec)
-    events: list[PolicyEvent] = []
-    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
-    fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
-    handled = inputs.reevaluate_token if fresh_token else None
+@dataclass
+class _Round:
+    """One evaluation on its way through the gates: the inputs, the events posted so far, and what a Decision about
+    it carries whatever it concludes."""
 
-    def hold(reason: str, gate: str, st: PolicyState, **extra: Any) -> tuple[Decision, PolicyState]:
-        """Keep the running config. A held evaluation still consumes a new reevaluate token: otherwise a paused or
-        settling object with a fresh token would look due, and query Prometheus, on every tick."""
+    inputs: PolicyInputs
+    now: datetime
+    events: list[PolicyEvent] = field(default_factory=list)
+
+    @property
+    def fresh_token(self) -> bool:
+        token = self.inputs.reevaluate_token
+        return bool(token) and token != self.inputs.last_handled_reevaluate
+
+    @property
+    def handled(self) -> str | None:
+        """The reevaluate token this evaluation consumes; a held one consumes it too, or a paused or settling object
+        with a fresh token would look due, and query Prometheus, on every tick."""
+        return self.inputs.reevaluate_token if self.fresh_token else None
+
+    def value(self, signal: Signal) -> float | None:
+        return valid_value(self.inputs.measurements, signal)
+
+    def hold(self, reason: str, gate: str, state: PolicyState) -> tuple[Decision, PolicyState]:
+        """Keep the running config before any proposal."""
         decision = Decision(
-            action=Action.KEEP,
-            target=inputs.current,
-            reason=reason,
-            evidence=extra.pop("evidence", {}),
-            proposal=extra.pop("proposal", Action.KEEP),
-            actuate=False,
-            gate=gate,
-            metrics_available=st.metrics_available,
-            throttled=st.throttled,
-            paused=st.paused,
-            batch=batch,
-            handled_reevaluate=handled,
-            events=tuple(events),
-        )
-        return decision, st
+            Action.KEEP, self.inputs.current, reason, {}, Action.KEEP, False, gate, state.metrics_available,
+            state.throttled, state.paused, batch=self.value(Signal.BATCH_SIZE), handled_reevaluate=self.handled,
+            events=tuple(self.events),
+        )  # fmt: skip
+        return decision, state
 
-    if at.mode is AutotuneMode.OFF:
-        return hold(
-            "autotune mode is Off: the spec's config runs as written",
-            "mode Off",
-            replace(state, streak=None, throttled=False),
-        )
 
+@dataclass
+class _Verdict:
+    """A proposal and its evidence, concluded as a Decision by whichever gate ends the evaluation."""
+
+    round: _Round
+    proposal: Proposal
+    evidence: dict[str, Any]
+
+    def decision(self, state: PolicyState, *, actuate: bool, gate: str, throttled: bool) -> Decision:
+        """The proposal itself, applied or held at `gate`."""
+        return self._decision(state, self.proposal.action, self.proposal.target, self.proposal.reason, actuate=actuate,
+                              gate=gate, throttled=throttled)  # fmt: skip
+
+    def keep(self, state: PolicyState, reason: str, gate: str, throttled: bool) -> Decision:
+        """The running config kept, the proposal still waiting."""
+        r = self.round
+        return self._decision(state, Action.KEEP, r.inputs.current, reason, actuate=False, gate=gate,
+                              throttled=throttled)  # fmt: skip
+
+    def _decision(
+        self, state: PolicyState, action: Action, target: SpeculationIntent, reason: str, **kw: Any
+    ) -> Decision:
+        r, p = self.round, self.proposal
+        return Decision(
+            action, target, reason, self.evidence, proposal=p.action, metrics_available=state.metrics_available,
+            paused=False, probe=p.probe, off_kind=p.off_kind, batch=r.value(Signal.BATCH_SIZE),
+            request_rate=r.value(Signal.REQUEST_RATE), acceptance=r.value(Signal.ACCEPTANCE_RATE),
+            handled_reevaluate=r.handled, events=tuple(r.events), **kw,
+        )  # fmt: skip
+
+
+Gate = Callable[[_Verdict, PolicyState, "_Wait"], tuple[Decision | None, PolicyState]]
+
+
+def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Decision, PolicyState]:
+    """One evaluation: the decision and the state to persist. Observation and the holds first (_before_proposal),
+    then this window's proposal, then the named gates in a fixed order (GATES); the first that holds concludes."""
+    state = _reset_on_spec_change(state, inputs.spec)
+    r = _Round(inputs, now)
+    held, state = _before_proposal(r, state)
+    if held is not None:
+        return held, state
+    proposal = no_op_as_keep(r.inputs, propose(r.inputs, state, now, probe_now=r.fresh_token))
+    at = inputs.spec.autotune
+    state = _accrue_forgone(state, proposal, interval_s=parse_duration(at.interval), min_gain=inputs.fit.min_gain)
+    history = side_by_side(state.baseline, metric=at.latency.metric.value, now=now)
+    verdict = _Verdict(r, proposal, {**proposal.evidence, "history": history})
+    if proposal.action is Action.KEEP:
+        state = _note_recommendation(state, r.inputs, proposal, r.events, agreed=True)
+        done = verdict.keep(state, proposal.reason, "", throttled=False)
+        return done, replace(state, streak=None, throttled=False, backlog_since=None, backlog_dropped=None)
+    wait, state = _agree(verdict, state)
+    for gate in GATES:
+        held, state = gate(verdict, state, wait)
+        if held is not None:
+            return held, state
+    return verdict.decision(state, actuate=True, gate="", throttled=False), replace(state, throttled=False)
+
+
+def _before_proposal(r: _Round, state: PolicyState) -> tuple[Decision | None, PolicyState]:
+    """Mode Off, measurement errors, then the observation is filed (settled windows only), then pause, rollout in
+    flight and settling hold. `r.inputs` leaves priced at the deployment's measured restart."""
+    inputs, now = r.inputs, r.now
+    if inputs.spec.autotune.mode is AutotuneMode.OFF:
+        state = replace(state, streak=None, throttled=False)
+        return r.hold("autotune mode is Off: the spec's config runs as written", "mode Off", state)
     errors = count_errors(inputs.measurements)
     if errors:
-        n = state.consecutive_errors + 1
-        available = False if n >= ERROR_LIMIT else state.metrics_available
-        first = errors[0]
-        message = f"{len(errors)} measurement error(s), {n} in a row: {first.name}: {first.detail}"
-        if n >= ERROR_LIMIT and state.metrics_available is not False:
-            events.append(PolicyEvent("Warning", "MetricsUnavailable", f"{message}; holding the current config"))
-        state = replace(state, consecutive_errors=n, metrics_available=available)
-        return hold(f"{message} (limit {ERROR_LIMIT}); holding the current config", "metrics errors", state)
+        return r.hold(*_count_errors(r, state, errors))
     if state.metrics_available is False:
-        events.append(PolicyEvent("Normal", "MetricsRestored", "all measurements answered again"))
+        r.events.append(PolicyEvent("Normal", "MetricsRestored", "all measurements answered again"))
     state = replace(state, consecutive_errors=0, metrics_available=True)
-
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
-        restart_s = measured_restart_s(state, inputs.config_since, inputs.spec)
-        state = replace(state, restart_measured_s=restart_s)
-    inputs = with_measured_restart(inputs, state)
-    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
-    if (
-        inputs.current.enabled
-        and state.probe_started is not None
-        and (
-            (acceptance is not None and acceptance >= at.acceptance.enable_above)
-            or _speed(inputs, state, now).outcome is Speed.FASTER
-        )
-    ):
-        # the probe confirmed the drafter (acceptance, or measured speed against plain): speculation stays
-        state = replace(state, probe_started=None, off=None)
-
+        state = replace(state, restart_measured_s=measured_restart_s(state, inputs.config_since, inputs.spec))
+    r.inputs = with_measured_restart(inputs, state)
+    state = _confirm_probe(r.inputs, state, now)
     if inputs.paused:
         if not state.paused:
-            events.append(
-                PolicyEvent(
-                    "Normal",
-                    "AutomationPaused",
-                    f"{inputs.pause_reason}: measuring only, no recommendation or change",
-                )
-            )
-        state = replace(state, paused=True, streak=None)
-        return hold(f"automation paused: {inputs.pause_reason}", "paused", state)
+            message = f"{inputs.pause_reason}: measuring only, no recommendation or change"
+            r.events.append(PolicyEvent("Normal", "AutomationPaused", message))
+        return r.hold(f"automation paused: {inputs.pause_reason}", "paused", replace(state, paused=True, streak=None))
     state = replace(state, paused=False)
     if inputs.rollout_in_progress:
-        return hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)
+        return r.hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)
     if not settled:
-        return hold(settle_note, "settling", replace(state, streak=None))
+        return r.hold(settle_note, "settling", replace(state, streak=None))
+    return None, state
 
-    proposal = no_op_as_keep(inputs, propose(inputs, state, now, probe_now=fresh_token))
-    state = _accrue_forgone(state, proposal, interval_s=parse_duration(at.interval), min_gain=inputs.fit.min_gain)
-    common: dict[str, Any] = {
-        "proposal": proposal.action,
-        "metrics_available": state.metrics_available,
-        "paused": False,
-        "probe": proposal.probe,
-        "off_kind": proposal.off_kind,
-        "batch": batch,
-        "request_rate": valid_value(inputs.measurements, Signal.REQUEST_RATE),
-        "acceptance": valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE),
-        "handled_reevaluate": handled,
-    }
-    evidence = {**proposal.evidence, "history": side_by_side(state.baseline, metric=at.latency.metric.value, now=now)}
 
-    def concluded(*, actuate: bool, gate: str, throttled: bool) -> Decision:
-        """The proposal itself, applied or held at `gate`, with the evidence and events collected up to now."""
-        return Decision(
-            proposal.action,
-            proposal.target,
-            proposal.reason,
-            evidence,
-            actuate=actuate,
-            gate=gate,
-            throttled=throttled,
-            events=tuple(events),
-            **common,
-        )
+def _count_errors(r: _Round, state: PolicyState, errors: Sequence[Measurement]) -> tuple[str, str, PolicyState]:
+    """Hold on any Error; the ERROR_LIMIT-th in a row sets MetricsAvailable=False, with one Warning."""
+    n = state.consecutive_errors + 1
+    available = False if n >= ERROR_LIMIT else state.metrics_available
+    first = errors[0]
+    message = f"{len(errors)} measurement error(s), {n} in a row: {first.name}: {first.detail}"
+    if n >= ERROR_LIMIT and state.metrics_available is not False:
+        r.events.append(PolicyEvent("Warning", "MetricsUnavailable", f"{message}; holding the current config"))
+    state = replace(state, consecutive_errors=n, metrics_available=available)
+    return f"{message} (limit {ERROR_LIMIT}); holding the current config", "metrics errors", state
 
-    if proposal.action is Action.KEEP:
-        state = _note_recommendation(state, inputs, proposal, events, agreed=True)
-        decision = Decision(
-            Action.KEEP,
-            inputs.current,
-            proposal.reason,
-            evidence,
-            actuate=False,
-            gate="",
-            throttled=False,
-            events=tuple(events),
-            **common,
-        )
-        return decision, replace(state, streak=None, throttled=False, backlog_since=None, backlog_dropped=None)
 
+def _confirm_probe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyState:
+    """A probe confirmed by acceptance at enableAbove, or by measured speed against plain: speculation stays."""
+    if not inputs.current.enabled or state.probe_started is None:
+        return state
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    if (acceptance is not None and acceptance >= inputs.spec.autotune.acceptance.enable_above) or _speed(
+        inputs, state, now
+    ).outcome is Speed.FASTER:
+        return replace(state, probe_started=None, off=None)
+    return state
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """How long an agreed proposal waits: the stabilization span, and why it is shorter where it is."""
+
+    window: timedelta
+    shortened: bool  # priced by the change's own payback (agreement.stabilization_for)
+    bought: bool  # rent or buy: the forgone serving already repaid the restart (schedule.repaid_by_waiting)
+    restart_s: float  # the restart as priced (under a hopeless backlog: the work it drops in time)
+    gain: float
+    gain_source: str
+
+
+def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
+    """Continue or start the agreement streak (agreement.py) and price its wait; the evidence says both."""
+    r, proposal = v.round, v.proposal
+    at, streak = r.inputs.spec.autotune, state.streak
     key = proposal.key()
+    max_num_seqs = r.inputs.spec.engine.max_num_seqs
+    shed = not proposal.advisory and sheds(r.inputs.current, proposal.target, max_num_seqs)
+    agrees = streak is not None and keys_agree(streak.key, key)
+    # the proposal continues the streak: the same decision, a further shed of it, or the same shape with boundaries
+    # past the tolerance that the cost model cannot tell from the anchor's (agreement.py)
+    further = (
+        streak is not None and not agrees and shed and further_shed(streak.key, key, r.inputs.current, max_num_seqs)
+    )
+    gain_vs_anchor = _largest_gain_vs_anchor(proposal)
+    by_effect = (
+        streak is not None
+        and not agrees
+        and not further
+        and agree_by_effect(streak.key, key, gain_vs_anchor, r.inputs.fit.min_gain)
+    )
+    wait = _stabilization(r, state, proposal, shed=shed, continues=agrees or further or by_effect)
     needed = at.agreeing_evaluations
-    window = timedelta(seconds=parse_duration(at.stabilization))
-    max_num_seqs = inputs.spec.engine.max_num_seqs
-    shed = not proposal.advisory and sheds(inputs.current, proposal.target, max_num_seqs)
-    # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
-    # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe
-    # priced by its own gain only: an acceptance-only disable carries the refit's figures in its evidence, and those
-    # are another change's (prices_its_own_gain; docs/design/decisions.md)
-    gain, gain_source = (
-        proposal_gain(proposal.evidence, 0.0, at_load=True) if prices_its_own_gain(proposal) else (0.0, "")
-    )
-    # the proposal continues the streak: the same decision, or a further shed of it (agreement.py)
-    agrees = state.streak is not None and keys_agree(state.streak.key, key)
-    sheds_further = (
-        state.streak is not None
-        and not agrees
-        and shed
-        and further_shed(state.streak.key, key, inputs.current, max_num_seqs)
-    )
-    # or the same shape with boundaries past the tolerance that the cost model cannot tell from the anchor's
-    same_by_effect = (
-        state.streak is not None
-        and not agrees
-        and not sheds_further
-        and agree_by_effect(state.streak.key, key, _largest_gain_vs_anchor(proposal), inputs.fit.min_gain)
-    )
-    continues = agrees or sheds_further or same_by_effect
-    restart_s = inputs.fit.restart_cost_s
-    under_backlog = (
-        restart_seconds_under_backlog(
-            inputs.measurements,
-            restart_cost_s=restart_s,
-            ttft_deadline_s=ttft_deadline_s(at.latency),
-            queue_before=queue_when_proposed(state.streak) if continues and not fresh_token else None,
-            now=now,
-        )
-        if shed and prices_its_own_gain(proposal)
-        else None
-    )
-    if under_backlog is not None and under_backlog < restart_s:
-        restart_s = under_backlog
-    window, shortened = stabilization_for(window, gain, restart_s) if shed else (window, False)
-    # a refit bought by waiting (rent or buy, schedule.repaid_by_waiting) has already forgone a restart's worth of
-    # serving at the load now: that was its payback, so it waits only for the agreeing evaluations. Waiting a payback
-    # again from the streak's start would count the same forgone serving twice
+    interval = timedelta(seconds=parse_duration(at.interval))
+    if r.fresh_token:
+        streak = Streak(key, proposal.action, needed, r.now - wait.window)
+    elif streak is not None and (agrees or by_effect):
+        # the same decision; once agreed, the anchor follows the newest fit: the decision is made and waits only
+        # for a gate (budget, backlog), so a boundary drifting a batch at a time must not restart the window
+        agreed = streak.count >= needed and stabilized(r.now - streak.since, wait.window, priced=wait.shortened,
+                                                       interval=interval)  # fmt: skip
+        streak = replace(streak, count=streak.count + 1, key=key if agreed else streak.key)
+    elif streak is not None and further:
+        # a further shed than the streak's first proposal: the same decision in the safe direction, newest applied
+        streak = replace(streak, count=streak.count + 1, key=key)
+    else:
+        streak = Streak(key, proposal.action, 1, r.now, r.value(Signal.WAITING_REQUESTS))
+    state = replace(state, streak=streak)
+    v.evidence["agreement"] = _agreement_evidence(r, state, wait, by_effect=by_effect)
+    return wait, state
+
+
+def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: bool, continues: bool) -> _Wait:
+    """A shed waits no longer than it takes to repay its restart (agreement.stabilization_for), priced by its own
+    gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time; a refit
+    bought by waiting waits only for the agreeing evaluations. A change toward more speculation keeps the span."""
+    at, fit = r.inputs.spec.autotune, r.inputs.fit
+    own = prices_its_own_gain(proposal)
+    gain, source = proposal_gain(proposal.evidence, 0.0, at_load=True) if own else (0.0, "")
+    restart_s = fit.restart_cost_s
+    if shed and own:
+        queue = queue_when_proposed(state.streak) if continues and not r.fresh_token else None
+        under_backlog = restart_seconds_under_backlog(
+            r.inputs.measurements, restart_cost_s=restart_s, ttft_deadline_s=ttft_deadline_s(at.latency),
+            queue_before=queue, now=r.now,
+        )  # fmt: skip
+        if under_backlog is not None and under_backlog < restart_s:
+            restart_s = under_backlog
+    span = timedelta(seconds=parse_duration(at.stabilization))
+    window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
     bought = shed and gain > 0 and bool((proposal.evidence.get("threshold") or {}).get("repaidByWaiting"))
     if bought:
         window, shortened = timedelta(0), True
-    waiting_now = valid_value(inputs.measurements, Signal.WAITING_REQUESTS)
-    interval = timedelta(seconds=parse_duration(at.interval))
-    if fresh_token:
-        streak = Streak(key, proposal.action, needed, now - window)
-    elif state.streak is not None and (agrees or same_by_effect):
-        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
-        # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
-        # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window.
-        agreed = state.streak.count >= needed and stabilized(
-            now - state.streak.since, window, priced=shortened, interval=interval
-        )
-        streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
-    elif state.streak is not None and sheds_further:
-        # a fit falling beyond the tolerance, shedding further than the streak's first proposal: the same decision
-        # in the safe direction (agreement.py); the newest, furthest shed is the anchor and the one applied
-        streak = replace(state.streak, count=state.streak.count + 1, key=key)
-    else:
-        streak = Streak(key, proposal.action, 1, now, waiting_now)
-    state = replace(state, streak=streak)
-    stable = now - streak.since
-    evidence["agreement"] = {
-        "count": streak.count,
-        "needed": needed,
-        "since": format_time(streak.since),
-        "stabilization": at.stabilization,
-    }
-    if same_by_effect:
-        evidence["agreement"]["byEffect"] = (
-            f"boundaries past the tolerance of the streak's first proposal, but within {inputs.fit.min_gain:.0%} of it "
+    return _Wait(window, shortened, bought, restart_s, gain, source)
+
+
+def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect: bool) -> dict[str, Any]:
+    """The streak and its wait, for people."""
+    at, fit = r.inputs.spec.autotune, r.inputs.fit
+    assert state.streak is not None
+    out: dict[str, Any] = {"count": state.streak.count, "needed": at.agreeing_evaluations,
+                           "since": format_time(state.streak.since), "stabilization": at.stabilization}  # fmt: skip
+    if by_effect:
+        out["byEffect"] = (
+            f"boundaries past the tolerance of the streak's first proposal, but within {fit.min_gain:.0%} of it "
             "at every batch size (threshold.vsAnchor): the same decision"
         )
-    if shortened:
-        evidence["agreement"]["stabilizationShortenedTo"] = format_duration(window.total_seconds())
-        priced = (
-            f"restart {restart_s:.0f}s"
-            if restart_s >= inputs.fit.restart_cost_s
-            else (
-                f"restart (priced at {restart_s:.1f}s of serving: the work it drops that can still meet the TTFT "
-                f"deadline, backlog.restart_seconds_under_backlog; nominal {inputs.fit.restart_cost_s:.0f}s)"
-            )
-        )
-        evidence["agreement"]["why"] = (
-            f"waiting has already forgone {state.forgone_s:.0f}s of serving at the load, more than the {priced} "
-            "(rent or buy, schedule.repaid_by_waiting): no further wait than the agreeing evaluations"
-            if bought
-            else f"{priced} repaid by the change's {gain:+.1%} ({gain_source}) in "
-            f"{format_duration(window.total_seconds())}, sooner than the stabilization"
-        )
+    if not wait.shortened:
+        return out
+    out["stabilizationShortenedTo"] = format_duration(wait.window.total_seconds())
+    priced = (
+        f"restart {wait.restart_s:.0f}s"
+        if wait.restart_s >= fit.restart_cost_s
+        else f"restart (priced at {wait.restart_s:.1f}s of serving: the work it drops that can still meet the TTFT "
+        f"deadline, backlog.restart_seconds_under_backlog; nominal {fit.restart_cost_s:.0f}s)"
+    )
+    out["why"] = (
+        f"waiting has already forgone {state.forgone_s:.0f}s of serving at the load, more than the {priced} "
+        "(rent or buy, schedule.repaid_by_waiting): no further wait than the agreeing evaluations"
+        if wait.bought
+        else f"{priced} repaid by the change's {wait.gain:+.1%} ({wait.gain_source}) in "
+        f"{format_duration(wait.window.total_seconds())}, sooner than the stabilization"
+    )
+    return out
+
+
+def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """K consecutive agreeing evaluations spanning the stabilization window (as priced by _stabilization)."""
+    r, at = v.round, v.round.inputs.spec.autotune
+    assert state.streak is not None
+    stable = r.now - state.streak.since
+    interval = timedelta(seconds=parse_duration(at.interval))
+    needed = at.agreeing_evaluations
+    if state.streak.count >= needed and stabilized(stable, wait.window, priced=wait.shortened, interval=interval):
+        return None, state
     span = (
         "0s (rent or buy: the serving forgone repaid the restart)"
-        if bought
-        else format_duration(window.total_seconds()) + " (the change's payback)"
-        if shortened
+        if wait.bought
+        else format_duration(wait.window.total_seconds()) + " (the change's payback)"
+        if wait.shortened
         else at.stabilization
     )
-    if streak.count < needed or not stabilized(stable, window, priced=shortened, interval=interval):
-        gate = (
-            f"waiting for agreement: {streak.count}/{needed} evaluations, stable for "
-            f"{format_duration(stable.total_seconds())} of {span}"
-        )
-        decision = Decision(
-            Action.KEEP,
-            inputs.current,
-            f"{proposal.reason}; {gate}",
-            evidence,
-            actuate=False,
-            gate=gate,
-            throttled=state.throttled,
-            events=tuple(events),
-            **common,
-        )
-        return decision, state
+    gate = (
+        f"waiting for agreement: {state.streak.count}/{needed} evaluations, stable for "
+        f"{format_duration(stable.total_seconds())} of {span}"
+    )
+    return v.keep(state, f"{v.proposal.reason}; {gate}", gate, throttled=state.throttled), state
 
-    if at.mode is AutotuneMode.RECOMMEND or proposal.advisory:
-        state = _note_recommendation(state, inputs, proposal, events, agreed=True)
-        gate = (
-            "mode Recommend: published, not applied"
-            if at.mode is AutotuneMode.RECOMMEND
-            else "advisory: published, not applied (no measured speed comparison to act on)"
-        )
-        decision = concluded(actuate=False, gate=gate, throttled=False)
-        return decision, replace(state, throttled=False)
 
-    allowed, why = budget_check(state, at.budget, inputs.current, proposal.target, now)
-    if not allowed:
-        if not state.throttled:
-            events.append(PolicyEvent("Warning", "ActuationThrottled", f"{proposal.action.value} held: {why}"))
-        state = replace(state, throttled=True)
-        decision = concluded(actuate=False, gate=f"throttled: {why}", throttled=True)
-        return decision, state
-    backlog, state = backlog_gate(inputs, state, proposal, now)
+def _publish_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """Mode Recommend, and an advisory proposal in any mode, publish the agreed proposal and apply nothing."""
+    r = v.round
+    recommend = r.inputs.spec.autotune.mode is AutotuneMode.RECOMMEND
+    if not recommend and not v.proposal.advisory:
+        return None, state
+    state = _note_recommendation(state, r.inputs, v.proposal, r.events, agreed=True)
+    gate = (
+        "mode Recommend: published, not applied"
+        if recommend
+        else "advisory: published, not applied (no measured speed comparison to act on)"
+    )
+    return v.decision(state, actuate=False, gate=gate, throttled=False), replace(state, throttled=False)
+
+
+def _budget_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """The actuation budget (budget_check); exhausted: Throttled, with one Warning."""
+    r, p = v.round, v.proposal
+    allowed, why = budget_check(state, r.inputs.spec.autotune.budget, r.inputs.current, p.target, r.now)
+    if allowed:
+        return None, state
+    if not state.throttled:
+        r.events.append(PolicyEvent("Warning", "ActuationThrottled", f"{p.action.value} held: {why}"))
+    state = replace(state, throttled=True)
+    return v.decision(state, actuate=False, gate=f"throttled: {why}", throttled=True), state
+
+
+def _backlog_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """A restart waits while requests queue until waiting has cost what it would drop (backlog_gate)."""
+    backlog, state = backlog_gate(v.round.inputs, state, v.proposal, v.round.now)
     if backlog.evidence:
-        evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
-    if backlog.hold:
-        decision = concluded(actuate=False, gate=f"backlog: {backlog.reason}", throttled=False)
-        return decision, replace(state, throttled=False)
-    decision = concluded(actuate=True, gate="", throttled=False)
-    return decision, replace(state, throttled=False)
+        v.evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
+    if not backlog.hold:
+        return None, state
+    held = v.decision(state, actuate=False, gate=f"backlog: {backlog.reason}", throttled=False)
+    return held, replace(state, throttled=False)
+
+
+# The gates an agreed proposal passes, in this order; the first that holds concludes the evaluation.
+GATES: tuple[Gate, ...] = (_agreement_gate, _publish_gate, _budget_gate, _backlog_gate)
 
 
 def backlog_gate(
