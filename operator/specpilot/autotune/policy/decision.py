@@ -95,6 +95,8 @@ from specpilot.autotune.model.stepcost import (
     with_prefill,
 )
 from specpilot.autotune.model.stepfit import (
+    MIN_BUCKETS,
+    MIN_SAMPLES,
     StepFit,
     StepSample,
     add_sample,
@@ -877,12 +879,14 @@ def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
         return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
     if inputs.fit.calibrated:
         return StepModel(prior, fit, f"profile {prior.name}, calibrated on this set-up")
-    return StepModel(
-        None,
-        fit,
-        f"no usable cost model: {prior.name} is another set-up's profile, a prior only, and the "
-        f"deployment's own fit is not ready ({fit.note})",
+    thin = fit.samples < MIN_SAMPLES or fit.buckets < MIN_BUCKETS
+    own = (
+        f"its own fit needs {MIN_SAMPLES} settled windows over {MIN_BUCKETS} load buckets ({fit.samples} over "
+        f"{fit.buckets} so far)"
+        if thin
+        else f"its own fit is refused ({fit.note})"
     )
+    return StepModel(None, fit, f"no usable cost model: {prior.name} is another set-up's profile, a prior only; {own}")
 
 
 def _speedup_ceiling(inputs: PolicyInputs) -> float | None:
@@ -1022,7 +1026,7 @@ def _predicted_speedup(
         return None, f"no cost-model prediction: K = 0 at batch {b}"
     step_model = usable_step_model(inputs, state)
     if step_model.model is None:
-        return None, f"no cost-model prediction: {step_model.note}"
+        return None, step_model.note
     model = with_emission(model_for_method(step_model.model, inputs.spec.speculation.method.value), profile)
     ok, note = model_consistency(
         model, profile, batch=b, k=k, tpot_ms=tpot * 1000, tolerance=inputs.fit.model_tolerance
