@@ -569,7 +569,8 @@ def test_probe_after_probe_interval_then_keep_or_revert_by_enable_above() -> Non
     assert "next probe after 2026-11-26T13:00:00Z" in early.decisions[0].reason
 
     busier = observed(on=False, batch=40, request_rate=m(Signal.REQUEST_RATE, 9.0))
-    busy = run(spec, [busier], state=state, current=OFF, start=T0 + 61 * MINUTE)
+    for_load = off_state(OffReason.LOAD, minutes_ago=300, batch=6)
+    busy = run(spec, [busier], state=for_load, current=OFF, start=T0 + 61 * MINUTE)
     assert busy.acted == []
     assert (
         "probe waits for the request rate to fall to 4.00/s, where speculation was disabled" in busy.decisions[0].reason

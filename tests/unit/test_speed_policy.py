@@ -1091,19 +1091,22 @@ def test_records_belong_to_the_deployments_fingerprint(change: dict[str, Any], f
 
 
 @pytest.mark.parametrize(
-    ("batch", "rate", "probes", "words"),
+    ("kind", "batch", "rate", "probes", "words"),
     [
-        # off, the same traffic runs at twice the batch: the probe is due, the load did not rise
-        (40.0, 4.0, True, "probe: speculation off since"),
-        (20.0, 4.2, True, "probe: speculation off since"),  # within the tolerance
-        (20.0, 9.0, False, "probe waits for the request rate to fall to 4.00/s"),  # more traffic, same batch
+        # off for load, the same traffic runs at twice the batch: the probe is due, the load did not rise
+        (OffReason.LOAD, 40.0, 4.0, True, "probe: speculation off since"),
+        (OffReason.LOAD, 20.0, 4.2, True, "probe: speculation off since"),  # within the tolerance
+        (OffReason.LOAD, 20.0, 9.0, False, "probe waits for the request rate to fall to 4.00/s"),  # more traffic
+        # off for the drafter: plain may finish more requests per second (clients waiting on answers), and the
+        # probe re-measures the drafter, not the load
+        (OffReason.ACCEPTANCE, 20.0, 9.0, True, "probe: speculation off since"),
     ],
 )
 def test_the_probe_is_gated_by_the_request_rate_not_the_batch_the_config_moves(
-    batch: float, rate: float, probes: bool, words: str
+    kind: OffReason, batch: float, rate: float, probes: bool, words: str
 ) -> None:
     spec = spec_with(agreeingEvaluations=1, stabilization="0s", probeInterval="1h")
-    off = OffRecord(OffReason.ACCEPTANCE, T0 - 2 * 60 * MINUTE, 20.0, "acceptance 0.30", 0.30, request_rate=4.0)
+    off = OffRecord(kind, T0 - 2 * 60 * MINUTE, 20.0, "acceptance 0.30", 0.30, request_rate=4.0)
     state = PolicyState(off=off, selected=OFF)
     measurements = tp.observed(on=False, batch=batch, request_rate=tp.m(Signal.REQUEST_RATE, rate))
     result = tp.run(spec, [measurements], state=state, current=OFF)

@@ -1286,7 +1286,9 @@ def _probe(
     *,
     probe_now: bool,
 ) -> Proposal:
-    """After an autotune disable: turn speculation back on `probeInterval` later, at no higher request rate."""
+    """After an autotune disable: turn speculation back on `probeInterval` later; after a disable for load, at no
+    higher request rate. The finished-request rate rises with the config where clients wait for each answer or the
+    engine is past capacity, so a probe of the drafter (an acceptance or canary disable) does not wait on it."""
     at, off = inputs.spec.autotune, state.off
     assert off is not None
     since = f" since {format_time(off.at)} ({off.detail})"
@@ -1298,7 +1300,7 @@ def _probe(
         return _keep(inputs, f"speculation off{since}; probes disabled (probeInterval 0)", evidence)
     last = max(off.at, state.last_probe) if state.last_probe else off.at
     due = last + timedelta(seconds=probe_interval)
-    if load is LoadSinceOff.HIGHER:
+    if off.kind is OffReason.LOAD and load is LoadSinceOff.HIGHER:  # a drafter's probe re-measures the drafter
         return _keep(
             inputs,
             f"speculation off{since}; probe waits for the request rate to fall to {off.request_rate:.2f}/s, "
