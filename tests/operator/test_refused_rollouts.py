@@ -77,11 +77,13 @@ def test_an_autotune_rollout_vllm_refuses_is_reverted_and_automation_halts(
     kube_namespace: str,
     stack: tuple[PodRunner, PrometheusServer],
     graded_drafts: dict[str, Path],
+    tiny_models: dict[str, Path],
     tmp_path: Path,
 ) -> None:
     runner, prometheus = stack
     name = "refused-probe"
-    runner.remap_draft(DRAFT, graded_drafts["poor"])
+    # a random draft: ~1.0 tokens per step, which no hardware makes faster, so the disable needs no cost model
+    runner.remap_draft(DRAFT, tiny_models["tiny-llama-draft"])
     doc = tiny_speculative_deployment(name, draft=DRAFT, mode="Auto", prometheus_url=prometheus.url)
     doc["spec"]["autotune"]["probeInterval"] = "30s"
     # long enough for a plain vLLM CPU server to load on a busy 2-core machine (60-120 s), so only the refused
@@ -113,7 +115,7 @@ def test_an_autotune_rollout_vllm_refuses_is_reverted_and_automation_halts(
         def diagnose() -> str:
             return f"load sent {load.sent}; servers {runner.endpoints()}; {decision_line(cr())}"
 
-        # the poor draft's acceptance turns speculation off (a plain pod vLLM serves)
+        # the random draft's acceptance turns speculation off (a plain pod vLLM serves)
         wait_for_or_explain(diagnose, "speculation disabled", lambda: len(actuations()) >= 1, 420, 2)
         assert actuations()[0]["action"] == "DisableSpeculation"
         wait_for("the plain pod Ready", lambda: "--speculative-config" not in command() and runner.endpoints(name), 300)

@@ -153,14 +153,17 @@ def test_counter_resets_keep_rates_exact(client: PrometheusClient, loopback: Loo
     assert (result[Signal.DRAFT_TOKENS_IN_WINDOW].value or 0) > 0
 
 
-def test_evaluate_once_reports_measurements_and_a_disable(client: PrometheusClient) -> None:
+def test_evaluate_once_reports_measurements_and_holds_on_acceptance_alone(client: PrometheusClient) -> None:
+    """Acceptance 0.70 under a disableBelow of 0.80, with no plain comparison and no cost model this deployment's
+    windows confirm: acceptance alone never switches speculation off, so the evaluation holds and says why."""
     settled(client, scope("spec"), full_window)
     out = evaluate_once(make_spec(disableBelow=0.8, enableAbove=0.9), scope("spec"), client, datetime.now(UTC))
     json.dumps(out)
     decision = out["decision"]
-    assert decision["action"] == "DisableSpeculation"
-    assert decision["reason"].startswith("acceptance 0.70 < disableBelow 0.80 over 6s, ")
-    assert decision["to"]["enabled"] is False
+    assert decision["action"] == "Keep"
+    assert decision["reason"].startswith("holding: acceptance 0.70 < disableBelow 0.80 over 6s, ")
+    assert decision["reason"].endswith("acceptance alone never switches it off")
+    assert decision["to"]["enabled"] is True
     acceptance = out["measurements"]["acceptance_rate"]
     assert acceptance["class"] == "Valid"
     assert acceptance["query"].startswith("sum(rate(vllm:spec_decode_num_accepted_tokens_total{")

@@ -159,13 +159,14 @@ def run(
 
 
 def test_low_acceptance_reason_carries_numbers_window_and_evidence() -> None:
-    decision = evaluate_alone(inputs(make_spec(), observed(acceptance=0.38)), PolicyState(), T0)
+    decision = evaluate_alone(inputs(make_spec(), observed(acceptance=0.05)), PolicyState(), T0)
     assert decision.action is Action.DISABLE
-    assert decision.reason == "acceptance 0.38 < disableBelow 0.50 over 5m, 41k draft tokens"
+    assert decision.reason.startswith("acceptance 0.05 < disableBelow 0.50 over 5m, 41k draft tokens; the cost model")
+    assert "predicts 0.87x over plain at batch 12, K=3" in decision.reason
     assert decision.target == OFF
     measured = decision.evidence["measurements"]["acceptance_rate"]
     assert measured["query"] == "q_acceptance_rate"
-    assert measured["value"] == 0.38
+    assert measured["value"] == 0.05
     assert measured["samples"] == 41_000
     assert measured["class"] == "Valid"
 
@@ -178,7 +179,7 @@ def test_disable_waits_for_k_agreeing_evaluations_and_the_stabilization_window(
     agreeing: int, stabilization: str, first_action: int
 ) -> None:
     spec = make_spec(agreeingEvaluations=agreeing, stabilization=stabilization)
-    result = run(spec, [observed(acceptance=0.38)] * 15)
+    result = run(spec, [observed(acceptance=0.05)] * 15)
     assert result.acted == [first_action]
     waiting = result.decisions[0]
     if first_action > 0:
@@ -191,7 +192,7 @@ def test_disable_waits_for_k_agreeing_evaluations_and_the_stabilization_window(
 
 @pytest.mark.parametrize(("mode", "actuate", "gate"), [("Recommend", False, "mode Recommend"), ("Auto", True, "")])
 def test_recommend_publishes_and_auto_acts(mode: str, actuate: bool, gate: str) -> None:
-    result = run(make_spec(mode=mode, agreeingEvaluations=1, stabilization="0s"), [observed(acceptance=0.3)])
+    result = run(make_spec(mode=mode, agreeingEvaluations=1, stabilization="0s"), [observed(acceptance=0.05)])
     decision = result.decisions[0]
     assert decision.action is Action.DISABLE
     assert decision.actuate is actuate
@@ -248,7 +249,7 @@ def test_flapping_inputs_never_act(pattern: list[float | None]) -> None:
 )
 def test_nodata_holds_never_reads_as_zero_and_resets_agreement(acceptance: Measurement, detail: str) -> None:
     spec = make_spec(agreeingEvaluations=2, stabilization="0s")
-    result = run(spec, [observed(acceptance=0.3), observed(acceptance_rate=acceptance), observed(acceptance=0.3)])
+    result = run(spec, [observed(acceptance=0.05), observed(acceptance_rate=acceptance), observed(acceptance=0.05)])
     assert result.acted == [], "a NoData window between two low readings breaks the agreement"
     hold = result.decisions[1]
     assert hold.action is Action.KEEP
@@ -269,7 +270,7 @@ def test_hysteresis_keeps_speculation_between_thresholds(acceptance: float) -> N
 
 def test_consecutive_errors_set_metrics_unavailable_and_hold() -> None:
     spec = make_spec(agreeingEvaluations=1, stabilization="0s")
-    broken = observed(acceptance=0.2, tpot_p99=m(Signal.TPOT_P99, None, ERROR, detail="transport: refused"))
+    broken = observed(acceptance=0.05, tpot_p99=m(Signal.TPOT_P99, None, ERROR, detail="transport: refused"))
     result = run(spec, [broken] * (ERROR_LIMIT + 1) + [observed(acceptance=0.7)])
     assert result.acted == [], "never act on an evaluation with errors, even with low acceptance in it"
     availability = [d.metrics_available for d in result.decisions]
@@ -283,14 +284,14 @@ def test_consecutive_errors_set_metrics_unavailable_and_hold() -> None:
 
 def test_one_error_does_not_break_an_agreement_streak() -> None:
     spec = make_spec(agreeingEvaluations=3, stabilization="0s")
-    broken = observed(acceptance=0.3, batch_size=m(Signal.BATCH_SIZE, None, ERROR))
-    result = run(spec, [observed(acceptance=0.3), broken, observed(acceptance=0.3), observed(acceptance=0.3)])
+    broken = observed(acceptance=0.05, batch_size=m(Signal.BATCH_SIZE, None, ERROR))
+    result = run(spec, [observed(acceptance=0.05), broken, observed(acceptance=0.05), observed(acceptance=0.05)])
     assert result.acted == [3]
 
 
 def test_pause_holds_posts_one_event_and_restarts_agreement() -> None:
     spec = make_spec(agreeingEvaluations=2, stabilization="0s")
-    low = observed(acceptance=0.3)
+    low = observed(acceptance=0.05)
     state = run(spec, [low]).state
     assert state.streak is not None
     paused = run(spec, [low, low, low], state=state, start=T0 + MINUTE, paused=True)
@@ -319,7 +320,7 @@ def test_mode_off_does_nothing_even_with_errors() -> None:
     ],
 )
 def test_rollouts_and_fresh_configs_hold(kw: dict[str, Any], gate: str) -> None:
-    result = run(make_spec(agreeingEvaluations=1, stabilization="0s"), [observed(acceptance=0.2)], **kw)
+    result = run(make_spec(agreeingEvaluations=1, stabilization="0s"), [observed(acceptance=0.05)], **kw)
     assert result.acted == []
     assert result.decisions[0].gate == gate
 
@@ -335,7 +336,7 @@ def test_settled_config_is_judged() -> None:
 
 def test_reevaluate_token_acts_once_without_waiting() -> None:
     spec = make_spec(agreeingEvaluations=3, stabilization="10m")
-    low = observed(acceptance=0.3)
+    low = observed(acceptance=0.05)
     fresh = run(spec, [low], reevaluate_token="2026-11-26T12:00", last_handled_reevaluate="old")
     assert fresh.acted == [0]
     assert fresh.decisions[0].handled_reevaluate == "2026-11-26T12:00"
@@ -346,7 +347,7 @@ def test_reevaluate_token_acts_once_without_waiting() -> None:
 
 def test_reevaluate_token_waits_out_errors_and_respects_the_budget() -> None:
     spec = make_spec(agreeingEvaluations=3)
-    broken = observed(acceptance=0.3, batch_size=m(Signal.BATCH_SIZE, None, ERROR))
+    broken = observed(acceptance=0.05, batch_size=m(Signal.BATCH_SIZE, None, ERROR))
     errored = run(spec, [broken], reevaluate_token="t2", last_handled_reevaluate="t1")
     assert errored.acted == []
     # Consumed all the same: the evaluation ran and says why it held; a token left pending would make every tick
@@ -356,7 +357,9 @@ def test_reevaluate_token_waits_out_errors_and_respects_the_budget() -> None:
     recent = PolicyState(
         actuations=(ActuationRecord(T0 - 5 * MINUTE, Action.ENABLE, intent_to_dict(OFF), intent_to_dict(ON), "x"),)
     )
-    throttled = run(spec, [observed(acceptance=0.3)], state=recent, reevaluate_token="t2", last_handled_reevaluate="t1")
+    throttled = run(
+        spec, [observed(acceptance=0.05)], state=recent, reevaluate_token="t2", last_handled_reevaluate="t1"
+    )
     assert throttled.acted == []
     assert throttled.decisions[0].throttled
     assert throttled.decisions[0].handled_reevaluate == "t2"
@@ -456,7 +459,7 @@ def test_required_dwell_backs_off_exponentially_and_caps_at_a_day(chain: int, re
 def test_exhausted_budget_throttles_with_one_event_then_recovers() -> None:
     spec = make_spec(agreeingEvaluations=1, stabilization="0s")
     history = (act(50), act(20))
-    steps = [observed(acceptance=0.3)] * 12
+    steps = [observed(acceptance=0.05)] * 12
     result = run(spec, steps, state=PolicyState(actuations=history))
     throttled = [d.throttled for d in result.decisions]
     assert throttled[:10] == [True] * 10
@@ -516,11 +519,11 @@ def test_desired_intent_ignores_autotune_choice_in_mode_off() -> None:
 
 def test_spec_change_resets_stabilization_and_intent_change_clears_the_choice() -> None:
     spec = make_spec(agreeingEvaluations=3, stabilization="0s")
-    first = run(spec, [observed(acceptance=0.3)] * 2)
+    first = run(spec, [observed(acceptance=0.05)] * 2)
     assert first.state.streak is not None
     assert first.state.streak.count == 2
     edited = make_spec(agreeingEvaluations=3, stabilization="0s", acceptance={"disableBelow": 0.45, "enableAbove": 0.6})
-    second = run(edited, [observed(acceptance=0.3)], state=replace(first.state, selected=OFF), start=T0 + 2 * MINUTE)
+    second = run(edited, [observed(acceptance=0.05)], state=replace(first.state, selected=OFF), start=T0 + 2 * MINUTE)
     assert second.state.streak is not None
     assert second.state.streak.count == 1, "the edited spec starts agreement afresh"
     assert second.state.selected == OFF, "an autotune edit does not undo the chosen config"
@@ -548,9 +551,11 @@ def test_speculation_off_has_no_acceptance_and_that_is_not_an_error() -> None:
     assert "off as written in spec" in result.decisions[0].reason
 
 
-def off_state(kind: OffReason, *, minutes_ago: float, batch: float) -> PolicyState:
+def off_state(kind: OffReason, *, minutes_ago: float, batch: float, rate: float | None = 4.0) -> PolicyState:
     return PolicyState(
-        off=OffRecord(kind, T0 - timedelta(minutes=minutes_ago), batch, "acceptance 0.38 < disableBelow 0.50"),
+        off=OffRecord(
+            kind, T0 - timedelta(minutes=minutes_ago), batch, "acceptance 0.38 < disableBelow 0.50", request_rate=rate
+        ),
         actuations=(act(minutes_ago, Action.DISABLE, to=OFF),),
         selected=OFF,
     )
@@ -563,9 +568,13 @@ def test_probe_after_probe_interval_then_keep_or_revert_by_enable_above() -> Non
     assert early.acted == []
     assert "next probe after 2026-11-26T13:00:00Z" in early.decisions[0].reason
 
-    busy = run(spec, [observed(on=False, batch=40)], state=state, current=OFF, start=T0 + 61 * MINUTE)
+    busier = observed(on=False, batch=40, request_rate=m(Signal.REQUEST_RATE, 9.0))
+    for_load = off_state(OffReason.LOAD, minutes_ago=300, batch=6)
+    busy = run(spec, [busier], state=for_load, current=OFF, start=T0 + 61 * MINUTE)
     assert busy.acted == []
-    assert "probe waits for load" in busy.decisions[0].reason
+    assert (
+        "probe waits for the request rate to fall to 4.00/s, where speculation was disabled" in busy.decisions[0].reason
+    )
 
     probe = run(spec, [observed(on=False, batch=5)], state=state, current=OFF, start=T0 + 61 * MINUTE)
     assert probe.acted == [0]
@@ -613,21 +622,27 @@ def baseline(
 def test_latency_regression_at_load_disables_for_load_and_load_drop_reenables() -> None:
     spec = make_spec(agreeingEvaluations=1, stabilization="0s")
     state = PolicyState(baseline=(baseline(Mode.OFF, 5, 30.0),))  # batch [16,32) without speculation: P99 30 ms
-    slow = run(spec, [observed(acceptance=0.7, batch=20, p99=0.045)], state=state)
+    slow = run(spec, [observed(acceptance=0.7, batch=20, p99=0.045, request_rate=m(Signal.REQUEST_RATE, 4.0))],
+               state=state)  # fmt: skip
     assert slow.acted == [0]
     reason = slow.decisions[0].reason
     assert "P99 TPOT 45.0 ms is +50% vs the non-speculative baseline 30.0 ms at batch [16,32)" in reason
     assert "acceptance 0.70" in reason
     assert slow.state.off is not None
     assert slow.state.off.kind is OffReason.LOAD
-    assert slow.state.off.batch == 20
+    assert slow.state.off.request_rate == 4.0
 
     later = T0 + 40 * MINUTE
-    still_busy = run(spec, [observed(on=False, batch=18)], state=slow.state, current=OFF, start=later)
+
+    def plain(batch: float, rate: float) -> dict[str, Measurement]:
+        return observed(on=False, batch=batch, request_rate=m(Signal.REQUEST_RATE, rate))
+
+    # off, the same traffic runs at a larger batch: the load has not fallen
+    still_busy = run(spec, [plain(40, 3.8)], state=slow.state, current=OFF, start=later)
     assert still_busy.acted == []
-    quiet = run(spec, [observed(on=False, batch=6)], state=slow.state, current=OFF, start=later)
+    quiet = run(spec, [plain(6, 1.5)], state=slow.state, current=OFF, start=later)
     assert quiet.acted == [0]
-    assert "load back under the crossover: batch 6.0 per engine in [4,8), below [16,32)" in quiet.decisions[0].reason
+    assert "load back under the crossover: 1.50 requests/s, below the 4.00 at which" in quiet.decisions[0].reason
 
 
 @pytest.mark.parametrize(
@@ -782,7 +797,7 @@ def test_versions_without_a_threshold_only_switch_on_and_off() -> None:
 
 def test_recommend_mode_posts_recommendation_changes_only_on_change() -> None:
     spec = make_spec(mode="Recommend", agreeingEvaluations=1, stabilization="0s")
-    steps = [observed(acceptance=0.7), observed(acceptance=0.3), observed(acceptance=0.3), observed(acceptance=0.7)]
+    steps = [observed(acceptance=0.7), observed(acceptance=0.05), observed(acceptance=0.05), observed(acceptance=0.7)]
     result = run(spec, steps)
     assert [[e.reason for e in d.events] for d in result.decisions] == [
         [],
@@ -925,10 +940,10 @@ def test_the_operator_survives_a_malformed_autotune_status_warns_once_and_stores
 def test_evaluate_alone_ignores_agreement_and_budget_but_not_errors() -> None:
     spec = make_spec(agreeingEvaluations=10, stabilization="1h")
     busy = PolicyState(actuations=(act(1),))
-    decision = evaluate_alone(inputs(spec, observed(acceptance=0.3)), busy, T0)
+    decision = evaluate_alone(inputs(spec, observed(acceptance=0.05)), busy, T0)
     assert decision.action is Action.DISABLE
     assert decision.gate == "dry run: stabilization and budget not applied"
-    broken = observed(acceptance=0.3, tpot_p99=m(Signal.TPOT_P99, None, ERROR, detail="HTTP 503"))
+    broken = observed(acceptance=0.05, tpot_p99=m(Signal.TPOT_P99, None, ERROR, detail="HTTP 503"))
     held = evaluate_alone(inputs(spec, broken), PolicyState(), T0)
     assert held.action is Action.KEEP
     assert "HTTP 503" in held.reason
@@ -979,12 +994,12 @@ def test_a_probe_deadline_allows_the_rollout_of_every_replica() -> None:
 
 def test_a_paused_object_consumes_a_new_reevaluate_token() -> None:
     """Held evaluations mark the token handled, so a paused CR with a token is not due (and queried) every tick."""
-    held = run(make_spec(), [observed(acceptance=0.2)], paused=True, reevaluate_token="t9")
+    held = run(make_spec(), [observed(acceptance=0.05)], paused=True, reevaluate_token="t9")
     assert held.acted == []
     assert held.decisions[0].gate == "paused"
     assert held.decisions[0].handled_reevaluate == "t9"
     settling = run(
-        make_spec(), [observed(acceptance=0.2)], config_since=T0, reevaluate_token="t9", last_handled_reevaluate="t8"
+        make_spec(), [observed(acceptance=0.05)], config_since=T0, reevaluate_token="t9", last_handled_reevaluate="t8"
     )
     assert settling.decisions[0].gate == "settling"
     assert settling.decisions[0].handled_reevaluate == "t9"

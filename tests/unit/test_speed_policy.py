@@ -18,8 +18,11 @@ import pytest
 import tests.unit.test_policy as tp
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.autotune.model.baseline import Mode
+from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings, schedule_text
 from specpilot.autotune.model.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
+from specpilot.autotune.model.stepcost import LLAMA8B_H100
+from specpilot.autotune.model.stepfit import StepSample
 from specpilot.autotune.policy.agreement import (
     agree_by_effect,
     anchor_intent,
@@ -157,19 +160,28 @@ def test_collapse_without_speed_evidence_is_a_recommendation_in_auto_mode() -> N
     [
         (0.30, 0.010, False, "the cost model (model llama8b-h100 predicts TPOT 5.78 ms"),  # consistent: 1.42x
         (0.05, 0.010, True, "acceptance 0.05 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model: 0.86x
-        (0.30, 0.030, True, "acceptance 0.30 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model off by x5
+        # the model is off by x5 and there is no comparison: acceptance alone holds
+        (0.30, 0.030, False, "holding: acceptance 0.30 < disableBelow 0.50 over 5m, 41k draft tokens"),
+        # too few requests for a mean TPOT (low traffic): no prediction, so the same
+        (0.30, None, False, "holding: acceptance 0.30 < disableBelow 0.50 over 5m, 41k draft tokens"),
+        (0.05, None, False, "holding: acceptance 0.05 < disableBelow 0.50 over 5m, 41k draft tokens"),
     ],
 )
 def test_without_measured_speed_a_plain_deployment_acts_only_when_the_model_agrees(
-    acceptance: float, tpot_s: float, acts: bool, words: str
+    acceptance: float, tpot_s: float | None, acts: bool, words: str
 ) -> None:
+    """Acceptance never switches speculation off on its own: a usable cost model pricing speculation slower than
+    plain, or a measured comparison, must say so; with neither (NoData TPOT, a model the window refutes) it holds."""
     spec = spec_with(agreeingEvaluations=1, stabilization="0s")
-    result = tp.run(spec, [tp.observed(acceptance=acceptance, batch=20, tpot_s=tpot_s)])
+    ms = tp.observed(acceptance=acceptance, batch=20, tpot_s=tpot_s or 0.010)
+    if tpot_s is None:
+        ms[Signal.TPOT_MEAN] = tp.m(Signal.TPOT_MEAN, None, tp.NO_DATA)
+    result = tp.run(spec, [ms, ms])
     decision = result.decisions[0]
-    assert decision.action is Action.DISABLE
-    assert decision.actuate is acts
+    assert decision.action is (Action.DISABLE if acts or "holding" not in words else Action.KEEP), decision.reason
+    assert [d.actuate for d in result.decisions] == [acts, False]
     assert words in decision.reason
-    if not acts:
+    if not acts and "holding" not in words:
         assert decision.gate.startswith("advisory: published, not applied")
         assert decision.evidence["predictedSpeed"]["speedup"] == pytest.approx(1.42, abs=0.01)
     else:
@@ -191,19 +203,16 @@ def test_advisory_and_acting_proposals_never_agree() -> None:
     ("case", "acceptances", "acted", "advisory"),
     [
         # at batch 20 and 10 ms the consistent model predicts 0.10 -> 0.98x, 0.12 -> 1.03x, 0.14 -> 1.07x over plain
-        ("in the band, never advised", [0.12, 0.12], [1], [False, False]),  # 1.03x < 1.05: acceptance acts
-        # advised once (1.07x), the same 1.03x stays advisory: the model still says speculation is not slower
-        ("in the band after the advisory", [0.14, 0.12, 0.12, 0.12], [], [True, True, True, True]),
-        # below plain (0.98x) leaves the dead-band: the acceptance disable may act again
-        ("below plain after the advisory", [0.14, 0.12, 0.10, 0.10], [3], [True, True, False, False]),
+        ("priced faster than plain", [0.12, 0.12, 0.14], [], [True, True, True]),
+        ("priced slower than plain", [0.10, 0.10], [1], [False, False]),
+        ("faster, then slower", [0.14, 0.12, 0.10, 0.10], [3], [True, True, False, False]),
     ],
 )
-def test_the_advisory_has_a_dead_band_down_to_plain(
+def test_an_acceptance_disable_acts_only_where_the_model_prices_speculation_slower_than_plain(
     case: str, acceptances: list[float], acted: list[int], advisory: list[bool]
 ) -> None:
-    """Separate leave and re-enter thresholds (a dead-band). Benchmark, drafter-degraded, seeds 2 and 3: after
-    the shed to K = 1 the model predicted 1.044x..1.061x over plain, the proposal alternated between the advisory and
-    an acting disable, and ten minutes of acting ones switched off a K = 1 that plain then measured 1.09x slower."""
+    """One line, plain's speed: a model that prices speculation no slower than plain keeps an acceptance-only
+    disable a recommendation (advisory); priced slower, the disable may act (advisory and acting never agree)."""
     spec = spec_with(agreeingEvaluations=2, stabilization="0s")
     result = tp.run(spec, [tp.observed(acceptance=a, batch=20, tpot_s=0.010) for a in acceptances])
     assert result.acted == acted
@@ -394,8 +403,8 @@ def tpot_ms(measurements: dict[str, Measurement]) -> float:
         ("mixed-temperature", True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "prices a refit above both"),
         # the threshold is not tuned: the acceptance gate acts as before
         ("tune-off", False, 0.55, 1.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
-        # a mean TPOT five times what the cost model predicts: an inconsistent model proposes no fit, the gate acts
-        ("inconsistent", True, 0.55, 5.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
+        # a mean TPOT five times what the cost model predicts: no usable model, no comparison, so acceptance alone holds
+        ("inconsistent", True, 0.55, 5.0, False, Action.KEEP, "acceptance alone never switches it off"),
         # a collapsed drafter: no K beats off, the gate acts
         ("collapse", True, 0.10, 1.0, False, Action.DISABLE, "acceptance 0.04 < disableBelow 0.50 over 5m"),
         # plain measured at this load, as fast as speculation now: the measurement decides, not the model
@@ -914,7 +923,7 @@ def test_an_acceptance_only_disable_under_a_hopeless_backlog_keeps_the_nominal_r
     spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", latency={"ttftDeadline": "2s"})
 
     def step(waiting: float) -> dict[str, Measurement]:
-        ms = tp.observed(acceptance=0.3)
+        ms = tp.observed(acceptance=0.05)  # the model prices speculation slower: the disable acts
         ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
         ms[Signal.RUNNING_REQUESTS] = tp.m(Signal.RUNNING_REQUESTS, 255.0)
         ms[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, 18.0)
@@ -983,3 +992,155 @@ def test_a_refit_goes_in_ahead_of_a_sustained_rise_of_the_request_rate(
     ), install.reason
     assert result.decisions[29].gate == "waiting for agreement: 10/3 evaluations, stable for 9m of 10m"
     assert PolicyState.from_dict(json.loads(json.dumps(result.state.to_dict()))) == result.state
+
+
+def gpu_spec(product: str | None, memory_gib: float) -> SpeculativeDeploymentSpec:
+    raw = tp.make_spec(agreeingEvaluations=1, stabilization="0s").model_dump(mode="json", by_alias=True)
+    raw["resources"]["gpuMemoryGiB"] = memory_gib
+    raw["resources"]["nodeSelector"] = {"nvidia.com/gpu.product": product} if product else {}
+    return parse_spec(raw)
+
+
+def own_windows(scale: float) -> tuple[StepSample, ...]:
+    """Settled windows of this deployment: the H100 profile's step times times `scale`, at 3+ load buckets."""
+    model = LLAMA8B_H100
+    return tuple(
+        StepSample(b, k, k > 0, model.step_ms(b, k, configured=k > 0) * scale)
+        for b in (2, 6, 12, 24, 48, 96)
+        for k in (0, 3)
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "product", "memory", "samples", "action", "in_reason"),
+    [
+        # the calibrated set-up: the profile prices speculation at 0.87x of plain, the disable acts
+        ("calibrated H100", "NVIDIA-H100-80GB-HBM3", 80.0, (), Action.DISABLE, "predicts 0.87x over plain"),
+        # another GPU: the H100 profile is only a prior, measured TPOT within its x2 band or not
+        ("A100, no fit", "NVIDIA-A100-SXM4-80GB", 80.0, (), Action.KEEP, "no usable cost model: llama8b-h100 is"),
+        ("L4, no fit", "NVIDIA-L4", 24.0, (), Action.KEEP, "no usable cost model"),
+        # the deployment's own windows fit it: that fit prices the steps, and the disable may act
+        ("A100, own fit", "NVIDIA-A100-SXM4-80GB", 80.0, own_windows(1.2), Action.DISABLE, "predicts 0.8"),
+    ],
+)
+def test_an_unknown_gpu_is_priced_only_by_its_own_fit(
+    case: str, product: str, memory: float, samples: tuple[StepSample, ...], action: Action, in_reason: str
+) -> None:
+    """The nearest calibrated profile of another GPU is the online fit's prior, never a silent shape: without a fit
+    of the deployment's own windows there is no usable cost model, and acceptance alone holds."""
+    spec = gpu_spec(product, memory)
+    measurements = tp.observed(acceptance=0.05, batch=12, tpot_s=0.012)
+    state = PolicyState(step_samples=samples)
+    decision = evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
+    assert decision.action is action, decision.reason
+    assert in_reason in decision.reason
+
+
+def edited(change: dict[str, Any]) -> SpeculativeDeploymentSpec:
+    raw = tp.make_spec(agreeingEvaluations=1, stabilization="0s").model_dump(mode="json", by_alias=True)
+    for path, value in change.items():
+        *outer, last = path.split(".")
+        node = raw
+        for key in outer:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return parse_spec(raw)
+
+
+@pytest.mark.parametrize(
+    ("change", "fresh"),
+    [
+        ({"target.model": "meta-llama/Llama-3.3-70B-Instruct", "parallelism.tensorParallelSize": 4,
+          "resources.gpusPerReplica": 4}, True),
+        ({"speculation.draft.model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}, True),
+        ({"speculation.method": "ngram", "speculation.draft": None}, True),
+        ({"resources.nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "resources.gpuMemoryGiB": 24}, True),
+        ({"engine.image": "vllm/vllm-openai:v0.33.0-cu129"}, True),
+        ({"engine.version": "0.32.0", "engine.image": "vllm/vllm-openai:v0.32.0"}, True),
+        # the same deployment, other knobs: the records stand
+        ({"autotune.interval": "2m"}, False),
+        ({"replicas": 2}, False),
+        ({"speculation.numSpeculativeTokens": 4}, False),
+    ],
+)  # fmt: skip
+def test_records_belong_to_the_deployments_fingerprint(change: dict[str, Any], fresh: bool) -> None:
+    """A CR that ran an 8B and now runs a 70B (or another drafter, GPU, image or version) decides nothing from the
+    old deployment's records: its plain baseline said the 70B's speculation was slower two minutes after the change."""
+    old = tp.make_spec(agreeingEvaluations=1, stabilization="0s")
+    records = PolicyState(
+        baseline=(tp.baseline(Mode.OFF, 4, 20.0, tpot_mean_ms=6.0),),
+        load={4: 600.0},
+        step_samples=(StepSample(12, 0, False, 7.0),),
+        off=OffRecord(OffReason.LOAD, T0 - 9 * MINUTE, 12.0, "earlier"),
+        restart_measured_s=95.0,
+    )
+    before = tp.run(old, [tp.observed(acceptance=0.72)], state=records).state
+    assert before.baseline, "the same deployment keeps its records"
+    after = tp.run(edited(change), [tp.observed(acceptance=0.72, batch=12, tpot_s=0.020)], state=before,
+                   start=T0 + MINUTE)  # fmt: skip
+    state = after.state
+    kept = [
+        records.baseline[0] in state.baseline,
+        records.step_samples[0] in state.step_samples,
+        state.restart_measured_s == 95.0,
+    ]
+    assert kept == [not fresh] * 3
+    if fresh:
+        assert state.off is None
+        assert after.decisions[0].action is not Action.DISABLE, after.decisions[0].reason
+
+
+@pytest.mark.parametrize(
+    ("kind", "batch", "rate", "probes", "words"),
+    [
+        # off for load, the same traffic runs at twice the batch: the probe is due, the load did not rise
+        (OffReason.LOAD, 40.0, 4.0, True, "probe: speculation off since"),
+        (OffReason.LOAD, 20.0, 4.2, True, "probe: speculation off since"),  # within the tolerance
+        (OffReason.LOAD, 20.0, 9.0, False, "probe waits for the request rate to fall to 4.00/s"),  # more traffic
+        # off for the drafter: plain may finish more requests per second (clients waiting on answers), and the
+        # probe re-measures the drafter, not the load
+        (OffReason.ACCEPTANCE, 20.0, 9.0, True, "probe: speculation off since"),
+    ],
+)
+def test_the_probe_is_gated_by_the_request_rate_not_the_batch_the_config_moves(
+    kind: OffReason, batch: float, rate: float, probes: bool, words: str
+) -> None:
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s", probeInterval="1h")
+    off = OffRecord(kind, T0 - 2 * 60 * MINUTE, 20.0, "acceptance 0.30", 0.30, request_rate=4.0)
+    state = PolicyState(off=off, selected=OFF)
+    measurements = tp.observed(on=False, batch=batch, request_rate=tp.m(Signal.REQUEST_RATE, rate))
+    result = tp.run(spec, [measurements], state=state, current=OFF)
+    assert result.decisions[0].probe is probes, result.decisions[0].reason
+    assert words in result.decisions[0].reason
+
+
+def test_the_off_record_is_written_from_the_decisions_typed_fields_not_its_evidence() -> None:
+    decision = evaluate_alone(tp.inputs(spec_with(), tp.observed(acceptance=0.05)), PolicyState(), T0)
+    typed = replace(decision, evidence={}, acceptance=0.05, request_rate=3.0, batch=12.0, off_kind=OffReason.ACCEPTANCE)
+    state = record_actuation(PolicyState(), typed, ON, T0, spec_with().autotune.budget)
+    assert state.off is not None
+    assert (state.off.acceptance, state.off.request_rate, state.off.batch) == (0.05, 3.0, 12.0)
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "mean_length", "acts"),
+    [
+        (0.01, None, True),  # 1 + 0.01 x K=3 = 1.03 tokens per step: at most 3% faster on any hardware
+        (0.01, 1.02, True),  # vLLM's own mean acceptance length, when it is measured
+        (0.05, None, False),  # 1.15 per step could be faster: without a model or a comparison, hold
+        (0.30, 1.04, True),  # the measured length wins over acceptance x K (a schedule drafting less)
+    ],
+)
+def test_drafts_that_cannot_pay_on_any_hardware_are_switched_off_without_a_model(
+    acceptance: float, mean_length: float | None, acts: bool
+) -> None:
+    """No usable model (no mean TPOT) and no comparison, yet a step that emits under 1.05 tokens cannot beat plain by
+    the noise margin whatever the hardware: a step that verifies drafts costs at least a plain step."""
+    spec = spec_with(agreeingEvaluations=1, stabilization="0s")
+    ms = tp.observed(acceptance=acceptance, batch=20)
+    ms[Signal.TPOT_MEAN] = tp.m(Signal.TPOT_MEAN, None, tp.NO_DATA)
+    if mean_length is not None:
+        ms[Signal.MEAN_ACCEPTANCE_LENGTH] = tp.m(Signal.MEAN_ACCEPTANCE_LENGTH, mean_length)
+    result = tp.run(spec, [ms])
+    assert result.acted == ([0] if acts else []), result.decisions[0].reason
+    assert ("on any hardware speculation is at most" in result.decisions[0].reason) is acts

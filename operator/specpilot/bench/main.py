@@ -16,6 +16,7 @@ from specpilot.api.durations import parse_duration
 from specpilot.bench import report
 from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
 from specpilot.bench.trace import TraceError, read_trace
+from specpilot.sim.presets import PERTURBATIONS, TRUE_PROFILES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +41,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "applies to every policy of every scenario",
     )
     add_trace_arguments(p)
+    p.add_argument(
+        "--true-profile",
+        choices=("calibrated", *PERTURBATIONS),
+        default="calibrated",
+        help="the hardware the simulator runs: the calibrated preset the CR describes, or a perturbed copy of it "
+        "(roofline ridge x0.6 or x1.4, verify x1.5, drafter x2, restart x1.5) that the operator is not told about",
+    )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
 
@@ -154,6 +162,14 @@ def _chosen(args: argparse.Namespace) -> list[Scenario]:
     return chosen or suite
 
 
+def with_true_profile(scenario: Scenario, variant: str) -> Scenario:
+    """The scenario (and what its CR ran before) simulated on the perturbed copy of its calibrated preset; a scenario
+    that already runs an uncalibrated profile keeps it."""
+    previous = None if scenario.previous is None else with_true_profile(scenario.previous, variant)
+    name = f"{scenario.preset}-{variant}"
+    return replace(scenario, preset=name if name in TRUE_PROFILES else scenario.preset, previous=previous)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.calibration:
         from specpilot.bench.calibration import calibration_rows, format_rows
@@ -176,6 +192,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.quick:
         chosen = [s.scaled(0.1) for s in chosen]
+    if args.true_profile != "calibrated":
+        chosen = [with_true_profile(s, args.true_profile) for s in chosen]
     if args.client_timeout is not None:
         chosen = [replace(s, client_timeout_s=args.client_timeout) for s in chosen]
     rows: list[dict[str, Any]] = []

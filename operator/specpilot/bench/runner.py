@@ -210,7 +210,8 @@ LENIENT = {"disableBelow": 0.25, "enableAbove": 0.35}
 def closed_loop_spec(scenario: Scenario, acceptance: dict[str, float] | None = None) -> Any:
     """The SpeculativeDeployment spec the closed loop runs for this scenario (specpilot_policy.bench_spec)."""
     return bench_spec(preset_named(scenario.preset), scenario.method, scenario.num_speculative_tokens,
-                      scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s)  # fmt: skip
+                      scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
+                      speculation_enabled=scenario.speculation_enabled)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
@@ -222,10 +223,28 @@ def earliest_refit_s(spec: Any) -> float:
 def run_specpilot(
     scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None = None
 ) -> tuple[Replica, SpecpilotController]:
-    preset = preset_named(scenario.preset)
-    spec = closed_loop_spec(scenario, acceptance)
-    controller = SpecpilotController(spec, preset)
-    replica = Replica(scenario, preset, controller.initial_intent(), seed)
+    """specpilot's controller in closed loop; where the CR changed (`scenario.previous`), the controller first lives
+    through what the CR ran before, and keeps its state across the change as status.autotune does."""
+    controller = SpecpilotController(closed_loop_spec(scenario, acceptance))
+    before = scenario.previous
+    if before is not None:
+        _, earlier = _closed_loop_until_end(before, seed, arrivals(before, seed), acceptance)
+        controller.state, controller.clock_offset_s = earlier.state, before.duration_s
+    return _drive(scenario, seed, items, controller, changed=before is not None)
+
+
+def _closed_loop_until_end(
+    scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None
+) -> tuple[Replica, SpecpilotController]:
+    return _drive(scenario, seed, items, SpecpilotController(closed_loop_spec(scenario, acceptance)), changed=False)
+
+
+def _drive(
+    scenario: Scenario, seed: int, items: Sequence[Arrival], controller: SpecpilotController, *, changed: bool
+) -> tuple[Replica, SpecpilotController]:
+    """One evaluation per interval over the scenario. `changed`: the config at time 0 was just rolled out (a CR
+    edit), so its metrics settle like any new config's."""
+    replica = Replica(scenario, preset_named(scenario.preset), controller.initial_intent(), seed)
     t = 0.0
     while t < scenario.duration_s:
         t = min(t + controller.interval_s, scenario.duration_s)
@@ -234,7 +253,7 @@ def run_specpilot(
             t,
             current=replica.intent,
             history=replica.history,
-            config_since=replica.config_since if replica.generation else None,
+            config_since=replica.config_since if replica.generation or changed else None,
             rollout_in_progress=t < replica.down_until,
         )
         if target is not None:
@@ -305,6 +324,7 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
         "config": run.config,
         "goodput": round(oracles.goodput(run.outcomes, run.duration_s, tpot_slo, ttft_slo), 2),
         "slo_attainment": round(oracles.attainment(run.outcomes, tpot_slo, ttft_slo), 4),
+        "mean_tpot_ms": round(sum(tpots) / len(tpots) * 1000, 3) if tpots else math.nan,
         "p50_tpot_ms": round(oracles.quantile(tpots, 0.5) * 1000, 3),
         "p99_tpot_ms": round(oracles.quantile(tpots, 0.99) * 1000, 3),
         "p50_ttft_ms": round(oracles.quantile(ttfts, 0.5) * 1000, 1),

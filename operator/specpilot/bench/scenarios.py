@@ -111,11 +111,18 @@ class Scenario:
     # Recorded arrivals and lengths replayed exactly instead of drawn from qps and lengths (temperatures and the
     # drift multiplier still come from the mix at each arrival time).
     replay: Replay | None = None
+    # spec.speculation.enabled of the CR (False: declared without speculation)
+    speculation_enabled: bool = True
+    # What the same CR ran before this scenario starts, its own arrivals on its own hardware: only specpilot's
+    # controller lives through it (its records carry over, as status.autotune does), every policy is judged from the
+    # change on. The change itself is the user's edit, which every policy rolls out at time 0.
+    previous: Scenario | None = None
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""
         return replace(
             self,
+            previous=None if self.previous is None else self.previous.scaled(factor),
             duration_s=self.duration_s * factor,
             qps=tuple((t * factor, v) for t, v in self.qps),
             high_temperature_share=tuple((t * factor, v) for t, v in self.high_temperature_share),
@@ -295,6 +302,63 @@ SCENARIOS: tuple[Scenario, ...] = (
         ((0.0, 0.2),),
         alpha_multiplier=((0.0, 1.0), (1199.0, 1.0), (1200.0, 0.45)),
         tpot_slo_ms=15.0,
+    ),
+)
+
+
+# Scenarios outside the calibrated set-ups' comfort: thin traffic, a GPU class the operator has no profile for, and a CR
+# whose target changes. The rates are absolute (they are the point of the scenario), not shares of capacity.
+SCENARIOS += (
+    Scenario(
+        "low-traffic",
+        "8B/H100 EAGLE-3 K=3 at 0.1 QPS for 2 h: most 5-minute windows hold too few requests for a latency figure",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        2 * H,
+        ((0.0, 0.1),),
+        ((0.0, 0.2),),
+        tpot_slo_ms=15.0,
+        dynamic=False,
+    ),
+    Scenario(
+        "l4-like",
+        "8B EAGLE-3 K=3 at 0.3 QPS for 1 h on an L4-like GPU (24 GiB, 300 GB/s): no calibrated profile; the operator"
+        " knows only the GPU label and its own measurements",
+        "llama8b-l4-like",
+        "eagle3",
+        3,
+        1 * H,
+        ((0.0, 0.3),),
+        ((0.0, 0.2),),
+        tpot_slo_ms=100.0,
+        dynamic=False,
+    ),
+    Scenario(
+        "target-change",
+        "the CR ran 8B/H100 without speculation for 30 min at 30% of its capacity (4 QPS); its target becomes"
+        " 70B/4xH100 with a draft model K=4 at 30% of that capacity (3.1 QPS) for 1 h: the 8B's records must not"
+        " decide for the 70B",
+        "llama70b-4xh100",
+        "draft_model",
+        4,
+        1 * H,
+        share_of_capacity("llama70b-4xh100", ((0.0, 0.30),)),
+        ((0.0, 0.2),),
+        tpot_slo_ms=45.0,
+        ttft_slo_s=3.0,
+        dynamic=False,
+        previous=Scenario(
+            "target-change-before",
+            "8B/H100, declared without speculation, 30% of no-SD capacity",
+            "llama8b-h100",
+            "eagle3",
+            3,
+            0.5 * H,
+            share_of_capacity("llama8b-h100", ((0.0, 0.30),)),
+            ((0.0, 0.2),),
+            speculation_enabled=False,
+        ),
     ),
 )
 

@@ -6,6 +6,11 @@ intent, the rollout state and the config's start time, call `decision.decide`, a
 `decision.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
 (interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), vLLM 0.32.0, and
 the scenario's TTFT SLO as latency.ttftDeadline.
+
+The controller is not handed the simulator's hardware: the CR states what a user states on a real cluster (the target,
+tensor parallelism, GPU memory and the GPU product node label of the simulated set-up), and the cost profile and restart
+cost come from that spec exactly as the operator derives them (costprofile.fit_settings_for), whatever true profile
+the simulator runs. What it learns beyond that, it learns from its own measurements.
 """
 
 from __future__ import annotations
@@ -17,8 +22,7 @@ from typing import Any
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import effective_window, measure, query_settings
-from specpilot.autotune.model.schedule import FitSettings
-from specpilot.autotune.model.stepcost import PROFILES
+from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL, fit_settings_for
 from specpilot.autotune.policy.decision import (
     MAX_DWELL,
     PolicyInputs,
@@ -42,7 +46,10 @@ DRAFT_MODELS = {"eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle": "yuhui
                 "draft_model": "meta-llama/Llama-3.2-1B-Instruct"}  # fmt: skip
 
 
-TARGETS = {"llama8b-h100": "meta-llama/Llama-3.1-8B-Instruct", "llama70b-4xh100": "meta-llama/Llama-3.3-70B-Instruct"}
+# The nvidia.com/gpu.product label of each GPU class, as NVIDIA's GPU feature discovery writes it; a class without one
+# (an AMD GPU) is described by its memory alone.
+GPU_PRODUCT_LABELS = {"H100": "NVIDIA-H100-80GB-HBM3", "A100": "NVIDIA-A100-SXM4-80GB", "L4": "NVIDIA-L4"}
+DEFAULT_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def to_datetime(t: float) -> datetime:
@@ -61,15 +68,19 @@ def bench_spec(
     max_model_len: int,
     acceptance: dict[str, float] | None = None,
     ttft_slo_s: float | None = None,
+    *,
+    speculation_enabled: bool = True,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
+    The set-up (target, TP, GPU memory and product label) is the preset's, never its step-time numbers.
+    `speculation_enabled`: spec.speculation.enabled (a deployment declared without speculation).
     `acceptance` overrides spec.autotune.acceptance (disableBelow / enableAbove) for the sensitivity variant.
     `ttft_slo_s`: the scenario's TTFT SLO, declared as spec.autotune.latency.ttftDeadline the way a user who is
     judged on it declares it (the scenario's TPOT SLO stays undeclared: the guarded metric and p99Target keep their
     defaults).
     """
-    speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k}
+    speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k, "enabled": speculation_enabled}
     if method in DRAFT_MODELS:
         speculation["draft"] = {"model": DRAFT_MODELS[method]}
     doc = {
@@ -83,7 +94,14 @@ def bench_spec(
                 "maxModelLen": max_model_len,
                 "maxNumSeqs": max_num_seqs,
             },
-            "target": {"model": TARGETS.get(preset.name, "meta-llama/Llama-3.1-8B-Instruct")},
+            "target": {"model": preset.target_model or DEFAULT_TARGET},
+            "parallelism": {"tensorParallelSize": preset.tensor_parallel_size},
+            "resources": {
+                "gpusPerReplica": preset.tensor_parallel_size,
+                "gpuMemoryGiB": preset.gpu_memory_gib,
+                **({"nodeSelector": {GPU_PRODUCT_LABEL: GPU_PRODUCT_LABELS[preset.gpu]}}
+                   if preset.gpu in GPU_PRODUCT_LABELS else {}),
+            },
             "speculation": speculation,
             "autotune": {"mode": "Auto", "prometheus": {"url": "http://simulated-prometheus:9090"},
                          "batchThreshold": {"tune": True, "min": 8, "max": max_num_seqs},
@@ -108,8 +126,8 @@ class SpecpilotController:
     """specpilot's autotuner in closed loop over one simulated deployment."""
 
     spec: Any
-    preset: Preset
     state: PolicyState = field(default_factory=PolicyState)
+    clock_offset_s: float = 0.0  # scenario time 0 on the controller's clock (it lived through an earlier CR)
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -136,18 +154,20 @@ class SpecpilotController:
         window = effective_window(self.spec.autotune)
         scope = Scope(namespace="bench", deployment="bench", config_hash=label(current))  # the running config's series
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
-        client = SimQueryClient(names, scope, window, history, to_seconds, *query_settings(self.spec))
-        at = to_datetime(now)
+        offset = self.clock_offset_s
+        client = SimQueryClient(
+            names, scope, window, history, lambda at: to_seconds(at) - offset, *query_settings(self.spec)
+        )
+        at = to_datetime(now + offset)
         measurements = measure(self.spec, scope, client, at)
-        model = PROFILES.get(self.preset.name, PROFILES["llama8b-h100"])
         inputs = PolicyInputs(
             spec=self.spec,
             current=current,
             measurements=measurements,
             window=window,
             rollout_in_progress=rollout_in_progress,
-            config_since=None if config_since is None else to_datetime(config_since),
-            fit=FitSettings(model=model, restart_cost_s=self.preset.restart_s),
+            config_since=None if config_since is None else to_datetime(config_since + offset),
+            fit=fit_settings_for(self.spec),
         )
         decision, self.state = decide(inputs, self.state, at)
         self.decisions.append(

@@ -192,8 +192,91 @@ CPU_TINY = Preset(
 PRESETS: dict[str, Preset] = {p.name: p for p in (LLAMA8B_H100, LLAMA70B_4XH100, CPU_TINY)}
 
 
+# ------------------------------------------------------------------------------------------------ true profiles
+#
+# Hardware the decision benchmark simulates but the operator was never calibrated on: the controller is handed
+# only what a real cluster tells it (the CR, the GPU product label, its own measurements), so its profile is a prior
+# and the simulator's truth differs from it. Test conditions, not calibrations (docs/design/simulator.md).
+
+# A perturbed copy keeps the set-up (target, TP, GPU) of its base, so the CR and the operator's prior are the base's.
+PERTURBATIONS: dict[str, tuple[float, float, float]] = {  # name: (roofline ridge, verify cost, drafter cost) factors
+    "perturbed-ridge-low": (0.6, 1.5, 2.0),
+    "perturbed-ridge-high": (1.4, 1.5, 2.0),
+}
+PERTURBED_RESTART = 1.5  # a restart also takes longer than the prior assumes: the controller must measure its own
+
+
+def perturbed(base: Preset, variant: str) -> Preset:
+    """`base` with its roofline ridge, verify forward (base cost and KV read) and drafter cost scaled."""
+    ridge, verify, drafter = PERTURBATIONS[variant]
+
+    def slower(d: DrafterPreset) -> DrafterPreset:
+        return replace(d, draft_ms=d.draft_ms * drafter, draft_ms_per_request=d.draft_ms_per_request * drafter,
+                       draft_kv_ns=d.draft_kv_ns * drafter, cost_ratio=d.cost_ratio * drafter,
+                       lookup_fraction=d.lookup_fraction * drafter)  # fmt: skip
+
+    return replace(
+        base,
+        name=f"{base.name}-{variant}",
+        description=f"{base.description}; true profile: ridge x{ridge:g}, verify x{verify:g}, drafter x{drafter:g}",
+        verify_base_ms=base.verify_base_ms * verify,
+        kv_ns_per_token=base.kv_ns_per_token * verify,
+        ridge_tokens=base.ridge_tokens * ridge,
+        restart_s=base.restart_s * PERTURBED_RESTART,
+        drafters={m: slower(d) for m, d in base.drafters.items()},
+    )
+
+
+def gpu_class(
+    base: Preset, name: str, gpu: str, *, bandwidth_tbs: float, tflops: float, memory_gib: float, kv_tokens: int,
+    restart_s: float, sched_ms: float | None = None,
+) -> Preset:  # fmt: skip
+    """`base`'s model on another GPU class, scaled from the H100 by the datasheet's HBM bandwidth and dense BF16
+    FLOP/s: memory-bound terms (weights, KV and drafter reads) by the bandwidth ratio, the ridge by the ratio of
+    FLOP/s to bandwidth (the roofline's F/BW). An estimate of the shape, not a calibration."""
+    slower = 3.35 / bandwidth_tbs  # H100 SXM: 3.35 TB/s, 989 TFLOP/s dense BF16
+    ridge = (tflops / 989.0) / (bandwidth_tbs / 3.35)
+
+    def scaled(d: DrafterPreset) -> DrafterPreset:
+        return replace(d, draft_ms=d.draft_ms * slower, draft_kv_ns=d.draft_kv_ns * slower)
+
+    return replace(
+        base,
+        name=name,
+        description=f"{base.description.split(' on ')[0]} on one {gpu}-like GPU (scaled from the H100)",
+        verify_base_ms=base.verify_base_ms * slower,
+        kv_ns_per_token=base.kv_ns_per_token * slower,
+        ridge_tokens=base.ridge_tokens * ridge,
+        eager_penalty_ms=base.eager_penalty_ms * slower,
+        sched_ms=base.sched_ms if sched_ms is None else sched_ms,
+        kv_capacity_tokens=kv_tokens,
+        restart_s=restart_s,
+        gpu=gpu,
+        gpu_memory_gib=memory_gib,
+        drafters={m: scaled(d) for m, d in base.drafters.items()},
+    )
+
+
+# KV tokens: (memory x 0.92 - 15 GiB of 8B weights - activations) / 128 KiB per token.
+UNSEEN_GPUS = (
+    gpu_class(LLAMA8B_H100, "llama8b-a100-like", "A100", bandwidth_tbs=2.04, tflops=312, memory_gib=80,
+              kv_tokens=440_000, restart_s=100.0),
+    gpu_class(LLAMA8B_H100, "llama8b-l4-like", "L4", bandwidth_tbs=0.30, tflops=121, memory_gib=24,
+              kv_tokens=36_000, restart_s=120.0),
+    gpu_class(LLAMA8B_H100, "llama8b-mi300x-like", "MI300X", bandwidth_tbs=5.3, tflops=1307, memory_gib=192,
+              kv_tokens=1_250_000, restart_s=150.0, sched_ms=1.5),
+)  # fmt: skip
+
+TRUE_PROFILES: dict[str, Preset] = {
+    **{p.name: p for p in UNSEEN_GPUS},
+    **{f"{b.name}-{v}": perturbed(b, v) for b in (LLAMA8B_H100, LLAMA70B_4XH100) for v in PERTURBATIONS},
+}
+
+
 def preset_named(name: str) -> Preset:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+    """A calibrated preset, or a true profile of the benchmark."""
+    found = PRESETS.get(name) or TRUE_PROFILES.get(name)
+    if found is None:
+        known = ", ".join(sorted({*PRESETS, *TRUE_PROFILES}))
+        raise ValueError(f"unknown preset {name!r}; known: {known}")
+    return found

@@ -6,8 +6,9 @@ pricing every deployment with the 8B profile made the consistency check refuse e
 by more than x2"). The spec already names what decides step time: the target model (its parameter count from the
 catalog or inline numbers; active parameters for mixture-of-experts models), the tensor-parallel size, the GPU (memory
 per GPU, and the nvidia.com/gpu.product node selector when given) and the weight quantization. A set-up that matches a
-calibrated one uses it; any other uses the nearest one (by model size and TP on a log scale) and says so, since its
-predictions are then extrapolated and the consistency check against the measured TPOT is what guards them.
+calibrated one uses it; any other gets the nearest one (by model size and TP on a log scale) as the prior of its own
+online fit (stepfit.py) and says so: its shape is another GPU's, so no decision prices with it until the deployment's
+own windows fit it (FitSettings.calibrated).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def choose_cost_profile(spec: SpeculativeDeploymentSpec) -> CostProfileChoice:
     else:
         note = (
             f"{chosen.name} is the nearest calibrated profile ({chosen.description}), not this set-up: "
-            f"{'; '.join(differences)}; step times are extrapolated and only the TPOT consistency check guards them"
+            f"{'; '.join(differences)}; a prior only: decisions price steps with this deployment's own fit"
         )
     return CostProfileChoice(PROFILES[chosen.name], chosen.name, not differences, note, chosen.restart_s)
 
@@ -144,4 +145,6 @@ def fit_settings_for(spec: SpeculativeDeploymentSpec) -> FitSettings:
     """FitSettings whose step model and restart cost are this spec's profile's (a 70B restart costs ~300 s, an 8B
     one ~90 s), the choice recorded for the decision's evidence."""
     choice = choose_cost_profile(spec)
-    return FitSettings(model=choice.model, restart_cost_s=choice.restart_s, model_choice=choice.to_dict())
+    return FitSettings(
+        model=choice.model, restart_cost_s=choice.restart_s, model_choice=choice.to_dict(), calibrated=choice.calibrated
+    )

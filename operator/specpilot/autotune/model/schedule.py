@@ -396,6 +396,8 @@ class FitSettings:
     prefer_within: float = 0.01
     # why this profile (costprofile.choose_cost_profile); None: the default, chosen by no spec
     model_choice: Mapping[str, Any] | None = None
+    # the profile was calibrated on this set-up; False: the nearest one, a prior for the deployment's own fit only
+    calibrated: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -407,6 +409,7 @@ class FitSettings:
             "horizonSeconds": self.horizon_s,
             "minGain": self.min_gain,
             "modelTolerance": self.model_tolerance,
+            "calibrated": self.calibrated,
         }
 
 

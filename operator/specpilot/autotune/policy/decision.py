@@ -5,15 +5,17 @@ The state is a plain JSON document kept in `status.autotune`, so agreement strea
 baseline record and the reason speculation was switched off survive operator restarts (HPA loses all of these on a
 restart; KEP-853 explains why that causes instant scaling).
 
-Layers, outermost first (the rules of docs/design/decisions.md):
-1. mode Off -> nothing; measurement Errors -> hold and count (4 in a row -> MetricsAvailable=False);
-   pause annotation -> hold (user overrides win); rollout in flight or config still settling -> hold.
-2. `propose`: what this one evaluation alone says, from Valid measurements only, with minimum sample counts.
-3. Agreement: K consecutive identical proposals spanning the stabilization window (hysteresis); a new
-   `specpilot.dev/reevaluate` token counts as full agreement once.
-4. Mode Recommend publishes; mode Auto checks the budget (min interval, per hour/day, longer after a reversal;
-   kept in status so it survives restarts) and asks the shell to actuate. The shell applies, then calls
-   `record_actuation`.
+`decide`, in the HPA's shape (the rules of docs/design/decisions.md):
+1. Observation: a spec or deployment change resets what it invalidates (`_reset_on_spec_change`); mode Off and
+   measurement Errors hold (4 in a row -> MetricsAvailable=False); a settled window is filed into the records
+   (`_observe`) and the measured restart (`measured_restart_s`); pause, a rollout in flight or a config still
+   settling hold (`_before_proposal`).
+2. Proposal: what this one evaluation alone says (`propose`), from Valid measurements only, with minimum samples.
+3. Agreement: the streak continues or starts, and its wait is priced (`_agree`, `_stabilization`).
+4. Gates, in the fixed order of `GATES`: agreement (K consecutive evaluations spanning the stabilization window;
+   a new `specpilot.dev/reevaluate` token counts as full agreement once), publish (mode Recommend, or an advisory
+   proposal), budget (min interval, per hour/day, longer after a reversal; kept in status), backlog. The first that
+   holds concludes; past all of them the shell actuates and then calls `record_actuation`.
 
 Re-enabling: with speculation off there are no acceptance counters, so "off" is left only on other
 evidence: a canary replica that speculates on the same traffic; load back under the level where a load-driven
@@ -27,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -55,6 +57,7 @@ from specpilot.autotune.model.baseline import (
     side_by_side,
     summary,
 )
+from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL
 from specpilot.autotune.model.forecast import RateSample, add_rate, projected_ratios, projection_ahead_s, rising_trend
 from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.autotune.model.schedule import (
@@ -92,6 +95,9 @@ from specpilot.autotune.model.stepcost import (
     with_prefill,
 )
 from specpilot.autotune.model.stepfit import (
+    MIN_BUCKETS,
+    MIN_SAMPLES,
+    StepFit,
     StepSample,
     add_sample,
     fit_step_cost,
@@ -209,6 +215,8 @@ class OffRecord:
     batch: float | None
     detail: str
     acceptance: float | None = None  # the window's acceptance when it was switched off (absent in older states)
+    # the offered load then, in finished requests per second: unlike the batch, the config does not move it
+    request_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +225,7 @@ class PolicyState:
 
     spec_fingerprint: str | None = None
     intent_fingerprint: str | None = None
+    deployment_fingerprint: str | None = None  # the deployment the records below describe (deployment_fingerprint)
     consecutive_errors: int = 0
     metrics_available: bool | None = None
     paused: bool = False
@@ -240,12 +249,16 @@ class PolicyState:
     forgone_s: float = 0.0
     # the finished-request rate of each evaluation over the last hour: where the offered load is heading (forecast.py)
     request_rates: tuple[RateSample, ...] = ()
+    # seconds of serving one of this deployment's own restarts took, per pod: from autotune's last actuation to the
+    # rollout's completion (measured_restart_s); None until one was measured, when the profile's assumption prices it
+    restart_measured_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
             "specFingerprint": self.spec_fingerprint,
             "intentFingerprint": self.intent_fingerprint,
+            "deploymentFingerprint": self.deployment_fingerprint,
             "consecutiveErrors": self.consecutive_errors,
             "metricsAvailable": self.metrics_available,
             "paused": self.paused,
@@ -281,6 +294,7 @@ class PolicyState:
                 "batch": self.off.batch,
                 "detail": self.off.detail,
                 **({} if self.off.acceptance is None else {"acceptance": self.off.acceptance}),
+                **({} if self.off.request_rate is None else {"requestRate": self.off.request_rate}),
             },
             "probeStarted": _t(self.probe_started),
             "lastProbe": _t(self.last_probe),
@@ -293,6 +307,7 @@ class PolicyState:
             "backlogDropped": self.backlog_dropped,
             "forgoneSeconds": round(self.forgone_s, 1),
             "requestRates": [r.to_list() for r in self.request_rates],
+            "restartMeasuredSeconds": self.restart_measured_s,
         }
 
     @classmethod
@@ -305,6 +320,7 @@ class PolicyState:
         return cls(
             spec_fingerprint=raw.get("specFingerprint"),
             intent_fingerprint=raw.get("intentFingerprint"),
+            deployment_fingerprint=raw.get("deploymentFingerprint"),
             consecutive_errors=int(raw.get("consecutiveErrors", 0)),
             metrics_available=raw.get("metricsAvailable"),
             paused=bool(raw.get("paused", False)),
@@ -340,6 +356,7 @@ class PolicyState:
                 batch=None if off.get("batch") is None else float(off["batch"]),
                 detail=str(off.get("detail", "")),
                 acceptance=None if off.get("acceptance") is None else float(off["acceptance"]),
+                request_rate=None if off.get("requestRate") is None else float(off["requestRate"]),
             ),
             probe_started=_pt(raw.get("probeStarted")),
             last_probe=_pt(raw.get("lastProbe")),
@@ -352,6 +369,9 @@ class PolicyState:
             backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
             forgone_s=float(raw.get("forgoneSeconds") or 0.0),
             request_rates=tuple(RateSample.from_list(r) for r in raw.get("requestRates") or ()),
+            restart_measured_s=None
+            if raw.get("restartMeasuredSeconds") is None
+            else float(raw["restartMeasuredSeconds"]),
         )
 
     @classmethod
@@ -368,6 +388,25 @@ class PolicyState:
             return cls.from_dict(raw), None
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
             return cls(), f"status.autotune is malformed ({type(err).__name__}: {err!s:.80}); ignored"
+
+
+# What one deployment's records start as: everything learned from its own windows and rollouts.
+FRESH_RECORDS: dict[str, Any] = {
+    "baseline": (),
+    "load": {},
+    "load_updated": None,
+    "step_samples": (),
+    "step_sampled": None,
+    "request_rates": (),
+    "forgone_s": 0.0,
+    "off": None,
+    "probe_started": None,
+    "last_probe": None,
+    "restart_measured_s": None,
+    "streak": None,
+    "backlog_since": None,
+    "backlog_dropped": None,
+}
 
 
 def _t(at: datetime | None) -> str | None:
@@ -449,6 +488,8 @@ class Decision:
     probe: bool = False
     off_kind: OffReason | None = None
     batch: float | None = None
+    request_rate: float | None = None  # this window's finished requests per second (Valid only)
+    acceptance: float | None = None  # this window's acceptance rate (Valid only)
     handled_reevaluate: str | None = None  # write to status.lastHandledReevaluate
     events: tuple[PolicyEvent, ...] = ()
 
@@ -472,13 +513,34 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def deployment_fingerprint(spec: SpeculativeDeploymentSpec) -> str:
+    """What this deployment's measurements describe: the target, the drafter and method, the GPU and its
+    parallelism, the image and the vLLM version. Every record the decisions learn from (the baseline, the step
+    samples, the load and request-rate history, the off record, the measured restart) belongs to one fingerprint; a
+    change starts them fresh (_reset_on_spec_change)."""
+    speculation = spec.speculation
+    return fingerprint(
+        {
+            "target": spec.target.model_dump(mode="json", by_alias=True),
+            "method": speculation.method.value,
+            "draft": None if speculation.draft is None else speculation.draft.model_dump(mode="json", by_alias=True),
+            "gpu": spec.resources.node_selector.get(GPU_PRODUCT_LABEL),
+            "gpuMemoryGiB": spec.resources.gpu_memory_gi_b,
+            "parallelism": spec.parallelism.model_dump(mode="json", by_alias=True),
+            "image": spec.engine.image,
+            "version": spec.engine.version,
+        }
+    )
+
+
 def spec_fingerprints(spec: SpeculativeDeploymentSpec) -> tuple[str, str]:
-    """(whole spec, what the speculation intent derives from): the first resets agreement, the second the choice."""
+    """(whole spec, what the speculation intent derives from): the first resets agreement, the second the choice,
+    which was made for one deployment (deployment_fingerprint)."""
     whole = fingerprint(spec.model_dump(mode="json", by_alias=True))
     intent = fingerprint(
         {
             "speculation": spec.speculation.model_dump(mode="json", by_alias=True),
-            "version": spec.engine.version,
+            "deployment": deployment_fingerprint(spec),
             "maxNumSeqs": spec.engine.max_num_seqs,
         }
     )
@@ -666,39 +728,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
                 )
-            predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
-            evidence["predictedSpeed"] = {
-                "speedup": None if predicted is None else round(predicted, 3),
-                "note": prediction,
-            }
-            missing = speed.evidence.get("note", speed.reason)
-            plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
-            if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
-                reason = (
-                    f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
-                    f"consistent with the measured TPOT, prices a refit above both the running config and speculation "
-                    f"off: {plan.reason}"
-                )
-                return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
-            if inputs.spec.speculation.adaptive_verification:
-                reason = (
-                    f"{reason}, but adaptive verification lowers acceptance by design and there is no measured speed "
-                    f"comparison yet ({missing}): recommended, not applied, until a plain baseline or canary at this "
-                    "load shows speculation is not faster"
-                )
-                return Proposal(
-                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
-                )
-            if predicted is not None and predicted >= _advisory_margin(state):
-                reason = (
-                    f"{reason}, but there is no measured speed comparison yet ({missing}) and {prediction}: "
-                    "recommended, not applied, until a plain baseline or canary at this load shows speculation is "
-                    "not faster"
-                )
-                return Proposal(
-                    Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True
-                )
-            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+            return _below_disable_without_comparison(inputs, state, now, reason, speed, evidence)
         if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
                 f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
@@ -766,18 +796,116 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
     return _keep(inputs, summary_text, evidence)
 
 
-def _advisory_margin(state: PolicyState) -> float:
-    """The predicted speedup over plain that keeps an acceptance-only disable advisory (no measured comparison).
+def _below_disable_without_comparison(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, reason: str, speed: SpeedVerdict, evidence: dict[str, Any]
+) -> Proposal:
+    """Acceptance below disableBelow, no measured speed comparison: a refit the fit prices above both the running
+    config and off, else whatever the model and the hardware-free bound support (_acceptance_only)."""
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
+    assert acceptance is not None
+    predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
+    evidence["predictedSpeed"] = {
+        "speedup": None if predicted is None else round(predicted, 3),
+        "note": prediction,
+    }
+    missing = speed.evidence.get("note", speed.reason)
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
+    if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
+        reason = (
+            f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
+            f"consistent with the measured TPOT, prices a refit above both the running config and speculation "
+            f"off: {plan.reason}"
+        )
+        return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
+    return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence)
 
-    Entering the advisory takes the model predicting speculation FASTER_MARGIN faster than plain; once the streak is
-    advisory it stays so while the model predicts speculation no slower than plain: a dead-band (separate leave and
-    re-enter thresholds). Without it, a prediction hovering at the margin alternates between the advisory and an
-    acting disable, and a run of acting ones agrees (docs/design/decisions.md).
-    """
-    streak = state.streak
-    if streak is not None and streak.key.startswith(_key_prefix(Action.DISABLE, advisory=True)):
-        return 1.0
-    return 1 + FASTER_MARGIN
+
+def _acceptance_only(
+    inputs: PolicyInputs,
+    reason: str,
+    predicted: float | None,
+    prediction: str,
+    missing: str,
+    evidence: dict[str, Any],
+) -> Proposal:
+    """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
+    off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
+    (_speedup_ceiling), the disable acts. A usable cost model that prices speculation slower than plain supports the
+    disable; one that prices it no slower publishes it as a recommendation only (advisory); without a usable model
+    (too few requests for a mean TPOT, a model this deployment's windows do not confirm) the config holds. So does
+    adaptive verification, which lowers acceptance by design."""
+    off_target = inputs.current.without_speculation()
+    ceiling = _speedup_ceiling(inputs)
+    if ceiling is not None and ceiling < 1 + FASTER_MARGIN:
+        return Proposal(
+            Action.DISABLE,
+            off_target,
+            f"{reason}: {ceiling:.3f} tokens per step, so on any hardware speculation is at most {ceiling - 1:.1%} "
+            f"faster than plain, within the noise margin {FASTER_MARGIN:.0%}",
+            evidence,
+            off_kind=OffReason.ACCEPTANCE,
+        )
+    if inputs.spec.speculation.adaptive_verification or (predicted is not None and predicted >= 1.0):
+        why = (
+            "adaptive verification lowers acceptance by design"
+            if inputs.spec.speculation.adaptive_verification
+            else prediction
+        )
+        reason = (
+            f"{reason}, but there is no measured speed comparison yet ({missing}) and {why}: recommended, not "
+            "applied, until a plain baseline or canary at this load shows speculation is not faster"
+        )
+        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True)
+    if predicted is None:
+        return _keep(
+            inputs,
+            f"holding: {reason}, but neither a measured speed comparison ({missing}) nor a usable cost model "
+            f"({prediction}) says speculation is slower; acceptance alone never switches it off",
+            evidence,
+        )
+    return Proposal(Action.DISABLE, off_target, f"{reason}; {prediction}", evidence, off_kind=OffReason.ACCEPTANCE)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The step-cost model decisions may price with, and the deployment's own fit it came from or fell back from."""
+
+    model: StepCostModel | None  # None: none is usable, and nothing is priced
+    fit: StepFit
+    note: str
+
+
+def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
+    """The fit of the deployment's own settled windows when its error on them is small (stepfit.MAX_ERROR), else the
+    profile calibrated on this set-up. A profile of another set-up (an unknown GPU, another size) is only the fit's
+    prior: its shape is not this deployment's, so until its own windows fit, nothing is priced with it."""
+    prior = inputs.fit.model
+    fit = fit_step_cost(state.step_samples, model_for_method(prior, inputs.spec.speculation.method.value))
+    if fit.model is not None:
+        return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
+    if inputs.fit.calibrated:
+        return StepModel(prior, fit, f"profile {prior.name}, calibrated on this set-up")
+    thin = fit.samples < MIN_SAMPLES or fit.buckets < MIN_BUCKETS
+    own = (
+        f"its own fit needs {MIN_SAMPLES} settled windows over {MIN_BUCKETS} load buckets ({fit.samples} over "
+        f"{fit.buckets} so far)"
+        if thin
+        else f"its own fit is refused ({fit.note})"
+    )
+    return StepModel(None, fit, f"no usable cost model: {prior.name} is another set-up's profile, a prior only; {own}")
+
+
+def _speedup_ceiling(inputs: PolicyInputs) -> float | None:
+    """The most speculation can beat plain by whatever the hardware: a step that verifies drafts costs at least a plain
+    step, so the speed-up is at most the tokens it emits per step (vLLM's mean acceptance length, else 1 + acceptance x
+    K, the most K drafts can add). None when neither is measured."""
+    m = inputs.measurements
+    per_step = valid_value(m, Signal.MEAN_ACCEPTANCE_LENGTH)
+    if per_step is not None:
+        return per_step
+    acceptance, k = valid_value(m, Signal.ACCEPTANCE_RATE), inputs.current.num_speculative_tokens
+    return None if acceptance is None or not k else 1 + acceptance * k
 
 
 def _fit_plan(
@@ -788,12 +916,10 @@ def _fit_plan(
     batch: float | None,
     evidence: dict[str, Any],
 ) -> ThresholdPlan | None:
-    """The threshold/schedule fit on this deployment's own step-cost curve when it has one; filed in `evidence`."""
-    step_fit = fit_step_cost(
-        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
-    )
-    evidence["stepFit"] = step_fit.to_dict()
-    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
+    """The threshold/schedule fit priced with the usable step model (usable_step_model); filed in `evidence`."""
+    step_model = usable_step_model(inputs, state)
+    evidence["stepFit"] = step_model.fit.to_dict()
+    plan = _plan(inputs, state, now, acceptance, batch, step_model)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
     return plan
@@ -834,10 +960,7 @@ def _k0_window_proposal(
         acceptance, source = newest.acceptance, f"the baseline record's newest ({format_time(newest.at)})"
     else:
         acceptance, source = inputs.spec.autotune.acceptance.enable_above, "enableAbove (none recorded)"
-    step_fit = fit_step_cost(
-        state.step_samples, model_for_method(inputs.fit.model, inputs.spec.speculation.method.value)
-    )
-    plan = _plan(inputs, state, now, acceptance, batch, step_fit.model)
+    plan = _plan(inputs, state, now, acceptance, batch, usable_step_model(inputs, state))
     if plan is None:
         return None
     evidence["threshold"] = {"reason": plan.reason, "acceptanceAtK0": {"value": acceptance, "source": source},
@@ -908,9 +1031,10 @@ def _predicted_speedup(
     k = k_for_batch(current, b, max_k)
     if k <= 0:
         return None, f"no cost-model prediction: K = 0 at batch {b}"
-    method = inputs.spec.speculation.method.value
-    fitted = fit_step_cost(state.step_samples, model_for_method(inputs.fit.model, method)).model
-    model = with_emission(fitted or model_for_method(inputs.fit.model, method), profile)
+    step_model = usable_step_model(inputs, state)
+    if step_model.model is None:
+        return None, step_model.note
+    model = with_emission(model_for_method(step_model.model, inputs.spec.speculation.method.value), profile)
     ok, note = model_consistency(
         model, profile, batch=b, k=k, tpot_ms=tpot * 1000, tolerance=inputs.fit.model_tolerance
     )
@@ -991,12 +1115,11 @@ def _plan(
     now: datetime,
     acceptance: float,
     batch: float | None,
-    fitted: StepCostModel | None = None,
+    step_model: StepModel,
 ) -> ThresholdPlan | None:
     """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope.
 
-    `fitted`: the step-cost curve fitted from this deployment's own windows (stepfit.py), used instead of the
-    assumed profile once the data allow it.
+    `step_model`: what the steps are priced with (usable_step_model); without a usable one nothing is refitted.
     """
     spec = inputs.spec
     at = spec.autotune
@@ -1007,6 +1130,10 @@ def _plan(
     if support is ThresholdSupport.NONE or batch is None:
         return None
     m = inputs.measurements
+    if step_model.model is None:
+        return ThresholdPlan(
+            support, None, 0.0, math.inf, False, f"no refit: {step_model.note}", {"stepModel": step_model.note}
+        )
     profile, unmeasured = _acceptance_profile(inputs, acceptance)
     if unmeasured:
         return ThresholdPlan(
@@ -1037,7 +1164,7 @@ def _plan(
         batch_now=batch,
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
-        settings=inputs.fit if fitted is None else replace(inputs.fit, model=fitted),
+        settings=replace(inputs.fit, model=step_model.model),
         drafter_memory=drafter_memory(spec, m),
         forgone_s=state.forgone_s,
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
@@ -1104,12 +1231,14 @@ def _propose_while_off(
     bucket = load_bucket(batch)
     since = f" since {format_time(off.at)} ({off.detail})" if off else ""
 
-    if off is not None and off.kind is OffReason.LOAD and off.batch is not None and bucket < load_bucket(off.batch):
+    rate = valid_value(m, Signal.REQUEST_RATE)
+    load = _load_since_off(off, rate, tolerance)
+    if off is not None and off.kind is OffReason.LOAD and load is LoadSinceOff.LOWER:
         return Proposal(
             Action.ENABLE,
             on_target,
-            f"load back under the crossover: batch {batch:.1f} per engine in {bucket_label(bucket)}, below "
-            f"{bucket_label(load_bucket(off.batch))} where speculation was disabled{since}",
+            f"load back under the crossover: {rate:.2f} requests/s, below the {off.request_rate:.2f} at which "
+            f"speculation was disabled{since} by more than the tolerance {tolerance:.0%}",
             evidence,
         )
 
@@ -1152,16 +1281,37 @@ def _propose_while_off(
     if off is None:
         origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
         return _keep(inputs, f"speculation off {origin}; no canary, record or probe evidence to enable it", evidence)
+    return _probe(inputs, state, now, evidence, load, probe_now=probe_now)
+
+
+def _probe(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    evidence: dict[str, Any],
+    load: LoadSinceOff,
+    *,
+    probe_now: bool,
+) -> Proposal:
+    """After an autotune disable: turn speculation back on `probeInterval` later; after a disable for load, at no
+    higher request rate. The finished-request rate rises with the config where clients wait for each answer or the
+    engine is past capacity, so a probe of the drafter (an acceptance or canary disable) does not wait on it."""
+    at, off = inputs.spec.autotune, state.off
+    assert off is not None
+    since = f" since {format_time(off.at)} ({off.detail})"
+    on_target = complete_intent(inputs.current.with_speculation(), inputs.spec)
+    rate = valid_value(inputs.measurements, Signal.REQUEST_RATE)
+    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     probe_interval = parse_duration(at.probe_interval)
     if probe_interval <= 0:
         return _keep(inputs, f"speculation off{since}; probes disabled (probeInterval 0)", evidence)
     last = max(off.at, state.last_probe) if state.last_probe else off.at
     due = last + timedelta(seconds=probe_interval)
-    if off.batch is not None and bucket > load_bucket(off.batch):
+    if off.kind is OffReason.LOAD and load is LoadSinceOff.HIGHER:  # a drafter's probe re-measures the drafter
         return _keep(
             inputs,
-            f"speculation off{since}; probe waits for load at or below {bucket_label(load_bucket(off.batch))} "
-            f"(now batch {batch:.1f})",
+            f"speculation off{since}; probe waits for the request rate to fall to {off.request_rate:.2f}/s, "
+            f"where speculation was disabled (now {rate:.2f}/s)",
             evidence,
         )
     if now < due and not probe_now:
@@ -1169,11 +1319,30 @@ def _propose_while_off(
     return Proposal(
         Action.ENABLE,
         on_target,
-        f"probe: speculation off{since}; re-measuring acceptance at batch {batch:.1f} per engine "
+        f"probe: speculation off{since}; re-measuring acceptance at batch {batch or 0:.1f} per engine "
         f"(probeInterval {format_duration(probe_interval)})",
         evidence,
         probe=True,
     )
+
+
+class LoadSinceOff(StrEnum):
+    """The offered load now against the disable's, in request rate (the config moves the batch, not the traffic)."""
+
+    LOWER = "lower"
+    SAME = "same"  # within the tolerance
+    HIGHER = "higher"
+    UNKNOWN = "unknown"  # no rate now, or none recorded with the disable
+
+
+def _load_since_off(off: OffRecord | None, rate: float | None, tolerance: float) -> LoadSinceOff:
+    if off is None or off.request_rate is None or rate is None:
+        return LoadSinceOff.UNKNOWN
+    if rate < off.request_rate * (1 - tolerance):
+        return LoadSinceOff.LOWER
+    if rate > off.request_rate * (1 + tolerance):
+        return LoadSinceOff.HIGHER
+    return LoadSinceOff.SAME
 
 
 def _acceptance_gate_misread(
@@ -1309,14 +1478,13 @@ def record_actuation(
     probe_started = state.probe_started
     last_probe = state.last_probe
     if decision.action is Action.DISABLE and decision.off_kind is not None:
-        measured = (decision.evidence.get("measurements") or {}).get(Signal.ACCEPTANCE_RATE.value) or {}
-        acceptance = measured.get("value") if measured.get("class") == "Valid" else None
         off = OffRecord(
             decision.off_kind,
             now,
             decision.batch,
             decision.reason.split(" over ")[0],
-            None if acceptance is None else float(acceptance),
+            decision.acceptance,
+            decision.request_rate,
         )
         probe_started = None
     elif decision.action is Action.ENABLE:
@@ -1407,6 +1575,28 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
     return state
 
 
+def measured_restart_s(
+    state: PolicyState, config_since: datetime | None, spec: SpeculativeDeploymentSpec
+) -> float | None:
+    """What autotune's last restart cost: from its actuation to the rollout's completion, divided by the rollout's
+    waves (manifests.rollout_waves), so it is one pod's restart. Only a completion within the rollout's budget
+    (manifests.rollout_budget_seconds) after the actuation is its rollout; a later one is someone else's. The
+    previous figure otherwise."""
+    if not state.actuations or config_since is None:
+        return state.restart_measured_s
+    took = (config_since - state.actuations[-1].at).total_seconds()
+    if not 0 < took <= manifests.rollout_budget_seconds(spec, spec.replicas):
+        return state.restart_measured_s
+    return took / max(1, manifests.rollout_waves(spec, spec.replicas))
+
+
+def with_measured_restart(inputs: PolicyInputs, state: PolicyState) -> PolicyInputs:
+    """The restart priced at this deployment's own measured restart once it has one; the profile's assumption before."""
+    if state.restart_measured_s is None:
+        return inputs
+    return replace(inputs, fit=replace(inputs.fit, restart_cost_s=state.restart_measured_s))
+
+
 def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float, min_gain: float) -> PolicyState:
     """Add this evaluation's forgone serving to the rent-or-buy account (schedule.repaid_by_waiting): a refit's
     per-request speed-up at the load now times the interval. The account empties when there is no refit to install
@@ -1428,285 +1618,337 @@ def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:
 
 
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
+    """Level-based: a spec edit resets agreement, a change of what the intent derives from the choice, and a change
+    of the deployment (deployment_fingerprint) every record learned from the previous one."""
     whole, intent = spec_fingerprints(spec)
+    deployment = deployment_fingerprint(spec)
     if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
         state = replace(state, streak=None, last_recommendation=None)
     if state.intent_fingerprint is not None and state.intent_fingerprint != intent:
         state = replace(state, selected=None, off=None, probe_started=None)
-    return replace(state, spec_fingerprint=whole, intent_fingerprint=intent)
+    if state.deployment_fingerprint is not None and state.deployment_fingerprint != deployment:
+        state = replace(state, **FRESH_RECORDS)
+    return replace(state, spec_fingerprint=whole, intent_fingerprint=intent, deployment_fingerprint=deployment)
+
+
+@dataclass
+class _Round:
+    """One evaluation on its way through the gates: the inputs, the events posted so far, and what a Decision about
+    it carries whatever it concludes."""
+
+    inputs: PolicyInputs
+    now: datetime
+    events: list[PolicyEvent] = field(default_factory=list)
+
+    @property
+    def fresh_token(self) -> bool:
+        token = self.inputs.reevaluate_token
+        return bool(token) and token != self.inputs.last_handled_reevaluate
+
+    @property
+    def handled(self) -> str | None:
+        """The reevaluate token this evaluation consumes; a held one consumes it too, or a paused or settling object
+        with a fresh token would look due, and query Prometheus, on every tick."""
+        return self.inputs.reevaluate_token if self.fresh_token else None
+
+    def value(self, signal: Signal) -> float | None:
+        return valid_value(self.inputs.measurements, signal)
+
+    def hold(self, reason: str, gate: str, state: PolicyState) -> tuple[Decision, PolicyState]:
+        """Keep the running config before any proposal."""
+        decision = Decision(
+            Action.KEEP, self.inputs.current, reason, {}, Action.KEEP, False, gate, state.metrics_available,
+            state.throttled, state.paused, batch=self.value(Signal.BATCH_SIZE), handled_reevaluate=self.handled,
+            events=tuple(self.events),
+        )  # fmt: skip
+        return decision, state
+
+
+@dataclass
+class _Verdict:
+    """A proposal and its evidence, concluded as a Decision by whichever gate ends the evaluation."""
+
+    round: _Round
+    proposal: Proposal
+    evidence: dict[str, Any]
+
+    def decision(self, state: PolicyState, *, actuate: bool, gate: str, throttled: bool) -> Decision:
+        """The proposal itself, applied or held at `gate`."""
+        return self._decision(state, self.proposal.action, self.proposal.target, self.proposal.reason, actuate=actuate,
+                              gate=gate, throttled=throttled)  # fmt: skip
+
+    def keep(self, state: PolicyState, reason: str, gate: str, throttled: bool) -> Decision:
+        """The running config kept, the proposal still waiting."""
+        r = self.round
+        return self._decision(state, Action.KEEP, r.inputs.current, reason, actuate=False, gate=gate,
+                              throttled=throttled)  # fmt: skip
+
+    def _decision(
+        self, state: PolicyState, action: Action, target: SpeculationIntent, reason: str, **kw: Any
+    ) -> Decision:
+        r, p = self.round, self.proposal
+        return Decision(
+            action, target, reason, self.evidence, proposal=p.action, metrics_available=state.metrics_available,
+            paused=False, probe=p.probe, off_kind=p.off_kind, batch=r.value(Signal.BATCH_SIZE),
+            request_rate=r.value(Signal.REQUEST_RATE), acceptance=r.value(Signal.ACCEPTANCE_RATE),
+            handled_reevaluate=r.handled, events=tuple(r.events), **kw,
+        )  # fmt: skip
+
+
+Gate = Callable[[_Verdict, PolicyState, "_Wait"], tuple[Decision | None, PolicyState]]
 
 
 def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Decision, PolicyState]:
-    """One evaluation: the decision and the state to persist (see the module docstring for the layers)."""
-    at = inputs.spec.autotune
+    """One evaluation: the decision and the state to persist. Observation and the holds first (_before_proposal),
+    then this window's proposal, then the named gates in a fixed order (GATES); the first that holds concludes."""
     state = _reset_on_spec_change(state, inputs.spec)
-    events: list[PolicyEvent] = []
-    batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
-    fresh_token = bool(inputs.reevaluate_token) and inputs.reevaluate_token != inputs.last_handled_reevaluate
-    handled = inputs.reevaluate_token if fresh_token else None
+    r = _Round(inputs, now)
+    held, state = _before_proposal(r, state)
+    if held is not None:
+        return held, state
+    proposal = no_op_as_keep(r.inputs, propose(r.inputs, state, now, probe_now=r.fresh_token))
+    at = inputs.spec.autotune
+    state = _accrue_forgone(state, proposal, interval_s=parse_duration(at.interval), min_gain=inputs.fit.min_gain)
+    history = side_by_side(state.baseline, metric=at.latency.metric.value, now=now)
+    verdict = _Verdict(r, proposal, {**proposal.evidence, "history": history})
+    if proposal.action is Action.KEEP:
+        state = _note_recommendation(state, r.inputs, proposal, r.events, agreed=True)
+        done = verdict.keep(state, proposal.reason, "", throttled=False)
+        return done, replace(state, streak=None, throttled=False, backlog_since=None, backlog_dropped=None)
+    wait, state = _agree(verdict, state)
+    for gate in GATES:
+        held, state = gate(verdict, state, wait)
+        if held is not None:
+            return held, state
+    return verdict.decision(state, actuate=True, gate="", throttled=False), replace(state, throttled=False)
 
-    def hold(reason: str, gate: str, st: PolicyState, **extra: Any) -> tuple[Decision, PolicyState]:
-        """Keep the running config. A held evaluation still consumes a new reevaluate token: otherwise a paused or
-        settling object with a fresh token would look due, and query Prometheus, on every tick."""
-        decision = Decision(
-            action=Action.KEEP,
-            target=inputs.current,
-            reason=reason,
-            evidence=extra.pop("evidence", {}),
-            proposal=extra.pop("proposal", Action.KEEP),
-            actuate=False,
-            gate=gate,
-            metrics_available=st.metrics_available,
-            throttled=st.throttled,
-            paused=st.paused,
-            batch=batch,
-            handled_reevaluate=handled,
-            events=tuple(events),
-        )
-        return decision, st
 
-    if at.mode is AutotuneMode.OFF:
-        return hold(
-            "autotune mode is Off: the spec's config runs as written",
-            "mode Off",
-            replace(state, streak=None, throttled=False),
-        )
-
+def _before_proposal(r: _Round, state: PolicyState) -> tuple[Decision | None, PolicyState]:
+    """Mode Off, measurement errors, then the observation is filed (settled windows only), then pause, rollout in
+    flight and settling hold. `r.inputs` leaves priced at the deployment's measured restart."""
+    inputs, now = r.inputs, r.now
+    if inputs.spec.autotune.mode is AutotuneMode.OFF:
+        state = replace(state, streak=None, throttled=False)
+        return r.hold("autotune mode is Off: the spec's config runs as written", "mode Off", state)
     errors = count_errors(inputs.measurements)
     if errors:
-        n = state.consecutive_errors + 1
-        available = False if n >= ERROR_LIMIT else state.metrics_available
-        first = errors[0]
-        message = f"{len(errors)} measurement error(s), {n} in a row: {first.name}: {first.detail}"
-        if n >= ERROR_LIMIT and state.metrics_available is not False:
-            events.append(PolicyEvent("Warning", "MetricsUnavailable", f"{message}; holding the current config"))
-        state = replace(state, consecutive_errors=n, metrics_available=available)
-        return hold(f"{message} (limit {ERROR_LIMIT}); holding the current config", "metrics errors", state)
+        return r.hold(*_count_errors(r, state, errors))
     if state.metrics_available is False:
-        events.append(PolicyEvent("Normal", "MetricsRestored", "all measurements answered again"))
+        r.events.append(PolicyEvent("Normal", "MetricsRestored", "all measurements answered again"))
     state = replace(state, consecutive_errors=0, metrics_available=True)
-
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
-    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
-    if (
-        inputs.current.enabled
-        and state.probe_started is not None
-        and (
-            (acceptance is not None and acceptance >= at.acceptance.enable_above)
-            or _speed(inputs, state, now).outcome is Speed.FASTER
-        )
-    ):
-        # the probe confirmed the drafter (acceptance, or measured speed against plain): speculation stays
-        state = replace(state, probe_started=None, off=None)
-
+        state = replace(state, restart_measured_s=measured_restart_s(state, inputs.config_since, inputs.spec))
+    r.inputs = with_measured_restart(inputs, state)
+    state = _confirm_probe(r.inputs, state, now)
     if inputs.paused:
         if not state.paused:
-            events.append(
-                PolicyEvent(
-                    "Normal",
-                    "AutomationPaused",
-                    f"{inputs.pause_reason}: measuring only, no recommendation or change",
-                )
-            )
-        state = replace(state, paused=True, streak=None)
-        return hold(f"automation paused: {inputs.pause_reason}", "paused", state)
+            message = f"{inputs.pause_reason}: measuring only, no recommendation or change"
+            r.events.append(PolicyEvent("Normal", "AutomationPaused", message))
+        return r.hold(f"automation paused: {inputs.pause_reason}", "paused", replace(state, paused=True, streak=None))
     state = replace(state, paused=False)
     if inputs.rollout_in_progress:
-        return hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)
+        return r.hold("a rollout is in progress; deciding after it completes", "rollout in progress", state)
     if not settled:
-        return hold(settle_note, "settling", replace(state, streak=None))
+        return r.hold(settle_note, "settling", replace(state, streak=None))
+    return None, state
 
-    proposal = no_op_as_keep(inputs, propose(inputs, state, now, probe_now=fresh_token))
-    state = _accrue_forgone(state, proposal, interval_s=parse_duration(at.interval), min_gain=inputs.fit.min_gain)
-    common: dict[str, Any] = {
-        "proposal": proposal.action,
-        "metrics_available": state.metrics_available,
-        "paused": False,
-        "probe": proposal.probe,
-        "off_kind": proposal.off_kind,
-        "batch": batch,
-        "handled_reevaluate": handled,
-    }
-    evidence = {**proposal.evidence, "history": side_by_side(state.baseline, metric=at.latency.metric.value, now=now)}
 
-    def concluded(*, actuate: bool, gate: str, throttled: bool) -> Decision:
-        """The proposal itself, applied or held at `gate`, with the evidence and events collected up to now."""
-        return Decision(
-            proposal.action,
-            proposal.target,
-            proposal.reason,
-            evidence,
-            actuate=actuate,
-            gate=gate,
-            throttled=throttled,
-            events=tuple(events),
-            **common,
-        )
+def _count_errors(r: _Round, state: PolicyState, errors: Sequence[Measurement]) -> tuple[str, str, PolicyState]:
+    """Hold on any Error; the ERROR_LIMIT-th in a row sets MetricsAvailable=False, with one Warning."""
+    n = state.consecutive_errors + 1
+    available = False if n >= ERROR_LIMIT else state.metrics_available
+    first = errors[0]
+    message = f"{len(errors)} measurement error(s), {n} in a row: {first.name}: {first.detail}"
+    if n >= ERROR_LIMIT and state.metrics_available is not False:
+        r.events.append(PolicyEvent("Warning", "MetricsUnavailable", f"{message}; holding the current config"))
+    state = replace(state, consecutive_errors=n, metrics_available=available)
+    return f"{message} (limit {ERROR_LIMIT}); holding the current config", "metrics errors", state
 
-    if proposal.action is Action.KEEP:
-        state = _note_recommendation(state, inputs, proposal, events, agreed=True)
-        decision = Decision(
-            Action.KEEP,
-            inputs.current,
-            proposal.reason,
-            evidence,
-            actuate=False,
-            gate="",
-            throttled=False,
-            events=tuple(events),
-            **common,
-        )
-        return decision, replace(state, streak=None, throttled=False, backlog_since=None, backlog_dropped=None)
 
+def _confirm_probe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyState:
+    """A probe confirmed by acceptance at enableAbove, or by measured speed against plain: speculation stays."""
+    if not inputs.current.enabled or state.probe_started is None:
+        return state
+    acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
+    if (acceptance is not None and acceptance >= inputs.spec.autotune.acceptance.enable_above) or _speed(
+        inputs, state, now
+    ).outcome is Speed.FASTER:
+        return replace(state, probe_started=None, off=None)
+    return state
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """How long an agreed proposal waits: the stabilization span, and why it is shorter where it is."""
+
+    window: timedelta
+    shortened: bool  # priced by the change's own payback (agreement.stabilization_for)
+    bought: bool  # rent or buy: the forgone serving already repaid the restart (schedule.repaid_by_waiting)
+    restart_s: float  # the restart as priced (under a hopeless backlog: the work it drops in time)
+    gain: float
+    gain_source: str
+
+
+def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
+    """Continue or start the agreement streak (agreement.py) and price its wait; the evidence says both."""
+    r, proposal = v.round, v.proposal
+    at, streak = r.inputs.spec.autotune, state.streak
     key = proposal.key()
+    max_num_seqs = r.inputs.spec.engine.max_num_seqs
+    shed = not proposal.advisory and sheds(r.inputs.current, proposal.target, max_num_seqs)
+    agrees = streak is not None and keys_agree(streak.key, key)
+    # the proposal continues the streak: the same decision, a further shed of it, or the same shape with boundaries
+    # past the tolerance that the cost model cannot tell from the anchor's (agreement.py)
+    further = (
+        streak is not None and not agrees and shed and further_shed(streak.key, key, r.inputs.current, max_num_seqs)
+    )
+    gain_vs_anchor = _largest_gain_vs_anchor(proposal)
+    by_effect = (
+        streak is not None
+        and not agrees
+        and not further
+        and agree_by_effect(streak.key, key, gain_vs_anchor, r.inputs.fit.min_gain)
+    )
+    wait = _stabilization(r, state, proposal, shed=shed, continues=agrees or further or by_effect)
     needed = at.agreeing_evaluations
-    window = timedelta(seconds=parse_duration(at.stabilization))
-    max_num_seqs = inputs.spec.engine.max_num_seqs
-    shed = not proposal.advisory and sheds(inputs.current, proposal.target, max_num_seqs)
-    # a change that sheds speculation waits no longer than it takes to repay its restart (agreement.stabilization_for);
-    # one toward more speculation keeps the whole span: cooldowns are asymmetric, fast toward safe
-    # priced by its own gain only: an acceptance-only disable carries the refit's figures in its evidence, and those
-    # are another change's (prices_its_own_gain; docs/design/decisions.md)
-    gain, gain_source = (
-        proposal_gain(proposal.evidence, 0.0, at_load=True) if prices_its_own_gain(proposal) else (0.0, "")
-    )
-    # the proposal continues the streak: the same decision, or a further shed of it (agreement.py)
-    agrees = state.streak is not None and keys_agree(state.streak.key, key)
-    sheds_further = (
-        state.streak is not None
-        and not agrees
-        and shed
-        and further_shed(state.streak.key, key, inputs.current, max_num_seqs)
-    )
-    # or the same shape with boundaries past the tolerance that the cost model cannot tell from the anchor's
-    same_by_effect = (
-        state.streak is not None
-        and not agrees
-        and not sheds_further
-        and agree_by_effect(state.streak.key, key, _largest_gain_vs_anchor(proposal), inputs.fit.min_gain)
-    )
-    continues = agrees or sheds_further or same_by_effect
-    restart_s = inputs.fit.restart_cost_s
-    under_backlog = (
-        restart_seconds_under_backlog(
-            inputs.measurements,
-            restart_cost_s=restart_s,
-            ttft_deadline_s=ttft_deadline_s(at.latency),
-            queue_before=queue_when_proposed(state.streak) if continues and not fresh_token else None,
-            now=now,
-        )
-        if shed and prices_its_own_gain(proposal)
-        else None
-    )
-    if under_backlog is not None and under_backlog < restart_s:
-        restart_s = under_backlog
-    window, shortened = stabilization_for(window, gain, restart_s) if shed else (window, False)
-    # a refit bought by waiting (rent or buy, schedule.repaid_by_waiting) has already forgone a restart's worth of
-    # serving at the load now: that was its payback, so it waits only for the agreeing evaluations. Waiting a payback
-    # again from the streak's start would count the same forgone serving twice
+    interval = timedelta(seconds=parse_duration(at.interval))
+    if r.fresh_token:
+        streak = Streak(key, proposal.action, needed, r.now - wait.window)
+    elif streak is not None and (agrees or by_effect):
+        # the same decision; once agreed, the anchor follows the newest fit: the decision is made and waits only
+        # for a gate (budget, backlog), so a boundary drifting a batch at a time must not restart the window
+        agreed = streak.count >= needed and stabilized(r.now - streak.since, wait.window, priced=wait.shortened,
+                                                       interval=interval)  # fmt: skip
+        streak = replace(streak, count=streak.count + 1, key=key if agreed else streak.key)
+    elif streak is not None and further:
+        # a further shed than the streak's first proposal: the same decision in the safe direction, newest applied
+        streak = replace(streak, count=streak.count + 1, key=key)
+    else:
+        streak = Streak(key, proposal.action, 1, r.now, r.value(Signal.WAITING_REQUESTS))
+    state = replace(state, streak=streak)
+    v.evidence["agreement"] = _agreement_evidence(r, state, wait, by_effect=by_effect)
+    return wait, state
+
+
+def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: bool, continues: bool) -> _Wait:
+    """A shed waits no longer than it takes to repay its restart (agreement.stabilization_for), priced by its own
+    gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time; a refit
+    bought by waiting waits only for the agreeing evaluations. A change toward more speculation keeps the span."""
+    at, fit = r.inputs.spec.autotune, r.inputs.fit
+    own = prices_its_own_gain(proposal)
+    gain, source = proposal_gain(proposal.evidence, 0.0, at_load=True) if own else (0.0, "")
+    restart_s = fit.restart_cost_s
+    if shed and own:
+        queue = queue_when_proposed(state.streak) if continues and not r.fresh_token else None
+        under_backlog = restart_seconds_under_backlog(
+            r.inputs.measurements, restart_cost_s=restart_s, ttft_deadline_s=ttft_deadline_s(at.latency),
+            queue_before=queue, now=r.now,
+        )  # fmt: skip
+        if under_backlog is not None and under_backlog < restart_s:
+            restart_s = under_backlog
+    span = timedelta(seconds=parse_duration(at.stabilization))
+    window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
     bought = shed and gain > 0 and bool((proposal.evidence.get("threshold") or {}).get("repaidByWaiting"))
     if bought:
         window, shortened = timedelta(0), True
-    waiting_now = valid_value(inputs.measurements, Signal.WAITING_REQUESTS)
-    interval = timedelta(seconds=parse_duration(at.interval))
-    if fresh_token:
-        streak = Streak(key, proposal.action, needed, now - window)
-    elif state.streak is not None and (agrees or same_by_effect):
-        # the same decision (fitted boundaries within tolerance of the streak's first proposal, agreement.py). Once
-        # agreed, the anchor follows the newest fit: the decision is made and waits only for a gate (budget,
-        # backlog), so a boundary that drifts a batch at a time must not restart the stabilization window.
-        agreed = state.streak.count >= needed and stabilized(
-            now - state.streak.since, window, priced=shortened, interval=interval
-        )
-        streak = replace(state.streak, count=state.streak.count + 1, key=key if agreed else state.streak.key)
-    elif state.streak is not None and sheds_further:
-        # a fit falling beyond the tolerance, shedding further than the streak's first proposal: the same decision
-        # in the safe direction (agreement.py); the newest, furthest shed is the anchor and the one applied
-        streak = replace(state.streak, count=state.streak.count + 1, key=key)
-    else:
-        streak = Streak(key, proposal.action, 1, now, waiting_now)
-    state = replace(state, streak=streak)
-    stable = now - streak.since
-    evidence["agreement"] = {
-        "count": streak.count,
-        "needed": needed,
-        "since": format_time(streak.since),
-        "stabilization": at.stabilization,
-    }
-    if same_by_effect:
-        evidence["agreement"]["byEffect"] = (
-            f"boundaries past the tolerance of the streak's first proposal, but within {inputs.fit.min_gain:.0%} of it "
+    return _Wait(window, shortened, bought, restart_s, gain, source)
+
+
+def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect: bool) -> dict[str, Any]:
+    """The streak and its wait, for people."""
+    at, fit = r.inputs.spec.autotune, r.inputs.fit
+    assert state.streak is not None
+    out: dict[str, Any] = {"count": state.streak.count, "needed": at.agreeing_evaluations,
+                           "since": format_time(state.streak.since), "stabilization": at.stabilization}  # fmt: skip
+    if by_effect:
+        out["byEffect"] = (
+            f"boundaries past the tolerance of the streak's first proposal, but within {fit.min_gain:.0%} of it "
             "at every batch size (threshold.vsAnchor): the same decision"
         )
-    if shortened:
-        evidence["agreement"]["stabilizationShortenedTo"] = format_duration(window.total_seconds())
-        priced = (
-            f"restart {restart_s:.0f}s"
-            if restart_s >= inputs.fit.restart_cost_s
-            else (
-                f"restart (priced at {restart_s:.1f}s of serving: the work it drops that can still meet the TTFT "
-                f"deadline, backlog.restart_seconds_under_backlog; nominal {inputs.fit.restart_cost_s:.0f}s)"
-            )
-        )
-        evidence["agreement"]["why"] = (
-            f"waiting has already forgone {state.forgone_s:.0f}s of serving at the load, more than the {priced} "
-            "(rent or buy, schedule.repaid_by_waiting): no further wait than the agreeing evaluations"
-            if bought
-            else f"{priced} repaid by the change's {gain:+.1%} ({gain_source}) in "
-            f"{format_duration(window.total_seconds())}, sooner than the stabilization"
-        )
+    if not wait.shortened:
+        return out
+    out["stabilizationShortenedTo"] = format_duration(wait.window.total_seconds())
+    priced = (
+        f"restart {wait.restart_s:.0f}s"
+        if wait.restart_s >= fit.restart_cost_s
+        else f"restart (priced at {wait.restart_s:.1f}s of serving: the work it drops that can still meet the TTFT "
+        f"deadline, backlog.restart_seconds_under_backlog; nominal {fit.restart_cost_s:.0f}s)"
+    )
+    out["why"] = (
+        f"waiting has already forgone {state.forgone_s:.0f}s of serving at the load, more than the {priced} "
+        "(rent or buy, schedule.repaid_by_waiting): no further wait than the agreeing evaluations"
+        if wait.bought
+        else f"{priced} repaid by the change's {wait.gain:+.1%} ({wait.gain_source}) in "
+        f"{format_duration(wait.window.total_seconds())}, sooner than the stabilization"
+    )
+    return out
+
+
+def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """K consecutive agreeing evaluations spanning the stabilization window (as priced by _stabilization)."""
+    r, at = v.round, v.round.inputs.spec.autotune
+    assert state.streak is not None
+    stable = r.now - state.streak.since
+    interval = timedelta(seconds=parse_duration(at.interval))
+    needed = at.agreeing_evaluations
+    if state.streak.count >= needed and stabilized(stable, wait.window, priced=wait.shortened, interval=interval):
+        return None, state
     span = (
         "0s (rent or buy: the serving forgone repaid the restart)"
-        if bought
-        else format_duration(window.total_seconds()) + " (the change's payback)"
-        if shortened
+        if wait.bought
+        else format_duration(wait.window.total_seconds()) + " (the change's payback)"
+        if wait.shortened
         else at.stabilization
     )
-    if streak.count < needed or not stabilized(stable, window, priced=shortened, interval=interval):
-        gate = (
-            f"waiting for agreement: {streak.count}/{needed} evaluations, stable for "
-            f"{format_duration(stable.total_seconds())} of {span}"
-        )
-        decision = Decision(
-            Action.KEEP,
-            inputs.current,
-            f"{proposal.reason}; {gate}",
-            evidence,
-            actuate=False,
-            gate=gate,
-            throttled=state.throttled,
-            events=tuple(events),
-            **common,
-        )
-        return decision, state
+    gate = (
+        f"waiting for agreement: {state.streak.count}/{needed} evaluations, stable for "
+        f"{format_duration(stable.total_seconds())} of {span}"
+    )
+    return v.keep(state, f"{v.proposal.reason}; {gate}", gate, throttled=state.throttled), state
 
-    if at.mode is AutotuneMode.RECOMMEND or proposal.advisory:
-        state = _note_recommendation(state, inputs, proposal, events, agreed=True)
-        gate = (
-            "mode Recommend: published, not applied"
-            if at.mode is AutotuneMode.RECOMMEND
-            else "advisory: published, not applied (no measured speed comparison to act on)"
-        )
-        decision = concluded(actuate=False, gate=gate, throttled=False)
-        return decision, replace(state, throttled=False)
 
-    allowed, why = budget_check(state, at.budget, inputs.current, proposal.target, now)
-    if not allowed:
-        if not state.throttled:
-            events.append(PolicyEvent("Warning", "ActuationThrottled", f"{proposal.action.value} held: {why}"))
-        state = replace(state, throttled=True)
-        decision = concluded(actuate=False, gate=f"throttled: {why}", throttled=True)
-        return decision, state
-    backlog, state = backlog_gate(inputs, state, proposal, now)
+def _publish_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """Mode Recommend, and an advisory proposal in any mode, publish the agreed proposal and apply nothing."""
+    r = v.round
+    recommend = r.inputs.spec.autotune.mode is AutotuneMode.RECOMMEND
+    if not recommend and not v.proposal.advisory:
+        return None, state
+    state = _note_recommendation(state, r.inputs, v.proposal, r.events, agreed=True)
+    gate = (
+        "mode Recommend: published, not applied"
+        if recommend
+        else "advisory: published, not applied (no measured speed comparison to act on)"
+    )
+    return v.decision(state, actuate=False, gate=gate, throttled=False), replace(state, throttled=False)
+
+
+def _budget_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """The actuation budget (budget_check); exhausted: Throttled, with one Warning."""
+    r, p = v.round, v.proposal
+    allowed, why = budget_check(state, r.inputs.spec.autotune.budget, r.inputs.current, p.target, r.now)
+    if allowed:
+        return None, state
+    if not state.throttled:
+        r.events.append(PolicyEvent("Warning", "ActuationThrottled", f"{p.action.value} held: {why}"))
+    state = replace(state, throttled=True)
+    return v.decision(state, actuate=False, gate=f"throttled: {why}", throttled=True), state
+
+
+def _backlog_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
+    """A restart waits while requests queue until waiting has cost what it would drop (backlog_gate)."""
+    backlog, state = backlog_gate(v.round.inputs, state, v.proposal, v.round.now)
     if backlog.evidence:
-        evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
-    if backlog.hold:
-        decision = concluded(actuate=False, gate=f"backlog: {backlog.reason}", throttled=False)
-        return decision, replace(state, throttled=False)
-    decision = concluded(actuate=True, gate="", throttled=False)
-    return decision, replace(state, throttled=False)
+        v.evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
+    if not backlog.hold:
+        return None, state
+    held = v.decision(state, actuate=False, gate=f"backlog: {backlog.reason}", throttled=False)
+    return held, replace(state, throttled=False)
+
+
+# The gates an agreed proposal passes, in this order; the first that holds concludes the evaluation.
+GATES: tuple[Gate, ...] = (_agreement_gate, _publish_gate, _budget_gate, _backlog_gate)
 
 
 def backlog_gate(

@@ -1,0 +1,113 @@
+"""The benchmark is not a mirror: the simulator runs a true hardware profile, the controller only what a cluster tells.
+
+The controller's CR states the set-up a user states (target, TP, GPU memory, the GPU product label); its cost profile
+and restart cost come from that spec as the operator derives them, never from the simulator's preset; the 70B
+scenarios' CRs are ones the operator deploys (MemoryFit). Pure: no simulation beyond a few evaluations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from specpilot.autotune.model.costprofile import calibrated_presets, fit_settings_for
+from specpilot.autotune.model.stepcost import PROFILES
+from specpilot.autotune.policy.decision import Action, ActuationRecord, PolicyState, measured_restart_s
+from specpilot.bench.main import with_true_profile
+from specpilot.bench.runner import closed_loop_spec
+from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
+from specpilot.bench.specpilot_policy import SpecpilotController, to_datetime
+from specpilot.planning.plan import plan_memory
+from specpilot.sim.presets import LLAMA8B_H100, LLAMA70B_4XH100, TRUE_PROFILES, perturbed, preset_named
+
+
+def with_previous(scenarios: tuple[Scenario, ...]) -> list[Scenario]:
+    return [s for scenario in scenarios for s in (scenario, scenario.previous) if s is not None]
+
+
+@pytest.mark.parametrize("scenario", with_previous(SCENARIOS), ids=lambda s: s.name)
+def test_every_scenarios_cr_is_one_the_operator_deploys(scenario: Scenario) -> None:
+    spec = closed_loop_spec(scenario)
+    assert plan_memory(spec).fits, f"{scenario.name}: MemoryFit would be False"
+    preset = preset_named(scenario.preset)
+    assert spec.parallelism.tensor_parallel_size == preset.tensor_parallel_size
+    assert spec.resources.gpu_memory_gi_b == preset.gpu_memory_gib
+
+
+@pytest.mark.parametrize(
+    ("variant", "ridge", "verify", "drafter"),
+    [("perturbed-ridge-low", 0.6, 1.5, 2.0), ("perturbed-ridge-high", 1.4, 1.5, 2.0)],
+)
+def test_a_perturbed_profile_scales_the_true_hardware_only(
+    variant: str, ridge: float, verify: float, drafter: float
+) -> None:
+    for base in (LLAMA8B_H100, LLAMA70B_4XH100):
+        true = perturbed(base, variant)
+        assert true.ridge_tokens == pytest.approx(base.ridge_tokens * ridge)
+        assert true.verify_base_ms == pytest.approx(base.verify_base_ms * verify)
+        assert true.drafter("draft_model").cost_ratio == pytest.approx(base.drafter("draft_model").cost_ratio * drafter)
+        assert true.restart_s > base.restart_s
+        setup = ("target_model", "tensor_parallel_size", "gpu", "gpu_memory_gib")
+        assert [getattr(true, f) for f in setup] == [getattr(base, f) for f in setup], "the CR stays the base's"
+
+
+def test_true_profiles_are_never_an_operator_profile() -> None:
+    calibrated = {p.name for p in calibrated_presets()}
+    assert not set(TRUE_PROFILES) & (calibrated | set(PROFILES))
+
+
+@pytest.mark.parametrize("variant", ["perturbed-ridge-low", "perturbed-ridge-high"])
+def test_the_controller_of_a_perturbed_run_is_handed_the_calibrated_runs_cr(variant: str) -> None:
+    for scenario in SCENARIOS:
+        true = with_true_profile(scenario, variant)
+        assert true.preset != scenario.preset or scenario.preset not in ("llama8b-h100", "llama70b-4xh100")
+        assert closed_loop_spec(true) == closed_loop_spec(scenario), scenario.name
+
+
+@pytest.mark.parametrize(
+    ("scenario", "calibrated", "gpu_label"),
+    [("steady-low", True, "NVIDIA-H100-80GB-HBM3"), ("diurnal", True, "NVIDIA-H100-80GB-HBM3"),
+     ("l4-like", False, "NVIDIA-L4")],
+)  # fmt: skip
+def test_the_controller_gets_the_operators_fit_settings(scenario: str, calibrated: bool, gpu_label: str) -> None:
+    spec = closed_loop_spec(scenario_named(scenario))
+    assert spec.resources.node_selector["nvidia.com/gpu.product"] == gpu_label
+    settings = fit_settings_for(spec)
+    assert settings.calibrated is calibrated
+    assert "preset" not in {f.name for f in fields(SpecpilotController)}, "the controller never sees the simulator"
+
+
+SPEC = closed_loop_spec(scenario_named("steady-low"))
+DONE = to_datetime(1000.0)
+
+
+def acted(seconds_before: float) -> PolicyState:
+    at = DONE - timedelta(seconds=seconds_before)
+    return PolicyState(actuations=(ActuationRecord(at, Action.DISABLE, {}, {}, ""),), restart_measured_s=90.0)
+
+
+@pytest.mark.parametrize(
+    ("state", "config_since", "measured"),
+    [
+        (PolicyState(), DONE, None),  # no actuation: nothing measured, the profile's assumption prices restarts
+        (acted(135.0), DONE, 135.0),  # the rollout completed 135 s after autotune's actuation
+        (acted(135.0), None, 90.0),  # no completion known: the previous figure
+        (acted(-10.0), DONE, 90.0),  # completed before the actuation: an older rollout
+        (acted(7200.0), DONE, 90.0),  # hours later: another rollout (a user's edit), past the rollout budget
+    ],
+)
+def test_the_restart_cost_is_measured_from_the_deployments_own_rollouts(
+    state: PolicyState, config_since: datetime | None, measured: float | None
+) -> None:
+    assert measured_restart_s(state, config_since, SPEC) == measured
+
+
+def test_a_scenario_after_a_change_scales_what_ran_before() -> None:
+    change = scenario_named("target-change")
+    assert change.previous is not None
+    quick = change.scaled(0.1)
+    assert quick.previous is not None
+    assert quick.previous.duration_s == pytest.approx(change.previous.duration_s * 0.1)
+    assert replace(quick, previous=None).duration_s == pytest.approx(change.duration_s * 0.1)
