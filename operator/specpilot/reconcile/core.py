@@ -443,7 +443,10 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
 
     owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
     try:
-        canary = trial_command(spec, chosen.trial) if chosen.trial is not None else canary_command(spec, intent)
+        if chosen.trial is not None:
+            canary: manifests.CanaryCommand | None = trial_command(spec, chosen.trial, chosen.trial_candidate)
+        else:
+            canary = canary_command(spec, intent)
     except UnsupportedCombination as err:
         needed_by = "the trial pod" if chosen.trial is not None else "the canary replica, spec.autotune.canary"
         msg = f"{err.field}: {err} (needed by {needed_by})"
@@ -652,13 +655,18 @@ def canary_command(
     return manifests.CanaryCommand(rendered.argv, rendered.config_hash, other.enabled)
 
 
-def trial_command(spec: v1alpha1.SpeculativeDeploymentSpec, trial: SpeculationIntent) -> manifests.CanaryCommand:
-    """The trial pod's command: the config on trial, in the canary's slot (its own Deployment, the same Service).
+def trial_command(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    trial: SpeculationIntent,
+    candidate: v1alpha1.SpeculationCandidate | None = None,
+) -> manifests.CanaryCommand:
+    """The trial pod's command: the config on trial, in the canary's slot (its own Deployment, the same Service);
+    with `candidate`, that candidate's drafter runs in place of the declared one (v1alpha1.spec_running).
 
     While a trial runs, the other mode of spec.autotune.canary is not run: the slot holds one pod, and the trial is
     the comparison the operator acts on.
     """
-    rendered = render_command(spec, trial)
+    rendered = render_command(spec if candidate is None else v1alpha1.spec_running(spec, candidate), trial)
     return manifests.CanaryCommand(rendered.argv, rendered.config_hash, trial.enabled, trial=True)
 
 

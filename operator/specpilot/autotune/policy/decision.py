@@ -149,6 +149,7 @@ class Action(StrEnum):
     DISABLE = "DisableSpeculation"
     ENABLE = "EnableSpeculation"
     CHANGE_THRESHOLD = "ChangeBatchThreshold"
+    TRY_CANDIDATE = "TryCandidate"  # a one-pod trial of a candidate drafter: charged to the budget, selects nothing
 
 
 class OffReason(StrEnum):
@@ -1330,6 +1331,23 @@ def record_actuation(
         backlog_dropped=None,
         forgone_s=0.0,
     )
+
+
+def record_candidate_trial(
+    state: PolicyState, current: SpeculationIntent, target: SpeculationIntent, now: datetime, reason: str
+) -> PolicyState:
+    """The state after a one-pod trial of a candidate drafter was recorded: charged to the actuation budget like any
+    actuation (a pod restarts for it), while the config autotune selected for every pod stays as it is."""
+    entry = ActuationRecord(
+        at=now,
+        action=Action.TRY_CANDIDATE,
+        from_intent=intent_to_dict(current),
+        to_intent=intent_to_dict(target),
+        reason=reason,
+    )
+    keep_after = now - timedelta(days=1)
+    history = [a for a in state.actuations if a.at > keep_after] or list(state.actuations[-2:])
+    return replace(state, actuations=tuple([*history, entry][-ACTUATION_HISTORY:]))
 
 
 def actuation_entry(

@@ -207,9 +207,10 @@ def incumbent_intent(trial: TrialStatus) -> SpeculationIntent:
 
 def start(
     *, intent: SpeculationIntent, config_hash: str, incumbent: SpeculationIntent, incumbent_hash: str, action: str,
-    now: datetime,
+    now: datetime, candidate_name: str | None = None,
 ) -> TrialStatus:  # fmt: skip
-    """The record of a new trial, written to status before its pod is created."""
+    """The record of a new trial, written to status before its pod is created. `candidate_name`: the trial pod runs
+    that spec.speculation.candidates element's drafter instead of the declared one."""
     return TrialStatus.model_validate(
         {
             "intent": intent_to_dict(intent),
@@ -217,6 +218,7 @@ def start(
             "incumbentIntent": intent_to_dict(incumbent),
             "incumbentConfigHash": incumbent_hash,
             "action": action,
+            "candidateName": candidate_name,
             "phase": TrialPhase.RUNNING,
             "startedAt": format_time(now),
         }
@@ -224,8 +226,11 @@ def start(
 
 
 def blocks_retry(trial: TrialStatus | None, target: SpeculationIntent, now: datetime) -> bool:
-    """A config rolled back by its trial is not tried again before retryAfter."""
+    """A config rolled back by its trial is not tried again before retryAfter. A candidate drafter's trial says
+    nothing of the declared drafter's configs: its retry wait is the candidate's own (status.candidates)."""
     if trial is None or trial.phase is not TrialPhase.ROLLED_BACK or trial.retry_after is None:
+        return False
+    if trial.candidate_name is not None:
         return False
     return trial_intent(trial) == target and now < parse_time(trial.retry_after)
 
@@ -270,6 +275,9 @@ def advance(
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
     )
+    if verdict.outcome is TrialOutcome.SUCCESSFUL and trial.candidate_name is not None:
+        # A candidate drafter's trial ends with its verdict (status.candidates); the incumbent keeps every pod.
+        return _rolled_back(trial, spec, now, f"candidate {trial.candidate_name} measured: {verdict.reason}")
     if verdict.outcome is TrialOutcome.SUCCESSFUL:
         done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
         return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))

@@ -1,0 +1,204 @@
+"""Candidate drafters tried one pod at a time: the choice (pure, table-driven) and the path through the real seams.
+
+The choice: the first Untried candidate, or a Lost / Inconclusive one past its retry wait; a Won one is not tried
+again; a verdict needs a margin beyond the tolerance. Through tests/seams.py: a 3-replica Auto deployment with two
+candidates runs the first on the trial pod (its drafter on the `-canary` Deployment, the main one untouched), gets a
+verdict in status.candidates, then the second; Recommend and one replica without surge run no trial pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from specpilot.api import v1alpha1
+from specpilot.api.timestamps import format_time
+from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialOutcome
+from specpilot.autotune.policy import drafters
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Signal
+from tests.seams import ROUND_TRIP_SPEC, T0, Cluster, m, window_measurements
+
+HEALTHY = window_measurements(speculating=True, acceptance=0.7)  # incumbents: mean TPOT 11 ms at batch 2
+CANDIDATES = [
+    {"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3, "promptLookupMin": 2, "promptLookupMax": 4},
+    {"name": "big", "method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-3B-Instruct"},
+     "numSpeculativeTokens": 5},
+]  # fmt: skip
+
+
+def record(verdict: CandidateVerdict, retry_after: int | None = None, name: str = "c") -> CandidateStatus:
+    retry = None if retry_after is None else format_time(T0 + timedelta(minutes=retry_after))
+    return CandidateStatus(name=name, method="ngram", drafter="ngram", verdict=verdict, retry_after=retry)
+
+
+U, L, INC, W = CandidateVerdict.UNTRIED, CandidateVerdict.LOST, CandidateVerdict.INCONCLUSIVE, CandidateVerdict.WON
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        ([], None),
+        ([record(U), record(U)], 0),
+        ([record(W), record(U)], 1),  # a winner is not tried again
+        ([record(L, retry_after=10), record(U)], 1),  # a loser within its wait is skipped
+        ([record(L, retry_after=10), record(INC, retry_after=5)], None),
+        ([record(L, retry_after=-1), record(U)], 0),  # the wait is over: tried again, in the spec's order
+        ([record(W), record(INC, retry_after=0)], 1),
+        ([record(CandidateVerdict.TRIALLING), record(W)], None),
+    ],
+)
+def test_next_candidate(records: list[CandidateStatus], expected: int | None) -> None:
+    assert drafters.next_candidate(records, T0) == expected
+
+
+def ended_trial(outcome: TrialOutcome | None, speedup: float | None) -> v1alpha1.TrialStatus:
+    intent = {"enabled": True, "numSpeculativeTokens": 4}
+    return v1alpha1.TrialStatus.model_validate(
+        {"intent": intent, "configHash": "a", "incumbentIntent": intent, "incumbentConfigHash": "b",
+         "phase": "RolledBack", "startedAt": format_time(T0), "outcome": outcome, "speedup": speedup}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("outcome", "speedup", "expected"),
+    [
+        (TrialOutcome.SUCCESSFUL, 1.375, W),
+        (TrialOutcome.SUCCESSFUL, 1.05, INC),  # not slower, but not faster beyond the 10% tolerance either
+        (TrialOutcome.FAILED, 0.5, L),
+        (TrialOutcome.INCONCLUSIVE, None, INC),
+        (None, None, L),  # the trial pod never became ready
+    ],
+)
+def test_verdict_needs_a_margin(outcome: TrialOutcome | None, speedup: float | None, expected: Any) -> None:
+    assert drafters.verdict_of(ended_trial(outcome, speedup), tolerance=0.10) is expected
+
+
+def cluster_with(replicas: int = 3, mode: str = "Auto", **rollout: Any) -> Cluster:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["replicas"] = replicas
+    raw["autotune"]["mode"] = mode
+    raw["speculation"]["candidates"] = copy.deepcopy(CANDIDATES)
+    if rollout:
+        raw["rollout"] = rollout
+    cluster = Cluster(raw)
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)  # past the settling time of the first config
+    return cluster
+
+
+def trial_pod(tpot_mean_s: float) -> dict[str, Measurement]:
+    pod = window_measurements(speculating=True, acceptance=0.5)
+    pod[str(Signal.TPOT_MEAN)] = m(Signal.TPOT_MEAN, tpot_mean_s)
+    return pod
+
+
+def command(deployment: dict[str, Any] | None) -> str:
+    assert deployment is not None
+    return " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
+
+
+def run_trial(cluster: Cluster, tpot_mean_s: float, minutes: int = 8) -> None:
+    """Let the trial pod become ready, then evaluate once a minute until its trial ends."""
+    cluster.settle()
+    for _ in range(minutes):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY, trial_pod(tpot_mean_s))
+        if cluster.status["trial"]["phase"] != "Running":
+            return
+    raise AssertionError(f"the trial did not end: {cluster.status['trial']}")
+
+
+def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
+    cluster = cluster_with()
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    trial = cluster.status["trial"]
+    assert (trial["phase"], trial["candidateName"], trial["action"]) == ("Running", "ngram", "TryCandidate")
+    assert cluster.status["candidates"][0]["verdict"] == "Trialling"
+    assert cluster.status["candidates"][0]["trials"] == 1
+    assert cluster.status["candidates"][1]["verdict"] == "Untried"
+    assert '"method":"ngram"' in command(cluster.canary).replace(" ", "")
+    assert command(cluster.deployment) == main_before  # the incumbents keep the declared drafter
+    assert cluster.deployment is not None
+    assert cluster.deployment["spec"]["replicas"] == 2
+    assert cluster.status["autotune"]["actuations"][-1]["action"] == "TryCandidate"  # charged to the budget
+    assert any(e.reason == "TrialStarted" and "ngram" in e.message for e in cluster.events)
+
+    run_trial(cluster, 0.008)  # 11 ms / 8 ms: faster beyond the tolerance
+    won = cluster.status["candidates"][0]
+    assert won["verdict"] == "Won", won
+    assert won["speedup"] == 1.375
+    assert won["candidate"]["requests"] == 400
+    assert won["evidenceTime"]
+    assert "CandidateWon" in [e.reason for e in cluster.events]
+    assert cluster.status["trial"]["phase"] == "RolledBack"  # a candidate's trial is never promoted as such
+    assert cluster.canary is None  # the trial pod is gone; the incumbent keeps every pod
+    assert command(cluster.deployment) == main_before
+
+    # the next candidate waits for the budget's dwell (minInterval 5m), then runs; it measures slower and loses
+    for _ in range(10):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY)
+        if cluster.status["trial"]["phase"] == "Running":
+            break
+    assert cluster.status["trial"]["candidateName"] == "big"
+    assert "Llama-3.2-3B" in command(cluster.canary)
+    run_trial(cluster, 0.020)
+    lost = cluster.status["candidates"][1]
+    assert lost["verdict"] == "Lost", lost
+    assert lost["retryAfter"]
+    assert "CandidateLost" in [e.reason for e in cluster.events]
+
+    # nothing is left to try before the loser's retry wait: no new trial pod
+    for _ in range(6):
+        cluster.advance(1)
+        outcome = cluster.evaluate(HEALTHY)
+        assert outcome.decision, "an evaluation ran"
+        assert cluster.status["trial"]["phase"] == "RolledBack"
+    assert cluster.canary is None
+
+
+@pytest.mark.parametrize(
+    ("replicas", "mode", "rollout", "reason"),
+    [
+        (3, "Recommend", {}, drafters.NEEDS_AUTO),
+        (1, "Auto", {}, drafters.NEEDS_SPARE_POD),
+    ],
+)
+def test_no_trial_pod_where_trials_cannot_run(replicas: int, mode: str, rollout: dict[str, Any], reason: str) -> None:
+    cluster = cluster_with(replicas, mode, **rollout)
+    for _ in range(3):
+        cluster.advance(1)
+        outcome = cluster.evaluate(HEALTHY)
+        assert outcome.decision, "an evaluation ran"
+    assert cluster.canary is None
+    assert "trial" not in cluster.status
+    assert [c["verdict"] for c in cluster.status["candidates"]] == ["Untried", "Untried"]
+    assert {c["reason"] for c in cluster.status["candidates"]} == {reason}
+    assert "speedup" not in cluster.status["candidates"][0]  # no figures invented
+
+
+def test_one_replica_with_surge_runs_the_trial_as_the_extra_pod() -> None:
+    cluster = cluster_with(1, "Auto", maxSurge=1, maxUnavailable=0)
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    assert cluster.deployment is not None
+    assert cluster.deployment["spec"]["replicas"] == 1
+    assert cluster.canary is not None
+    assert cluster.canary["spec"]["replicas"] == 1
+
+
+def test_a_removed_candidate_abandons_its_trial() -> None:
+    cluster = cluster_with()
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    cluster.spec["speculation"]["candidates"] = cluster.spec["speculation"]["candidates"][1:]
+    cluster.advance(1)
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["phase"] == "Abandoned"
+    assert [c["name"] for c in cluster.status["candidates"]] == ["big"]
