@@ -2,8 +2,9 @@
 
 The choice: the first Untried candidate, or a Lost / Inconclusive one past its retry wait; a Won one is not tried
 again; a verdict needs a margin beyond the tolerance. Through tests/seams.py: a 3-replica Auto deployment with two
-candidates runs the first on the trial pod (its drafter on the `-canary` Deployment, the main one untouched), gets a
-verdict in status.candidates, then the second; Recommend and one replica without surge run no trial pod.
+candidates runs the first on the trial pod (its drafter on the `-canary` Deployment, the main one untouched); it wins
+and is promoted to every pod; the second is tried against it and loses. Recommend and one replica without surge run
+no trial pod.
 """
 
 from __future__ import annotations
@@ -135,24 +136,37 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
     assert won["speedup"] == 1.375
     assert won["candidate"]["requests"] == 400
     assert won["evidenceTime"]
-    assert "CandidateWon" in [e.reason for e in cluster.events]
-    assert cluster.status["trial"]["phase"] == "RolledBack"  # a candidate's trial is never promoted as such
-    assert cluster.canary is None  # the trial pod is gone; the incumbent keeps every pod
-    assert command(cluster.deployment) == main_before
+    assert {"CandidateWon", "TrialPromoted"} <= {e.reason for e in cluster.events}
+    # promoted: every pod runs the winner's drafter with its K, and status.effective says so
+    assert cluster.status["trial"]["phase"] == "Promoted"
+    assert cluster.canary is None
+    assert '"method":"ngram"' in command(cluster.deployment).replace(" ", "")
+    assert cluster.deployment is not None
+    assert cluster.deployment["spec"]["replicas"] == 3
+    effective = cluster.status["effective"]
+    assert (effective["drafter"], effective["method"], effective["numSpeculativeTokens"]) == ("ngram", "ngram", 3)
+    assert cluster.status["autotune"]["drafter"] == "ngram"
+    promoted_main = command(cluster.deployment)
+    cluster.settle()
 
-    # the next candidate waits for the budget's dwell (minInterval 5m), then runs; it measures slower and loses
-    for _ in range(10):
+    # the next candidate waits for the rollout and the budget's dwell (minInterval 5m), then runs against the
+    # promoted drafter; it measures slower and loses: the winner stays on every pod
+    for _ in range(12):
         cluster.advance(1)
         cluster.evaluate(HEALTHY)
         if cluster.status["trial"]["phase"] == "Running":
             break
     assert cluster.status["trial"]["candidateName"] == "big"
     assert "Llama-3.2-3B" in command(cluster.canary)
+    assert command(cluster.deployment) == promoted_main
     run_trial(cluster, 0.020)
     lost = cluster.status["candidates"][1]
     assert lost["verdict"] == "Lost", lost
     assert lost["retryAfter"]
     assert "CandidateLost" in [e.reason for e in cluster.events]
+    assert cluster.status["trial"]["phase"] == "RolledBack"
+    assert command(cluster.deployment) == promoted_main
+    assert cluster.status["effective"]["drafter"] == "ngram"
 
     # nothing is left to try before the loser's retry wait: no new trial pod
     for _ in range(6):
@@ -161,6 +175,20 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
         assert outcome.decision, "an evaluation ran"
         assert cluster.status["trial"]["phase"] == "RolledBack"
     assert cluster.canary is None
+
+
+def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None:
+    cluster = cluster_with()
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    run_trial(cluster, 0.0105)  # 11 ms / 10.5 ms = 1.048: not slower, not faster beyond the 10% tolerance
+    record = cluster.status["candidates"][0]
+    assert record["verdict"] == "Inconclusive", record
+    assert record["retryAfter"]
+    assert cluster.status["trial"]["phase"] == "RolledBack"
+    assert command(cluster.deployment) == main_before
+    assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert "drafter" not in cluster.status["autotune"]
 
 
 @pytest.mark.parametrize(

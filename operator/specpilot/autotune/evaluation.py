@@ -364,7 +364,8 @@ def conclude(
         state = record_actuation(state, decision, current, now, spec.autotune.budget)
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
-        record = _announce_actuation(spec, status, decision, current, now, events) or record
+        promoted = desired_intent(spec, state).drafter
+        record = _announce_actuation(spec, status, decision, (current, promoted), now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     quiet = actuated or inputs.paused or in_progress
     record, candidates, state, tried = _candidate_turn(spec, status, record, state, current, quiet, now, events)
@@ -511,13 +512,15 @@ def _announce_actuation(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
     decision: Decision,
-    current: SpeculationIntent,
+    running: tuple[SpeculationIntent, v1alpha1.SpeculationCandidate | None],
     now: datetime,
     events: list[Event],
 ) -> v1alpha1.TrialStatus | None:
     """An applied decision starts a one-pod trial where it can (TrialStarted; its action's event waits for the
-    promotion), else goes to every pod at once with its action's event."""
-    started = _start_trial(spec, status, decision.action.value, decision.target, current, now)
+    promotion), else goes to every pod at once with its action's event. `running`: the running config and the
+    promoted candidate drafter, if any, that the trial pod keeps."""
+    current, promoted = running
+    started = _start_trial(spec, status, decision.action.value, decision.target, current, now, promoted)
     if started is not None:
         events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
     else:
@@ -532,12 +535,14 @@ def _start_trial(
     target: SpeculationIntent,
     current: SpeculationIntent,
     now: datetime,
+    promoted: v1alpha1.SpeculationCandidate | None,
 ) -> v1alpha1.TrialStatus | None:
-    """The record of a one-pod trial of `target`, when the deployment can spare a pod (trials.can_trial); None: the
-    change goes to every pod at once, as before. Generic over the config to try: `action` labels why (an autotune
-    Action's value, or another path's own label), and only an Action posts its own event when promoted."""
+    """The record of a one-pod trial of `target` (run by the `promoted` candidate drafter, if any), when the
+    deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as before. Generic over
+    the config to try: `action` labels why (an autotune Action's value, or another path's own label), and only an
+    Action posts its own event when promoted."""
     incumbent_hash = (status.get("effective") or {}).get("configHash")
-    trial_hash = rendered_hash(spec, target)
+    trial_hash = rendered_hash(spec, target, promoted)
     if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
         return None
     return trials.start(
@@ -581,6 +586,9 @@ def _trial_turn(
     ended_unpromoted = step.ended in (v1alpha1.TrialPhase.ROLLED_BACK, v1alpha1.TrialPhase.ABANDONED)
     if ended_unpromoted and trial.candidate_name is None:
         state = _back_to_incumbent(state, trial, now)
+    if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.candidate_name is not None:
+        # the winner runs on every pod: its drafter, with the config it was measured with
+        state = replace(state, selected=trials.trial_intent(trial), drafter=trial.candidate_name, streak=None)
     return step.trial, state
 
 
@@ -694,5 +702,5 @@ def choose_intent(inputs: ReconcileInputs) -> ChosenIntent | None:
         chosen,
         intent=trials.incumbent_intent(trial),
         trial=trials.trial_intent(trial) if spare else None,
-        trial_candidate=candidate if spare else None,
+        trial_candidate=(candidate or chosen.drafter) if spare else None,
     )

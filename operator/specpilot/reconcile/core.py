@@ -431,8 +431,9 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     if chosen is None:
         raise ValueError("reconcile: a spec that parses needs a chosen intent (autotune.evaluation.choose_intent)")
     intent = chosen.intent
+    running = spec if chosen.drafter is None else v1alpha1.spec_running(spec, chosen.drafter)  # a promoted candidate
     try:
-        rendered = render_command(spec, intent)
+        rendered = render_command(running, intent)
     except UnsupportedCombination as err:
         msg = f"{err.field}: {err}"
         return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
@@ -446,7 +447,7 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
         if chosen.trial is not None:
             canary: manifests.CanaryCommand | None = trial_command(spec, chosen.trial, chosen.trial_candidate)
         else:
-            canary = canary_command(spec, intent)
+            canary = canary_command(running, intent)
     except UnsupportedCombination as err:
         needed_by = "the trial pod" if chosen.trial is not None else "the canary replica, spec.autotune.canary"
         msg = f"{err.field}: {err} (needed by {needed_by})"
@@ -483,7 +484,7 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
         cond.ConditionUpdate(cond.SPECULATION_ACTIVE, "True" if speculating else "False", spec_reason, spec_message),
         *_write_problems(inputs.name, {k: who for k, who in inputs.conflicts.items() if k in wanted}, refused),
     ]
-    fields["effective"] = _effective(inputs, spec, chosen, rendered, clock, canary)
+    fields["effective"] = _effective(inputs, running, chosen, rendered, clock, canary)
     live = inputs.deployment
     fields["replicas"] = live.replicas if live else 0
     fields["readyReplicas"] = live.ready_replicas if live else 0
@@ -602,7 +603,8 @@ def _effective(
     clock: RolloutClock,
     canary: manifests.CanaryCommand | None,
 ) -> dict[str, Any]:
-    """status.effective: what runs, its rollout clock and the canary's mode."""
+    """status.effective: what runs (`spec` as it runs: with a promoted candidate's drafter), its rollout clock and
+    the canary's mode."""
     intent = chosen.intent
     speculating = intent.enabled
     return {

@@ -104,3 +104,5 @@ class ChosenIntent:
     trial: SpeculationIntent | None = None
     # The candidate drafter the trial pod runs in place of the declared one (spec.speculation.candidates[]), if any.
     trial_candidate: SpeculationCandidate | None = None
+    # The candidate drafter promoted to every pod in place of the declared one (spec.speculation.candidates[]), if any.
+    drafter: SpeculationCandidate | None = None

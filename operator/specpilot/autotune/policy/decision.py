@@ -38,8 +38,10 @@ from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
     BudgetSpec,
+    SpeculationConfig,
     SpeculationOverride,
     SpeculativeDeploymentSpec,
+    spec_running,
 )
 from specpilot.autotune.model.baseline import (
     BaselineEntry,
@@ -225,6 +227,8 @@ class PolicyState:
     last_recommendation: str | None = None
     actuations: tuple[ActuationRecord, ...] = ()
     selected: SpeculationIntent | None = None  # the config autotune chose; None: the spec's own
+    # the spec.speculation.candidates[].name a one-pod trial promoted to every pod; None: the declared drafter
+    drafter: str | None = None
     off: OffRecord | None = None
     probe_started: datetime | None = None
     last_probe: datetime | None = None
@@ -273,6 +277,7 @@ class PolicyState:
                 for a in self.actuations
             ],
             "selected": None if self.selected is None else intent_to_dict(self.selected),
+            "drafter": self.drafter,
             "off": None
             if self.off is None
             else {
@@ -332,6 +337,7 @@ class PolicyState:
                 for a in raw.get("actuations") or ()
             ),
             selected=None if not raw.get("selected") else intent_from_dict(raw["selected"]),
+            drafter=None if not raw.get("drafter") else str(raw["drafter"]),
             off=None
             if not off
             else OffRecord(
@@ -514,9 +520,11 @@ def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> Chose
     chosen = selected if selected is not None and spec.autotune.mode is not AutotuneMode.OFF else None
     base = complete_intent(chosen, spec) if chosen is not None else intent_from_spec(spec)
     intent = apply_overrides(spec, base)
+    # a promoted candidate drafter runs with the config selected for it, so it counts only while that does
+    drafter = next((c for c in spec.speculation.candidates if c.name == state.drafter), None) if chosen else None
     if intent != base:
-        return ChosenIntent(intent, IntentSource.OVERRIDE)
-    return ChosenIntent(intent, IntentSource.AUTOTUNE if chosen is not None else IntentSource.SPEC)
+        return ChosenIntent(intent, IntentSource.OVERRIDE, drafter=drafter)
+    return ChosenIntent(intent, IntentSource.AUTOTUNE if chosen is not None else IntentSource.SPEC, drafter=drafter)
 
 
 def running_intent(status: Mapping[str, Any], spec: SpeculativeDeploymentSpec) -> SpeculationIntent | None:
@@ -1443,7 +1451,7 @@ def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -
     if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
         state = replace(state, streak=None, last_recommendation=None)
     if state.intent_fingerprint is not None and state.intent_fingerprint != intent:
-        state = replace(state, selected=None, off=None, probe_started=None)
+        state = replace(state, selected=None, drafter=None, off=None, probe_started=None)
     return replace(state, spec_fingerprint=whole, intent_fingerprint=intent)
 
 
@@ -1768,10 +1776,13 @@ def queue_when_proposed(streak: Streak | None) -> QueueSeen | None:
     return QueueSeen(streak.since, streak.waiting)
 
 
-def rendered_hash(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> str | None:
-    """The config hash the renderer gives this intent; None when this vLLM version cannot render it."""
+def rendered_hash(
+    spec: SpeculativeDeploymentSpec, intent: SpeculationIntent, drafter: SpeculationConfig | None = None
+) -> str | None:
+    """The config hash the renderer gives this intent (with `drafter` in place of the declared one, if given); None
+    when this vLLM version cannot render it."""
     try:
-        return render_command(spec, intent).config_hash
+        return render_command(spec if drafter is None else spec_running(spec, drafter), intent).config_hash
     except UnsupportedCombination:
         return None
 

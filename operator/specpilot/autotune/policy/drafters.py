@@ -119,7 +119,7 @@ def verdict_of(trial: TrialStatus, tolerance: float) -> CandidateVerdict:
     """The verdict of a candidate's ended trial: a win or a loss needs a margin beyond the tolerance."""
     if trial.outcome is None or trial.outcome is TrialOutcome.FAILED:
         return CandidateVerdict.LOST  # never ready, or slower beyond the tolerance
-    if trial.outcome is TrialOutcome.SUCCESSFUL and trial.speedup is not None and trial.speedup > 1 + tolerance:
+    if trial.outcome is TrialOutcome.SUCCESSFUL and trials.faster_with_margin(trial.speedup, tolerance):
         return CandidateVerdict.WON
     return CandidateVerdict.INCONCLUSIVE
 

@@ -169,6 +169,12 @@ def analysis_span(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
     return timedelta(seconds=parse_duration(at.window) + 2 * parse_duration(at.scrape_interval))
 
 
+def faster_with_margin(speedup: float | None, tolerance: float) -> bool:
+    """Whether the trial pod was faster than the incumbents beyond the tolerance: the bar a candidate drafter must
+    clear to replace the running one (a change of drafter must pay for itself, not merely not hurt)."""
+    return speedup is not None and speedup > 1 + tolerance
+
+
 def readiness_deadline(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
     """How long the trial pod may take to become ready: one pod replacement (manifests.rollout_budget_seconds)."""
     return timedelta(seconds=manifests.rollout_budget_seconds(spec, 1))
@@ -275,9 +281,12 @@ def advance(
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
     )
-    if verdict.outcome is TrialOutcome.SUCCESSFUL and trial.candidate_name is not None:
-        # A candidate drafter's trial ends with its verdict (status.candidates); the incumbent keeps every pod.
-        return _rolled_back(trial, spec, now, f"candidate {trial.candidate_name} measured: {verdict.reason}")
+    tolerance = AnalysisSettings.of(spec).tolerance
+    candidate = trial.candidate_name
+    if verdict.outcome is TrialOutcome.SUCCESSFUL and candidate and not faster_with_margin(verdict.speedup, tolerance):
+        # A drafter replaces the running one only when measured faster: within the noise the incumbent stays.
+        why = f"candidate {candidate} not faster beyond {tolerance:.0%}: {verdict.reason}"
+        return _rolled_back(trial, spec, now, why)
     if verdict.outcome is TrialOutcome.SUCCESSFUL:
         done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
         return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))
