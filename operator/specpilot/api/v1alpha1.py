@@ -1345,9 +1345,11 @@ class CandidateStatus(_Model):
         None, description="The incumbent pods' figures over the same window (the comparison)."
     )
     speedup: float | None = Field(
-        None, description="Candidate over incumbent outputTokensPerSecond at comparable batch (> 1: faster)."
+        None,
+        description="Incumbent over candidate mean time per output token at comparable batch, from its last trial "
+        "(> 1: the candidate was faster).",
     )
-    trial_started: str | None = Field(None, description="When its last trial pod started serving.")
+    trial_started: str | None = Field(None, description="When its last trial was recorded (its pod is created after).")
     evidence_time: str | None = Field(None, description="When the figures behind the verdict were measured.")
     trials: int | None = Field(None, description="Trials run so far.")
     retry_after: str | None = Field(
