@@ -157,7 +157,8 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
     )
     if ratio > 1 + settings.tolerance:
         return Analysis(TrialOutcome.FAILED, "speed", f"{shown}: slower beyond {settings.tolerance:.0%}", speedup)
-    return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: not slower beyond {settings.tolerance:.0%}", speedup)
+    bar = "faster" if faster_with_margin(speedup, settings.tolerance) else "not slower"
+    return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: {bar} beyond {settings.tolerance:.0%}", speedup)
 
 
 # ------------------------------------------------------------------------------------------------ lifecycle
