@@ -367,10 +367,9 @@ def conclude(
         promoted = desired_intent(spec, state).drafter
         record = _announce_actuation(spec, status, decision, (current, promoted), now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
-    quiet = actuated or inputs.paused or in_progress
+    quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
     record, candidates, state, tried = _candidate_turn(spec, status, record, state, current, quiet, now, events)
-    if tried is not None:
-        actuations = [*actuations, tried][-ACTUATION_HISTORY:]
+    actuations = [*actuations, *tried][-ACTUATION_HISTORY:]
     previous = list(status.get("conditions", []) or [])
     stored = status.get("autotune")
     framework = stored.get("framework") if isinstance(stored, Mapping) else None
@@ -447,7 +446,7 @@ def _candidate_turn(
     quiet: bool,
     now: datetime,
     events: list[Event],
-) -> tuple[v1alpha1.TrialStatus | None, list[v1alpha1.CandidateStatus], PolicyState, dict[str, Any] | None]:
+) -> tuple[v1alpha1.TrialStatus | None, list[v1alpha1.CandidateStatus], PolicyState, list[dict[str, Any]]]:
     """status.candidates after this evaluation: the verdict of a candidate trial that just ended, then, where nothing
     else is under way (`quiet` is False, no trial running) and the budget allows, the next candidate's trial recorded.
     Returns the trial record, the candidates' records, the state and the status.actuations entry of a new trial."""
@@ -458,10 +457,10 @@ def _candidate_turn(
         if index is not None and record.phase is not v1alpha1.TrialPhase.RUNNING:
             records[index] = _candidate_ended(records[index], record, spec, events)
     if quiet or before is not None or (record is not None and record.phase is v1alpha1.TrialPhase.RUNNING):
-        return record, records, state, None
+        return record, records, state, []
     index = drafters.next_candidate(records, now) if drafters.untried_reason(spec) is None else None
     if index is None:
-        return record, records, state, None
+        return record, records, state, []
     candidate = spec.speculation.candidates[index]
     target = drafters.trial_intent(current, candidate)
     allowed, why = budget_check(state, spec.autotune.budget, current, target, now)
@@ -469,7 +468,7 @@ def _candidate_turn(
     if not allowed or not incumbent_hash:
         if records[index].verdict is v1alpha1.CandidateVerdict.UNTRIED and why:
             records[index] = records[index].model_copy(update={"reason": f"waiting for the actuation budget: {why}"})
-        return record, records, state, None
+        return record, records, state, []
     reason = f"candidate {candidate.name} ({candidate.drafter()}) on one pod beside the incumbent pods"
     started = trials.start(
         intent=target,
@@ -491,7 +490,7 @@ def _candidate_turn(
         "to": intent_to_dict(target),
         "reason": reason,
     }
-    return started, records, state, entry
+    return started, records, state, [entry]
 
 
 def _candidate_ended(
