@@ -149,8 +149,8 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
     promoted_main = command(cluster.deployment)
     cluster.settle()
 
-    # the next candidate waits for the rollout and the budget's dwell (minInterval 5m), then runs against the
-    # promoted drafter; it measures slower and loses: the winner stays on every pod
+    # the next candidate waits for the promotion's rollout, then runs against the promoted drafter; it measures slower
+    # and loses: the winner stays on every pod
     for _ in range(12):
         cluster.advance(1)
         cluster.evaluate(HEALTHY)
@@ -209,6 +209,21 @@ def test_no_trial_pod_where_trials_cannot_run(replicas: int, mode: str, rollout:
     assert [c["verdict"] for c in cluster.status["candidates"]] == ["Untried", "Untried"]
     assert {c["reason"] for c in cluster.status["candidates"]} == {reason}
     assert "speedup" not in cluster.status["candidates"][0]  # no figures invented
+
+
+def test_trials_count_against_the_actuation_budget() -> None:
+    cluster = cluster_with()
+    cluster.spec["autotune"]["budget"] = {"minInterval": "1m", "maxPerHour": 1, "maxPerDay": 1}
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    run_trial(cluster, 0.020)  # lost
+    reasons = []
+    for _ in range(5):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY)
+        reasons.append(cluster.status["candidates"][1].get("reason", ""))
+    assert cluster.status["trial"]["candidateName"] == "ngram", "no second trial within the budget"
+    assert reasons[-1].startswith("waiting for the actuation budget: 1 actuations in the last 1h"), reasons
 
 
 def test_one_replica_with_surge_runs_the_trial_as_the_extra_pod() -> None:
