@@ -177,6 +177,24 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
     assert cluster.canary is None
 
 
+def test_a_promotion_whose_rollout_fails_returns_to_the_declared_drafter() -> None:
+    cluster = cluster_with()
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    run_trial(cluster, 0.008)
+    assert cluster.status["trial"]["phase"] == "Promoted"
+    assert '"method":"ngram"' in command(cluster.deployment).replace(" ", "")
+    cluster.deadline_exceeded = True  # the n-gram pods never become available
+    cluster.advance(1)
+    cluster.settle()
+    cluster.deadline_exceeded = False
+    cluster.advance(1)
+    cluster.evaluate(HEALTHY)
+    assert "missed its deadline" in cluster.status["autotuneHalt"]["reason"]
+    assert command(cluster.deployment) == main_before, "the declared drafter and its config, exactly"
+    assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+
+
 def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None:
     cluster = cluster_with()
     main_before = command(cluster.deployment)

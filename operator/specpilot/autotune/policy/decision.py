@@ -550,11 +550,14 @@ def running_intent(status: Mapping[str, Any], spec: SpeculativeDeploymentSpec) -
 
 
 def revert_failed_rollout(state: PolicyState) -> tuple[PolicyState, ActuationRecord | None]:
-    """After an autotune rollout missed its deadline: select the config it replaced (recorded losslessly)."""
+    """After an autotune rollout missed its deadline: select the config it replaced (recorded losslessly), and after
+    a candidate drafter's promotion, the drafter that ran before it."""
     if not state.actuations:
         return state, None
     last = state.actuations[-1]
-    return replace(state, selected=intent_from_dict(last.from_intent), probe_started=None, streak=None), last
+    drafter = last.from_intent.get("drafter") if last.action is Action.TRY_CANDIDATE else state.drafter
+    selected = intent_from_dict(last.from_intent)
+    return replace(state, selected=selected, drafter=drafter, probe_started=None, streak=None), last
 
 
 def probe_deadline(spec: SpeculativeDeploymentSpec) -> timedelta:
@@ -1345,11 +1348,12 @@ def record_candidate_trial(
     state: PolicyState, current: SpeculationIntent, target: SpeculationIntent, now: datetime, reason: str
 ) -> PolicyState:
     """The state after a one-pod trial of a candidate drafter was recorded: charged to the actuation budget like any
-    actuation (a pod restarts for it), while the config autotune selected for every pod stays as it is."""
+    actuation (a pod restarts for it), while the config autotune selected for every pod stays as it is. The record
+    keeps the running drafter beside the running intent, so a failed promotion returns to both."""
     entry = ActuationRecord(
         at=now,
         action=Action.TRY_CANDIDATE,
-        from_intent=intent_to_dict(current),
+        from_intent={**intent_to_dict(current), "drafter": state.drafter},
         to_intent=intent_to_dict(target),
         reason=reason,
     )
