@@ -263,3 +263,7 @@ def test_a_removed_candidate_abandons_its_trial() -> None:
     cluster.evaluate(HEALTHY)
     assert cluster.status["trial"]["phase"] == "Abandoned"
     assert [c["name"] for c in cluster.status["candidates"]] == ["big"]
+    cluster.spec["speculation"]["candidates"] = []
+    cluster.advance(1)
+    cluster.evaluate(HEALTHY)
+    assert not cluster.status.get("candidates")

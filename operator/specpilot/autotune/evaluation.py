@@ -398,7 +398,7 @@ def conclude(
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
-    if candidates:
+    if candidates or status.get("candidates"):  # none left in the spec: none in status either
         fields["candidates"] = drafters.to_status(candidates)
     if record is not None:
         fields["trial"] = trials.to_status(record)
