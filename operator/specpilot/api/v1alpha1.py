@@ -1307,6 +1307,11 @@ class TrialStatus(_Model):
     incumbent_intent: IntentStatus = Field(description="The config the other pods keep running during the trial.")
     incumbent_config_hash: str = Field(description="Hash of the incumbent pods' command line.")
     action: str | None = Field(None, description="The autotune actuation the trial carries out.")
+    candidate_name: str | None = Field(
+        None,
+        description="The spec.speculation.candidates[].name whose drafter the trial pod runs; absent when the trial "
+        "carries an autotune change of the declared drafter.",
+    )
     phase: TrialPhase = Field(description="Running, Promoted, RolledBack or Abandoned.")
     started_at: str = Field(description="When the operator recorded the trial (before creating its pod).")
     ready_at: str | None = Field(None, description="When an evaluation first saw the trial pod ready.")
@@ -1340,11 +1345,16 @@ class CandidateStatus(_Model):
         None, description="The incumbent pods' figures over the same window (the comparison)."
     )
     speedup: float | None = Field(
-        None, description="Candidate over incumbent outputTokensPerSecond at comparable batch (> 1: faster)."
+        None,
+        description="Incumbent over candidate mean time per output token at comparable batch, from its last trial "
+        "(> 1: the candidate was faster).",
     )
-    trial_started: str | None = Field(None, description="When its last trial pod started serving.")
+    trial_started: str | None = Field(None, description="When its last trial was recorded (its pod is created after).")
     evidence_time: str | None = Field(None, description="When the figures behind the verdict were measured.")
     trials: int | None = Field(None, description="Trials run so far.")
+    retry_after: str | None = Field(
+        None, description="Lost or Inconclusive: not tried again before this time (probeInterval after its trial)."
+    )
     reason: str | None = Field(None, description="The verdict in words, for people.")
 
 

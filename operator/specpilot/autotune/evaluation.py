@@ -20,7 +20,7 @@ from specpilot.api import timestamps, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import QueryClient, effective_window, measure
 from specpilot.autotune.model.costprofile import fit_settings_for
-from specpilot.autotune.policy import framework_rules
+from specpilot.autotune.policy import drafters, framework_rules
 from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.decision import (
     PAUSED_BY_ANNOTATION,
@@ -31,9 +31,11 @@ from specpilot.autotune.policy.decision import (
     PolicyInputs,
     PolicyState,
     actuation_entry,
+    budget_check,
     decide,
     desired_intent,
     record_actuation,
+    record_candidate_trial,
     rendered_hash,
     revert_failed_rollout,
     running_intent,
@@ -41,8 +43,8 @@ from specpilot.autotune.policy.decision import (
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
 from specpilot.autotune.signals.promql import Scope, Signal
 from specpilot.reconcile import conditions as cond
-from specpilot.reconcile.core import Event, ObservedDeployment, ReconcileInputs
-from specpilot.vllm.intent import ChosenIntent, SpeculationIntent
+from specpilot.reconcile.core import Event, ObservedDeployment, ReconcileInputs, trial_command
+from specpilot.vllm.intent import ChosenIntent, SpeculationIntent, intent_to_dict
 
 ACTUATION_HISTORY = 10
 ACTION_EVENT_REASONS = {
@@ -362,8 +364,12 @@ def conclude(
         state = record_actuation(state, decision, current, now, spec.autotune.budget)
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
-        record = _announce_actuation(spec, status, decision, current, now, events) or record
+        promoted = desired_intent(spec, state).drafter
+        record = _announce_actuation(spec, status, decision, (current, promoted), now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
+    quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
+    record, candidates, state, tried = _candidate_turn(spec, status, record, state, current, quiet, now, events)
+    actuations = [*actuations, *tried][-ACTUATION_HISTORY:]
     previous = list(status.get("conditions", []) or [])
     stored = status.get("autotune")
     framework = stored.get("framework") if isinstance(stored, Mapping) else None
@@ -392,6 +398,8 @@ def conclude(
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
+    if candidates or status.get("candidates"):  # none left in the spec: none in status either
+        fields["candidates"] = drafters.to_status(candidates)
     if record is not None:
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
@@ -429,17 +437,89 @@ def _with_trial(
     return record, decision, state
 
 
+def _candidate_turn(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    record: v1alpha1.TrialStatus | None,
+    state: PolicyState,
+    current: SpeculationIntent,
+    quiet: bool,
+    now: datetime,
+    events: list[Event],
+) -> tuple[v1alpha1.TrialStatus | None, list[v1alpha1.CandidateStatus], PolicyState, list[dict[str, Any]]]:
+    """status.candidates after this evaluation: the verdict of a candidate trial that just ended, then, where nothing
+    else is under way (`quiet` is False, no trial running) and the budget allows, the next candidate's trial recorded.
+    Returns the trial record, the candidates' records, the state and the status.actuations entry of a new trial."""
+    records = drafters.reconcile_records(spec, status.get("candidates"))
+    before = trials.running(status)
+    if before is not None and before.candidate_name is not None and record is not None:
+        index = drafters.find(records, before.candidate_name)
+        if index is not None and record.phase is not v1alpha1.TrialPhase.RUNNING:
+            records[index] = _candidate_ended(records[index], record, spec, events)
+    if quiet or before is not None or (record is not None and record.phase is v1alpha1.TrialPhase.RUNNING):
+        return record, records, state, []
+    index = drafters.next_candidate(records, now) if drafters.untried_reason(spec) is None else None
+    if index is None:
+        return record, records, state, []
+    candidate = spec.speculation.candidates[index]
+    target = drafters.trial_intent(current, candidate)
+    allowed, why = budget_check(state, spec.autotune.budget, current, target, now)
+    incumbent_hash = (status.get("effective") or {}).get("configHash")
+    if not allowed or not incumbent_hash:
+        if records[index].verdict is v1alpha1.CandidateVerdict.UNTRIED and why:
+            records[index] = records[index].model_copy(update={"reason": f"waiting for the actuation budget: {why}"})
+        return record, records, state, []
+    reason = f"candidate {candidate.name} ({candidate.drafter()}) on one pod beside the incumbent pods"
+    started = trials.start(
+        intent=target,
+        config_hash=trial_command(spec, target, candidate).config_hash,
+        incumbent=current,
+        incumbent_hash=str(incumbent_hash),
+        action=Action.TRY_CANDIDATE.value,
+        now=now,
+        candidate_name=candidate.name,
+    )
+    records[index] = drafters.trialling(records[index], now)
+    state = record_candidate_trial(state, current, target, now, reason)
+    events.append(Event("Normal", "TrialStarted", f"one pod first: {reason}"))
+    entry = {
+        "at": format_time(now),
+        "action": Action.TRY_CANDIDATE.value,
+        "mode": spec.autotune.mode.value,
+        "from": intent_to_dict(current),
+        "to": intent_to_dict(target),
+        "reason": reason,
+    }
+    return started, records, state, [entry]
+
+
+def _candidate_ended(
+    record: v1alpha1.CandidateStatus, trial: v1alpha1.TrialStatus, spec: v1alpha1.SpeculativeDeploymentSpec,
+    events: list[Event],
+) -> v1alpha1.CandidateStatus:  # fmt: skip
+    """A candidate's record once its trial ended: Untried again when abandoned, else its verdict (event
+    Candidate<verdict>)."""
+    if trial.phase is v1alpha1.TrialPhase.ABANDONED:
+        return record.model_copy(update={"verdict": v1alpha1.CandidateVerdict.UNTRIED, "reason": trial.reason})
+    done = drafters.concluded(record, trial, spec.autotune.latency.regression_tolerance)
+    kind = "Warning" if done.verdict is v1alpha1.CandidateVerdict.LOST else "Normal"
+    events.append(Event(kind, f"Candidate{done.verdict.value}", f"candidate {record.name}: {trial.reason}"))
+    return done
+
+
 def _announce_actuation(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
     decision: Decision,
-    current: SpeculationIntent,
+    running: tuple[SpeculationIntent, v1alpha1.SpeculationCandidate | None],
     now: datetime,
     events: list[Event],
 ) -> v1alpha1.TrialStatus | None:
     """An applied decision starts a one-pod trial where it can (TrialStarted; its action's event waits for the
-    promotion), else goes to every pod at once with its action's event."""
-    started = _start_trial(spec, status, decision.action.value, decision.target, current, now)
+    promotion), else goes to every pod at once with its action's event. `running`: the running config and the
+    promoted candidate drafter, if any, that the trial pod keeps."""
+    current, promoted = running
+    started = _start_trial(spec, status, decision.action.value, decision.target, current, now, promoted)
     if started is not None:
         events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
     else:
@@ -454,12 +534,14 @@ def _start_trial(
     target: SpeculationIntent,
     current: SpeculationIntent,
     now: datetime,
+    promoted: v1alpha1.SpeculationCandidate | None,
 ) -> v1alpha1.TrialStatus | None:
-    """The record of a one-pod trial of `target`, when the deployment can spare a pod (trials.can_trial); None: the
-    change goes to every pod at once, as before. Generic over the config to try: `action` labels why (an autotune
-    Action's value, or another path's own label), and only an Action posts its own event when promoted."""
+    """The record of a one-pod trial of `target` (run by the `promoted` candidate drafter, if any), when the
+    deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as before. Generic over
+    the config to try: `action` labels why (an autotune Action's value, or another path's own label), and only an
+    Action posts its own event when promoted."""
     incumbent_hash = (status.get("effective") or {}).get("configHash")
-    trial_hash = rendered_hash(spec, target)
+    trial_hash = rendered_hash(spec, target, promoted)
     if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
         return None
     return trials.start(
@@ -484,7 +566,7 @@ def _trial_turn(
 ) -> tuple[v1alpha1.TrialStatus, PolicyState]:
     """One evaluation of a running trial: abandoned when its config is no longer wanted, else advanced (wait,
     analyse, promote or roll back). `slot` measures the one-pod slot (status.effective.canary's config hash)."""
-    wanted = trials.can_trial(spec) and desired_intent(spec, state).intent == trials.trial_intent(trial)
+    wanted = trials.can_trial(spec) and _still_wanted(spec, state, trial)
     if not wanted:
         step = trials.abandon(trial, now, "its config is no longer the one autotune wants (spec, mode or pin changed)")
     else:
@@ -500,9 +582,26 @@ def _trial_turn(
         events.append(Event(*step.event))
     if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.action:
         events.extend(_action_events(trial.action, f"promoted after a one-pod trial: {step.trial.reason}"))
-    if step.ended in (v1alpha1.TrialPhase.ROLLED_BACK, v1alpha1.TrialPhase.ABANDONED):
+    ended_unpromoted = step.ended in (v1alpha1.TrialPhase.ROLLED_BACK, v1alpha1.TrialPhase.ABANDONED)
+    if ended_unpromoted and trial.candidate_name is None:
         state = _back_to_incumbent(state, trial, now)
+    if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.candidate_name is not None:
+        # the winner runs on every pod: its drafter, with the config it was measured with
+        state = replace(state, selected=trials.trial_intent(trial), drafter=trial.candidate_name, streak=None)
     return step.trial, state
+
+
+def _still_wanted(spec: v1alpha1.SpeculativeDeploymentSpec, state: PolicyState, trial: v1alpha1.TrialStatus) -> bool:
+    """Whether the config on trial is still wanted: autotune's choice for an autotune change; for a candidate
+    drafter, the candidate still in the spec unchanged, and the incumbent still autotune's choice."""
+    desired = desired_intent(spec, state).intent
+    if trial.candidate_name is None:
+        return desired == trials.trial_intent(trial)
+    candidate = drafters.candidate_named(spec, trial.candidate_name)
+    incumbent = trials.incumbent_intent(trial)
+    if candidate is None or desired != incumbent:
+        return False
+    return drafters.trial_intent(incumbent, candidate) == trials.trial_intent(trial)
 
 
 def _back_to_incumbent(state: PolicyState, trial: v1alpha1.TrialStatus, now: datetime) -> PolicyState:
@@ -588,12 +687,19 @@ def choose_intent(inputs: ReconcileInputs) -> ChosenIntent | None:
     chosen = desired_intent(spec, state)
     chosen = replace(chosen, reason=state.actuations[-1].reason if state.actuations else None)
     trial = trials.running({"trial": inputs.autotune_fields.get("trial", inputs.status.get("trial"))})
-    if trial is None or chosen.intent != trials.trial_intent(trial):
+    if trial is None:
+        return chosen
+    candidate = drafters.candidate_named(spec, trial.candidate_name)
+    # An autotune change is selected for every pod while on trial; a candidate drafter's trial selects nothing.
+    on_trial = trials.trial_intent(trial) if trial.candidate_name is None else trials.incumbent_intent(trial)
+    if chosen.intent != on_trial or (trial.candidate_name is not None and candidate is None):
         return chosen
     # One pod first: the other pods keep the incumbent until the analysis promotes the trial. Where a trial may not
     # run (no pod to spare, mode no longer Auto), no pod runs it; the next evaluation abandons it.
+    spare = trials.can_trial(spec)
     return replace(
         chosen,
         intent=trials.incumbent_intent(trial),
-        trial=trials.trial_intent(trial) if trials.can_trial(spec) else None,
+        trial=trials.trial_intent(trial) if spare else None,
+        trial_candidate=(candidate or chosen.drafter) if spare else None,
     )

@@ -440,8 +440,9 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     if chosen is None:
         raise ValueError("reconcile: a spec that parses needs a chosen intent (autotune.evaluation.choose_intent)")
     intent = chosen.intent
+    running = spec if chosen.drafter is None else v1alpha1.spec_running(spec, chosen.drafter)  # a promoted candidate
     try:
-        rendered = render_command(spec, intent)
+        rendered = render_command(running, intent)
     except UnsupportedCombination as err:
         msg = f"{err.field}: {err}"
         return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
@@ -452,7 +453,10 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
 
     owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
     try:
-        canary = trial_command(spec, chosen.trial) if chosen.trial is not None else canary_command(spec, intent)
+        if chosen.trial is not None:
+            canary: manifests.CanaryCommand | None = trial_command(spec, chosen.trial, chosen.trial_candidate)
+        else:
+            canary = canary_command(running, intent)
     except UnsupportedCombination as err:
         needed_by = "the trial pod" if chosen.trial is not None else "the canary replica, spec.autotune.canary"
         msg = f"{err.field}: {err} (needed by {needed_by})"
@@ -489,7 +493,7 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
         cond.ConditionUpdate(cond.SPECULATION_ACTIVE, "True" if speculating else "False", spec_reason, spec_message),
         *_write_problems(inputs.name, {k: who for k, who in inputs.conflicts.items() if k in wanted}, refused),
     ]
-    fields["effective"] = _effective(inputs, spec, chosen, rendered, clock, canary)
+    fields["effective"] = _effective(inputs, running, chosen, rendered, clock, canary)
     live = inputs.deployment
     fields["replicas"] = live.replicas if live else 0
     fields["readyReplicas"] = live.ready_replicas if live else 0
@@ -608,7 +612,8 @@ def _effective(
     clock: RolloutClock,
     canary: manifests.CanaryCommand | None,
 ) -> dict[str, Any]:
-    """status.effective: what runs, its rollout clock and the canary's mode."""
+    """status.effective: what runs (`spec` as it runs: with a promoted candidate's drafter), its rollout clock and
+    the canary's mode."""
     intent = chosen.intent
     speculating = intent.enabled
     return {
@@ -661,13 +666,18 @@ def canary_command(
     return manifests.CanaryCommand(rendered.argv, rendered.config_hash, other.enabled)
 
 
-def trial_command(spec: v1alpha1.SpeculativeDeploymentSpec, trial: SpeculationIntent) -> manifests.CanaryCommand:
-    """The trial pod's command: the config on trial, in the canary's slot (its own Deployment, the same Service).
+def trial_command(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    trial: SpeculationIntent,
+    candidate: v1alpha1.SpeculationCandidate | None = None,
+) -> manifests.CanaryCommand:
+    """The trial pod's command: the config on trial, in the canary's slot (its own Deployment, the same Service);
+    with `candidate`, that candidate's drafter runs in place of the declared one (v1alpha1.spec_running).
 
     While a trial runs, the other mode of spec.autotune.canary is not run: the slot holds one pod, and the trial is
     the comparison the operator acts on.
     """
-    rendered = render_command(spec, trial)
+    rendered = render_command(spec if candidate is None else v1alpha1.spec_running(spec, candidate), trial)
     return manifests.CanaryCommand(rendered.argv, rendered.config_hash, trial.enabled, trial=True)
 
 

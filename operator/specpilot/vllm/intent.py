@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
+from specpilot.api.v1alpha1 import SpeculationCandidate, SpeculativeDeploymentSpec
 
 # Inclusive (first batch size, last batch size, tokens to propose); K = 0 means no speculation at that size.
 BatchSchedule = tuple[tuple[int, int, int], ...]
@@ -114,3 +114,7 @@ class ChosenIntent:
     reason: str | None = None  # the last actuation's reason, when the autotuner chose it
     # A config on trial on one pod (progressive actuation): the other pods keep `intent` until it is promoted.
     trial: SpeculationIntent | None = None
+    # The candidate drafter the trial pod runs in place of the declared one (spec.speculation.candidates[]), if any.
+    trial_candidate: SpeculationCandidate | None = None
+    # The candidate drafter promoted to every pod in place of the declared one (spec.speculation.candidates[]), if any.
+    drafter: SpeculationCandidate | None = None

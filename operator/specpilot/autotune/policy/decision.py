@@ -40,8 +40,10 @@ from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import (
     AutotuneMode,
     BudgetSpec,
+    SpeculationConfig,
     SpeculationOverride,
     SpeculativeDeploymentSpec,
+    spec_running,
 )
 from specpilot.autotune.model.baseline import (
     BaselineEntry,
@@ -156,6 +158,7 @@ class Action(StrEnum):
     DISABLE = "DisableSpeculation"
     ENABLE = "EnableSpeculation"
     CHANGE_THRESHOLD = "ChangeBatchThreshold"
+    TRY_CANDIDATE = "TryCandidate"  # a one-pod trial of a candidate drafter: charged to the budget, selects nothing
 
 
 class OffReason(StrEnum):
@@ -234,6 +237,8 @@ class PolicyState:
     last_recommendation: str | None = None
     actuations: tuple[ActuationRecord, ...] = ()
     selected: SpeculationIntent | None = None  # the config autotune chose; None: the spec's own
+    # the spec.speculation.candidates[].name a one-pod trial promoted to every pod; None: the declared drafter
+    drafter: str | None = None
     off: OffRecord | None = None
     probe_started: datetime | None = None
     last_probe: datetime | None = None
@@ -286,6 +291,7 @@ class PolicyState:
                 for a in self.actuations
             ],
             "selected": None if self.selected is None else intent_to_dict(self.selected),
+            "drafter": self.drafter,
             "off": None
             if self.off is None
             else {
@@ -348,6 +354,7 @@ class PolicyState:
                 for a in raw.get("actuations") or ()
             ),
             selected=None if not raw.get("selected") else intent_from_dict(raw["selected"]),
+            drafter=None if not raw.get("drafter") else str(raw["drafter"]),
             off=None
             if not off
             else OffRecord(
@@ -576,9 +583,11 @@ def desired_intent(spec: SpeculativeDeploymentSpec, state: PolicyState) -> Chose
     chosen = selected if selected is not None and spec.autotune.mode is not AutotuneMode.OFF else None
     base = complete_intent(chosen, spec) if chosen is not None else intent_from_spec(spec)
     intent = apply_overrides(spec, base)
+    # a promoted candidate drafter runs with the config selected for it, so it counts only while that does
+    drafter = next((c for c in spec.speculation.candidates if c.name == state.drafter), None) if chosen else None
     if intent != base:
-        return ChosenIntent(intent, IntentSource.OVERRIDE)
-    return ChosenIntent(intent, IntentSource.AUTOTUNE if chosen is not None else IntentSource.SPEC)
+        return ChosenIntent(intent, IntentSource.OVERRIDE, drafter=drafter)
+    return ChosenIntent(intent, IntentSource.AUTOTUNE if chosen is not None else IntentSource.SPEC, drafter=drafter)
 
 
 def running_intent(status: Mapping[str, Any], spec: SpeculativeDeploymentSpec) -> SpeculationIntent | None:
@@ -610,11 +619,14 @@ def running_intent(status: Mapping[str, Any], spec: SpeculativeDeploymentSpec) -
 
 
 def revert_failed_rollout(state: PolicyState) -> tuple[PolicyState, ActuationRecord | None]:
-    """After an autotune rollout missed its deadline: select the config it replaced (recorded losslessly)."""
+    """After an autotune rollout missed its deadline: select the config it replaced (recorded losslessly), and after
+    a candidate drafter's promotion, the drafter that ran before it."""
     if not state.actuations:
         return state, None
     last = state.actuations[-1]
-    return replace(state, selected=intent_from_dict(last.from_intent), probe_started=None, streak=None), last
+    drafter = last.from_intent.get("drafter") if last.action is Action.TRY_CANDIDATE else state.drafter
+    selected = intent_from_dict(last.from_intent)
+    return replace(state, selected=selected, drafter=drafter, probe_started=None, streak=None), last
 
 
 def probe_deadline(spec: SpeculativeDeploymentSpec) -> timedelta:
@@ -1507,6 +1519,24 @@ def record_actuation(
     )
 
 
+def record_candidate_trial(
+    state: PolicyState, current: SpeculationIntent, target: SpeculationIntent, now: datetime, reason: str
+) -> PolicyState:
+    """The state after a one-pod trial of a candidate drafter was recorded: charged to the actuation budget like any
+    actuation (a pod restarts for it), while the config autotune selected for every pod stays as it is. The record
+    keeps the running drafter beside the running intent, so a failed promotion returns to both."""
+    entry = ActuationRecord(
+        at=now,
+        action=Action.TRY_CANDIDATE,
+        from_intent={**intent_to_dict(current), "drafter": state.drafter},
+        to_intent=intent_to_dict(target),
+        reason=reason,
+    )
+    keep_after = now - timedelta(days=1)
+    history = [a for a in state.actuations if a.at > keep_after] or list(state.actuations[-2:])
+    return replace(state, actuations=tuple([*history, entry][-ACTUATION_HISTORY:]))
+
+
 def actuation_entry(
     decision: Decision, current: SpeculationIntent, now: datetime, mode: AutotuneMode
 ) -> dict[str, Any]:
@@ -1625,7 +1655,7 @@ def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -
     if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
         state = replace(state, streak=None, last_recommendation=None)
     if state.intent_fingerprint is not None and state.intent_fingerprint != intent:
-        state = replace(state, selected=None, off=None, probe_started=None)
+        state = replace(state, selected=None, drafter=None, off=None, probe_started=None)
     if state.deployment_fingerprint is not None and state.deployment_fingerprint != deployment:
         state = replace(state, **FRESH_RECORDS)
     return replace(state, spec_fingerprint=whole, intent_fingerprint=intent, deployment_fingerprint=deployment)
@@ -1999,10 +2029,13 @@ def queue_when_proposed(streak: Streak | None) -> QueueSeen | None:
     return QueueSeen(streak.since, streak.waiting)
 
 
-def rendered_hash(spec: SpeculativeDeploymentSpec, intent: SpeculationIntent) -> str | None:
-    """The config hash the renderer gives this intent; None when this vLLM version cannot render it."""
+def rendered_hash(
+    spec: SpeculativeDeploymentSpec, intent: SpeculationIntent, drafter: SpeculationConfig | None = None
+) -> str | None:
+    """The config hash the renderer gives this intent (with `drafter` in place of the declared one, if given); None
+    when this vLLM version cannot render it."""
     try:
-        return render_command(spec, intent).config_hash
+        return render_command(spec if drafter is None else spec_running(spec, drafter), intent).config_hash
     except UnsupportedCombination:
         return None
 

@@ -157,7 +157,8 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
     )
     if ratio > 1 + settings.tolerance:
         return Analysis(TrialOutcome.FAILED, "speed", f"{shown}: slower beyond {settings.tolerance:.0%}", speedup)
-    return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: not slower beyond {settings.tolerance:.0%}", speedup)
+    bar = "faster" if faster_with_margin(speedup, settings.tolerance) else "not slower"
+    return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: {bar} beyond {settings.tolerance:.0%}", speedup)
 
 
 # ------------------------------------------------------------------------------------------------ lifecycle
@@ -167,6 +168,12 @@ def analysis_span(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
     """From the trial pod's readiness to its analysis: one full window of its own metrics, plus two scrapes."""
     at = spec.autotune
     return timedelta(seconds=parse_duration(at.window) + 2 * parse_duration(at.scrape_interval))
+
+
+def faster_with_margin(speedup: float | None, tolerance: float) -> bool:
+    """Whether the trial pod was faster than the incumbents beyond the tolerance: the bar a candidate drafter must
+    clear to replace the running one (a change of drafter must pay for itself, not merely not hurt)."""
+    return speedup is not None and speedup > 1 + tolerance
 
 
 def readiness_deadline(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
@@ -207,9 +214,10 @@ def incumbent_intent(trial: TrialStatus) -> SpeculationIntent:
 
 def start(
     *, intent: SpeculationIntent, config_hash: str, incumbent: SpeculationIntent, incumbent_hash: str, action: str,
-    now: datetime,
+    now: datetime, candidate_name: str | None = None,
 ) -> TrialStatus:  # fmt: skip
-    """The record of a new trial, written to status before its pod is created."""
+    """The record of a new trial, written to status before its pod is created. `candidate_name`: the trial pod runs
+    that spec.speculation.candidates element's drafter instead of the declared one."""
     return TrialStatus.model_validate(
         {
             "intent": intent_to_dict(intent),
@@ -217,6 +225,7 @@ def start(
             "incumbentIntent": intent_to_dict(incumbent),
             "incumbentConfigHash": incumbent_hash,
             "action": action,
+            "candidateName": candidate_name,
             "phase": TrialPhase.RUNNING,
             "startedAt": format_time(now),
         }
@@ -224,8 +233,11 @@ def start(
 
 
 def blocks_retry(trial: TrialStatus | None, target: SpeculationIntent, now: datetime) -> bool:
-    """A config rolled back by its trial is not tried again before retryAfter."""
+    """A config rolled back by its trial is not tried again before retryAfter. A candidate drafter's trial says
+    nothing of the declared drafter's configs: its retry wait is the candidate's own (status.candidates)."""
     if trial is None or trial.phase is not TrialPhase.ROLLED_BACK or trial.retry_after is None:
+        return False
+    if trial.candidate_name is not None:
         return False
     return trial_intent(trial) == target and now < parse_time(trial.retry_after)
 
@@ -270,6 +282,12 @@ def advance(
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
     )
+    tolerance = AnalysisSettings.of(spec).tolerance
+    candidate = trial.candidate_name
+    if verdict.outcome is TrialOutcome.SUCCESSFUL and candidate and not faster_with_margin(verdict.speedup, tolerance):
+        # A drafter replaces the running one only when measured faster: within the noise the incumbent stays.
+        why = f"candidate {candidate} not faster beyond {tolerance:.0%}: {verdict.reason}"
+        return _rolled_back(trial, spec, now, why)
     if verdict.outcome is TrialOutcome.SUCCESSFUL:
         done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
         return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))

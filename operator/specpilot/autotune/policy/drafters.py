@@ -1,0 +1,152 @@
+"""Which candidate drafter to try next on live traffic, and the verdict of its trial (pure).
+
+Each of spec.speculation.candidates is tried one at a time through the one-pod trial (trial.py): the trial pod runs
+the spec with the candidate's drafter in place of the declared one (v1alpha1.spec_running), beside the incumbent
+pods, and is analysed by the trial's gates. Its record is status.candidates[i] (v1alpha1.CandidateStatus); the
+operator reads back only each record's identity (name, method, drafter, K), verdict, trials and retryAfter.
+
+The order is the spec's: the first candidate that is Untried, or Lost / Inconclusive with its retry wait over. A Won
+candidate is not tried again. A verdict needs a margin: Won when the trial pod's mean time per output token is faster
+than the incumbents' beyond spec.autotune.latency.regressionTolerance, Lost when slower beyond it (or its pod never
+became ready), Inconclusive otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from specpilot.api import v1alpha1
+from specpilot.api.timestamps import format_time, parse_time
+from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, SpeculationCandidate, TrialOutcome, TrialStatus
+from specpilot.autotune.policy import trial as trials
+from specpilot.vllm.intent import SpeculationIntent
+
+NEEDS_AUTO = "not tried: trials of candidate drafters run in spec.autotune.mode Auto only"
+NEEDS_SPARE_POD = (
+    "not tried: a trial needs a pod to spare (spec.replicas >= 2, or spec.rollout.maxSurge >= 1); "
+    "one replica without surge is recommend-only"
+)
+
+
+def untried_reason(spec: v1alpha1.SpeculativeDeploymentSpec) -> str | None:
+    """Why no candidate can be tried on this deployment; None when trials can run."""
+    if spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO:
+        return NEEDS_AUTO
+    if not trials.can_trial(spec):
+        return NEEDS_SPARE_POD
+    return None
+
+
+def _untried(candidate: SpeculationCandidate, reason: str | None) -> CandidateStatus:
+    return CandidateStatus(
+        name=candidate.name,
+        method=candidate.method.value,
+        drafter=candidate.drafter(),
+        num_speculative_tokens=candidate.num_speculative_tokens,
+        verdict=CandidateVerdict.UNTRIED,
+        reason=reason,
+    )
+
+
+def _same_candidate(record: CandidateStatus, candidate: SpeculationCandidate) -> bool:
+    identity = (candidate.name, candidate.method.value, candidate.drafter(), candidate.num_speculative_tokens)
+    return (record.name, record.method, record.drafter, record.num_speculative_tokens) == identity
+
+
+def read_records(stored: Any) -> list[CandidateStatus]:
+    """status.candidates as stored; an unreadable element is dropped (its candidate starts Untried again)."""
+    records: list[CandidateStatus] = []
+    for raw in stored if isinstance(stored, list) else []:
+        try:
+            records.append(CandidateStatus.model_validate(raw))
+        except ValueError:
+            continue
+    return records
+
+
+def reconcile_records(spec: v1alpha1.SpeculativeDeploymentSpec, stored: Any) -> list[CandidateStatus]:
+    """One record per spec candidate, in the spec's order: the stored one while the candidate is unchanged (same
+    name, method, drafter and K), else Untried. An Untried record says why it cannot be tried where it cannot."""
+    why = untried_reason(spec)
+    kept = {r.name: r for r in read_records(stored)}
+    records: list[CandidateStatus] = []
+    for candidate in spec.speculation.candidates:
+        record = kept.get(candidate.name)
+        if record is None or not _same_candidate(record, candidate):
+            record = _untried(candidate, why)
+        elif record.verdict is CandidateVerdict.UNTRIED:
+            record = record.model_copy(update={"reason": why})
+        records.append(record)
+    return records
+
+
+def next_candidate(records: Sequence[CandidateStatus], now: datetime) -> int | None:
+    """The index of the candidate to try now: the first Untried, or Lost / Inconclusive past its retryAfter."""
+    for index, record in enumerate(records):
+        if record.verdict is CandidateVerdict.UNTRIED:
+            return index
+        waited = record.retry_after is None or now >= parse_time(record.retry_after)
+        if record.verdict in (CandidateVerdict.LOST, CandidateVerdict.INCONCLUSIVE) and waited:
+            return index
+    return None
+
+
+def trial_intent(current: SpeculationIntent, candidate: SpeculationCandidate) -> SpeculationIntent:
+    """What the trial pod runs: speculation on with the candidate's K (the declared K where it has none) and the
+    running threshold. A batch schedule tuned for the declared drafter is not carried over to another drafter."""
+    k = candidate.num_speculative_tokens or current.num_speculative_tokens
+    return SpeculationIntent(
+        enabled=True, num_speculative_tokens=k, disable_above_batch_size=current.disable_above_batch_size
+    )
+
+
+def trialling(record: CandidateStatus, now: datetime) -> CandidateStatus:
+    """The record once its trial is recorded (before the trial pod is created)."""
+    return record.model_copy(
+        update={
+            "verdict": CandidateVerdict.TRIALLING,
+            "trial_started": format_time(now),
+            "trials": (record.trials or 0) + 1,
+            "retry_after": None,
+            "reason": "one pod runs this drafter beside the incumbent pods",
+        }
+    )
+
+
+def verdict_of(trial: TrialStatus, tolerance: float) -> CandidateVerdict:
+    """The verdict of a candidate's ended trial: a win or a loss needs a margin beyond the tolerance."""
+    if trial.outcome is None or trial.outcome is TrialOutcome.FAILED:
+        return CandidateVerdict.LOST  # never ready, or slower beyond the tolerance
+    if trial.outcome is TrialOutcome.SUCCESSFUL and trials.faster_with_margin(trial.speedup, tolerance):
+        return CandidateVerdict.WON
+    return CandidateVerdict.INCONCLUSIVE
+
+
+def concluded(record: CandidateStatus, trial: TrialStatus, tolerance: float) -> CandidateStatus:
+    """The record after its trial ended: verdict, both sides' figures, the evidence time and the retry wait."""
+    verdict = verdict_of(trial, tolerance)
+    return record.model_copy(
+        update={
+            "verdict": verdict,
+            "candidate": trial.candidate,
+            "incumbent": trial.incumbent,
+            "speedup": trial.speedup,
+            "evidence_time": trial.ended_at,
+            "retry_after": None if verdict is CandidateVerdict.WON else trial.retry_after,
+            "reason": trial.reason,
+        }
+    )
+
+
+def to_status(records: Sequence[CandidateStatus]) -> list[dict[str, Any]]:
+    return [r.model_dump(by_alias=True, mode="json", exclude_none=True) for r in records]
+
+
+def find(records: Sequence[CandidateStatus], name: str) -> int | None:
+    return next((i for i, r in enumerate(records) if r.name == name), None)
+
+
+def candidate_named(spec: v1alpha1.SpeculativeDeploymentSpec, name: str | None) -> SpeculationCandidate | None:
+    return next((c for c in spec.speculation.candidates if c.name == name), None) if name else None

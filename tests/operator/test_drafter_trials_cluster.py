@@ -1,0 +1,106 @@
+"""Candidate drafters on the local cluster: the real operator tries a candidate on one pod and promotes the winner.
+
+The set-up of test_progressive_cluster.py: a 3-replica Auto SpeculativeDeployment of simulated 8B/H100 engines
+started by the pod runner from each pod's own command line, real Prometheus scraping every pod by config hash, and
+round-robin load at temperature 2, where the declared 1B draft model accepts ~0.36 and costs more than it saves. The
+acceptance floor is set low so that autotune keeps the declared drafter on, leaving the choice to the candidate
+trial. The n-gram candidate (almost free to draft) runs on one pod first, measures faster than the incumbents beyond
+the tolerance, and is promoted: every pod runs n-gram, status.effective.drafter and the DRAFTER column say so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.cluster.fixture import KubeCluster
+from e2e.podrunner import PodRunner
+from e2e.prometheus.fixture import PrometheusServer
+from e2e.waiting import wait_for
+from tests.operator.test_closed_loop import decision_line, wait_for_or_explain
+from tests.operator.test_operator_cluster import apply, events, get
+from tests.operator.test_progressive_cluster import NAME, RoundRobinLoad, sim_pods, three_replicas
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+__all__ = ["sim_pods"]  # the fixture, shared with test_progressive_cluster.py
+
+
+def with_ngram_candidate(prometheus_url: str) -> dict[str, Any]:
+    cr = three_replicas(prometheus_url)
+    cr["spec"]["speculation"]["candidates"] = [
+        {"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3, "promptLookupMin": 2, "promptLookupMax": 4}
+    ]
+    cr["spec"]["autotune"]["acceptance"] = {"disableBelow": 0.05, "enableAbove": 0.1}
+    return cr
+
+
+def command(deployment: dict[str, Any] | None) -> str:
+    assert deployment is not None
+    return " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["command"]).replace(" ", "")
+
+
+@pytest.mark.timeout(900)
+def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
+    kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
+) -> None:
+    runner, prometheus = sim_pods
+    apply(kube_cluster, kube_namespace, with_ngram_candidate(prometheus.url))
+    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
+    assert not runner.failures(), runner.failures()
+
+    def cr() -> dict[str, Any]:
+        return get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}
+
+    def status() -> dict[str, Any]:
+        return dict(cr().get("status") or {})
+
+    def deployment(name: str = NAME) -> dict[str, Any] | None:
+        return get(kube_cluster, kube_namespace, "deployment", name)
+
+    def trial() -> dict[str, Any]:
+        return dict(status().get("trial") or {})
+
+    with RoundRobinLoad(runner, 12) as load:
+
+        def diagnose() -> str:
+            return (
+                f"load sent {load.sent} ({load.errors} errors); trial {trial().get('phase')}; "
+                f"candidates {status().get('candidates')}; {decision_line(cr())}"
+            )
+
+        started = wait_for_or_explain(
+            diagnose, "the candidate's trial started", lambda: trial().get("phase") == "Running" and trial(), 240, 1
+        )
+        assert started["candidateName"] == "ngram", started
+        assert status()["candidates"][0]["verdict"] == "Trialling"
+        main, canary = deployment(), deployment(f"{NAME}-canary")
+        assert '"method":"ngram"' in command(canary), "one pod runs the candidate's drafter"
+        assert "Llama-3.2-1B" in command(main), "the incumbents keep the declared drafter"
+        assert main is not None
+        assert main["spec"]["replicas"] == 2
+        ended = wait_for_or_explain(diagnose, "the candidate's trial ended", lambda: trial().get("phase") != "Running"
+                                    and trial(), 180, 1)  # fmt: skip
+        assert ended["phase"] == "Promoted", ended
+        record = status()["candidates"][0]
+        assert record["verdict"] == "Won", record
+        assert record["speedup"] > 1.05, record
+        print(f"\ncandidate won: {record['reason']}")
+        wait_for_or_explain(
+            diagnose,
+            "every pod on the n-gram drafter, the trial pod gone",
+            lambda: (
+                (d := deployment()) is not None
+                and '"method":"ngram"' in command(d)
+                and d["spec"]["replicas"] == 3
+                and deployment(f"{NAME}-canary") is None
+            ),
+            60,
+            1,
+        )
+    assert status()["effective"]["drafter"] == "ngram"
+    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, NAME)]
+    assert {"TrialStarted", "CandidateWon", "TrialPromoted"} <= set(reasons), reasons
+    table = kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", NAME, "-o", "wide").stdout
+    print(table)
+    assert "ngram" in table

@@ -1,0 +1,269 @@
+"""Candidate drafters tried one pod at a time: the choice (pure, table-driven) and the path through the real seams.
+
+The choice: the first Untried candidate, or a Lost / Inconclusive one past its retry wait; a Won one is not tried
+again; a verdict needs a margin beyond the tolerance. Through tests/seams.py: a 3-replica Auto deployment with two
+candidates runs the first on the trial pod (its drafter on the `-canary` Deployment, the main one untouched); it wins
+and is promoted to every pod; the second is tried against it and loses. Recommend and one replica without surge run
+no trial pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from specpilot.api import v1alpha1
+from specpilot.api.timestamps import format_time
+from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialOutcome
+from specpilot.autotune.policy import drafters
+from specpilot.autotune.signals.measurements import Measurement
+from specpilot.autotune.signals.promql import Signal
+from tests.seams import ROUND_TRIP_SPEC, T0, Cluster, m, window_measurements
+
+HEALTHY = window_measurements(speculating=True, acceptance=0.7)  # incumbents: mean TPOT 11 ms at batch 2
+CANDIDATES = [
+    {"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3, "promptLookupMin": 2, "promptLookupMax": 4},
+    {"name": "big", "method": "draft_model", "draft": {"model": "meta-llama/Llama-3.2-3B-Instruct"},
+     "numSpeculativeTokens": 5},
+]  # fmt: skip
+
+
+def record(verdict: CandidateVerdict, retry_after: int | None = None, name: str = "c") -> CandidateStatus:
+    retry = None if retry_after is None else format_time(T0 + timedelta(minutes=retry_after))
+    return CandidateStatus(name=name, method="ngram", drafter="ngram", verdict=verdict, retry_after=retry)
+
+
+U, L, INC, W = CandidateVerdict.UNTRIED, CandidateVerdict.LOST, CandidateVerdict.INCONCLUSIVE, CandidateVerdict.WON
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        ([], None),
+        ([record(U), record(U)], 0),
+        ([record(W), record(U)], 1),  # a winner is not tried again
+        ([record(L, retry_after=10), record(U)], 1),  # a loser within its wait is skipped
+        ([record(L, retry_after=10), record(INC, retry_after=5)], None),
+        ([record(L, retry_after=-1), record(U)], 0),  # the wait is over: tried again, in the spec's order
+        ([record(W), record(INC, retry_after=0)], 1),
+        ([record(CandidateVerdict.TRIALLING), record(W)], None),
+    ],
+)
+def test_next_candidate(records: list[CandidateStatus], expected: int | None) -> None:
+    assert drafters.next_candidate(records, T0) == expected
+
+
+def ended_trial(outcome: TrialOutcome | None, speedup: float | None) -> v1alpha1.TrialStatus:
+    intent = {"enabled": True, "numSpeculativeTokens": 4}
+    return v1alpha1.TrialStatus.model_validate(
+        {"intent": intent, "configHash": "a", "incumbentIntent": intent, "incumbentConfigHash": "b",
+         "phase": "RolledBack", "startedAt": format_time(T0), "outcome": outcome, "speedup": speedup}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("outcome", "speedup", "expected"),
+    [
+        (TrialOutcome.SUCCESSFUL, 1.375, W),
+        (TrialOutcome.SUCCESSFUL, 1.05, INC),  # not slower, but not faster beyond the 10% tolerance either
+        (TrialOutcome.FAILED, 0.5, L),
+        (TrialOutcome.INCONCLUSIVE, None, INC),
+        (None, None, L),  # the trial pod never became ready
+    ],
+)
+def test_verdict_needs_a_margin(outcome: TrialOutcome | None, speedup: float | None, expected: Any) -> None:
+    assert drafters.verdict_of(ended_trial(outcome, speedup), tolerance=0.10) is expected
+
+
+def cluster_with(replicas: int = 3, mode: str = "Auto", **rollout: Any) -> Cluster:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw["replicas"] = replicas
+    raw["autotune"]["mode"] = mode
+    raw["speculation"]["candidates"] = copy.deepcopy(CANDIDATES)
+    if rollout:
+        raw["rollout"] = rollout
+    cluster = Cluster(raw)
+    cluster.reconcile()
+    cluster.settle()
+    cluster.advance(4)  # past the settling time of the first config
+    return cluster
+
+
+def trial_pod(tpot_mean_s: float) -> dict[str, Measurement]:
+    pod = window_measurements(speculating=True, acceptance=0.5)
+    pod[str(Signal.TPOT_MEAN)] = m(Signal.TPOT_MEAN, tpot_mean_s)
+    return pod
+
+
+def command(deployment: dict[str, Any] | None) -> str:
+    assert deployment is not None
+    return " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
+
+
+def run_trial(cluster: Cluster, tpot_mean_s: float, minutes: int = 8) -> None:
+    """Let the trial pod become ready, then evaluate once a minute until its trial ends."""
+    cluster.settle()
+    for _ in range(minutes):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY, trial_pod(tpot_mean_s))
+        if cluster.status["trial"]["phase"] != "Running":
+            return
+    raise AssertionError(f"the trial did not end: {cluster.status['trial']}")
+
+
+def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
+    cluster = cluster_with()
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    trial = cluster.status["trial"]
+    assert (trial["phase"], trial["candidateName"], trial["action"]) == ("Running", "ngram", "TryCandidate")
+    assert cluster.status["candidates"][0]["verdict"] == "Trialling"
+    assert cluster.status["candidates"][0]["trials"] == 1
+    assert cluster.status["candidates"][1]["verdict"] == "Untried"
+    assert '"method":"ngram"' in command(cluster.canary).replace(" ", "")
+    assert command(cluster.deployment) == main_before  # the incumbents keep the declared drafter
+    assert cluster.deployment is not None
+    assert cluster.deployment["spec"]["replicas"] == 2
+    assert cluster.status["autotune"]["actuations"][-1]["action"] == "TryCandidate"  # charged to the budget
+    assert any(e.reason == "TrialStarted" and "ngram" in e.message for e in cluster.events)
+
+    run_trial(cluster, 0.008)  # 11 ms / 8 ms: faster beyond the tolerance
+    won = cluster.status["candidates"][0]
+    assert won["verdict"] == "Won", won
+    assert won["speedup"] == 1.375
+    assert won["candidate"]["requests"] == 400
+    assert won["evidenceTime"]
+    assert {"CandidateWon", "TrialPromoted"} <= {e.reason for e in cluster.events}
+    # promoted: every pod runs the winner's drafter with its K, and status.effective says so
+    assert cluster.status["trial"]["phase"] == "Promoted"
+    assert cluster.canary is None
+    assert '"method":"ngram"' in command(cluster.deployment).replace(" ", "")
+    assert cluster.deployment is not None
+    assert cluster.deployment["spec"]["replicas"] == 3
+    effective = cluster.status["effective"]
+    assert (effective["drafter"], effective["method"], effective["numSpeculativeTokens"]) == ("ngram", "ngram", 3)
+    assert cluster.status["autotune"]["drafter"] == "ngram"
+    promoted_main = command(cluster.deployment)
+    cluster.settle()
+
+    # the next candidate waits for the promotion's rollout, then runs against the promoted drafter; it measures slower
+    # and loses: the winner stays on every pod
+    for _ in range(12):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY)
+        if cluster.status["trial"]["phase"] == "Running":
+            break
+    assert cluster.status["trial"]["candidateName"] == "big"
+    assert "Llama-3.2-3B" in command(cluster.canary)
+    assert command(cluster.deployment) == promoted_main
+    run_trial(cluster, 0.020)
+    lost = cluster.status["candidates"][1]
+    assert lost["verdict"] == "Lost", lost
+    assert lost["retryAfter"]
+    assert "CandidateLost" in [e.reason for e in cluster.events]
+    assert cluster.status["trial"]["phase"] == "RolledBack"
+    assert command(cluster.deployment) == promoted_main
+    assert cluster.status["effective"]["drafter"] == "ngram"
+
+    # nothing is left to try before the loser's retry wait: no new trial pod
+    for _ in range(6):
+        cluster.advance(1)
+        outcome = cluster.evaluate(HEALTHY)
+        assert outcome.decision, "an evaluation ran"
+        assert cluster.status["trial"]["phase"] == "RolledBack"
+    assert cluster.canary is None
+
+
+def test_a_promotion_whose_rollout_fails_returns_to_the_declared_drafter() -> None:
+    cluster = cluster_with()
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    run_trial(cluster, 0.008)
+    assert cluster.status["trial"]["phase"] == "Promoted"
+    assert '"method":"ngram"' in command(cluster.deployment).replace(" ", "")
+    cluster.deadline_exceeded = True  # the n-gram pods never become available
+    cluster.advance(1)
+    cluster.settle()
+    cluster.deadline_exceeded = False
+    cluster.advance(1)
+    cluster.evaluate(HEALTHY)
+    assert "missed its deadline" in cluster.status["autotuneHalt"]["reason"]
+    assert command(cluster.deployment) == main_before, "the declared drafter and its config, exactly"
+    assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+
+
+def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None:
+    cluster = cluster_with()
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    run_trial(cluster, 0.0105)  # 11 ms / 10.5 ms = 1.048: not slower, not faster beyond the 10% tolerance
+    record = cluster.status["candidates"][0]
+    assert record["verdict"] == "Inconclusive", record
+    assert record["retryAfter"]
+    assert cluster.status["trial"]["phase"] == "RolledBack"
+    assert command(cluster.deployment) == main_before
+    assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert "drafter" not in cluster.status["autotune"]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "mode", "rollout", "reason"),
+    [
+        (3, "Recommend", {}, drafters.NEEDS_AUTO),
+        (1, "Auto", {}, drafters.NEEDS_SPARE_POD),
+    ],
+)
+def test_no_trial_pod_where_trials_cannot_run(replicas: int, mode: str, rollout: dict[str, Any], reason: str) -> None:
+    cluster = cluster_with(replicas, mode, **rollout)
+    for _ in range(3):
+        cluster.advance(1)
+        outcome = cluster.evaluate(HEALTHY)
+        assert outcome.decision, "an evaluation ran"
+    assert cluster.canary is None
+    assert "trial" not in cluster.status
+    assert [c["verdict"] for c in cluster.status["candidates"]] == ["Untried", "Untried"]
+    assert {c["reason"] for c in cluster.status["candidates"]} == {reason}
+    assert "speedup" not in cluster.status["candidates"][0]  # no figures invented
+
+
+def test_trials_count_against_the_actuation_budget() -> None:
+    cluster = cluster_with()
+    cluster.spec["autotune"]["budget"] = {"minInterval": "1m", "maxPerHour": 1, "maxPerDay": 1}
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    run_trial(cluster, 0.020)  # lost
+    reasons = []
+    for _ in range(5):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY)
+        reasons.append(cluster.status["candidates"][1].get("reason", ""))
+    assert cluster.status["trial"]["candidateName"] == "ngram", "no second trial within the budget"
+    assert reasons[-1].startswith("waiting for the actuation budget: 1 actuations in the last 1h"), reasons
+
+
+def test_one_replica_with_surge_runs_the_trial_as_the_extra_pod() -> None:
+    cluster = cluster_with(1, "Auto", maxSurge=1, maxUnavailable=0)
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    assert cluster.deployment is not None
+    assert cluster.deployment["spec"]["replicas"] == 1
+    assert cluster.canary is not None
+    assert cluster.canary["spec"]["replicas"] == 1
+
+
+def test_a_removed_candidate_abandons_its_trial() -> None:
+    cluster = cluster_with()
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    cluster.spec["speculation"]["candidates"] = cluster.spec["speculation"]["candidates"][1:]
+    cluster.advance(1)
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["phase"] == "Abandoned"
+    assert [c["name"] for c in cluster.status["candidates"]] == ["big"]
+    cluster.spec["speculation"]["candidates"] = []
+    cluster.advance(1)
+    cluster.evaluate(HEALTHY)
+    assert not cluster.status.get("candidates")
