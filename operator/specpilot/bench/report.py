@@ -11,7 +11,7 @@ from typing import Any
 from specpilot.bench.runner import RESTART_CONTROLS, PolicyRun
 
 COLUMNS = ("scenario", "policy", "config", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p99_e2e_ms",
-           "actuations", "failed")  # fmt: skip
+           "actuations", "failed", "replicas")  # fmt: skip
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:

@@ -16,7 +16,9 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
+from specpilot.api.rollout import max_surge, max_unavailable
 from specpilot.autotune.evaluate import effective_window, measure, query_settings
+from specpilot.autotune.model.rollcost import restart_cost_seconds
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import PROFILES
 from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide, record_actuation
@@ -52,13 +54,17 @@ def bench_spec(
     max_model_len: int,
     acceptance: dict[str, float] | None = None,
     ttft_slo_s: float | None = None,
+    *,
+    replicas: int = 1,
+    max_surge: int = 0,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
     `acceptance` overrides spec.autotune.acceptance (disableBelow / enableAbove) for the sensitivity variant.
     `ttft_slo_s`: the scenario's TTFT SLO, declared as spec.autotune.latency.ttftDeadline the way a user who is
     judged on it declares it (the scenario's TPOT SLO stays undeclared: the guarded metric and p99Target keep their
-    defaults).
+    defaults). `replicas` and `max_surge`: spec.replicas and spec.rollout.maxSurge (the other rollout fields keep
+    their defaults).
     """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k}
     if method in DRAFT_MODELS:
@@ -68,6 +74,8 @@ def bench_spec(
         "kind": v1alpha1.KIND,
         "metadata": {"name": "bench", "namespace": "bench"},
         "spec": {
+            **({"replicas": replicas} if replicas != 1 else {}),
+            **({"rollout": {"maxSurge": max_surge}} if max_surge else {}),
             "engine": {
                 "image": f"vllm/vllm-openai:v{VERSION}",
                 "version": VERSION,
@@ -102,6 +110,13 @@ class SpecpilotController:
     def scrape_interval_s(self) -> float:
         return parse_duration(self.spec.autotune.scrape_interval)
 
+    @property
+    def restart_cost_s(self) -> float:
+        """The preset's restart priced on the spec's rollout path (rollcost): an outage on one replica without
+        surge, the capacity the waves remove at N replicas, none with surge."""
+        spec = self.spec
+        return restart_cost_seconds(self.preset.restart_s, spec.replicas, max_surge(spec), max_unavailable(spec))
+
     def initial_intent(self) -> SpeculationIntent:
         return intent_from_spec(self.spec)
 
@@ -129,7 +144,7 @@ class SpecpilotController:
             window=window,
             rollout_in_progress=rollout_in_progress,
             config_since=None if config_since is None else to_datetime(config_since),
-            fit=FitSettings(model=model, restart_cost_s=self.preset.restart_s),
+            fit=FitSettings(model=model, restart_cost_s=self.restart_cost_s),
         )
         decision, self.state = decide(inputs, self.state, at)
         self.decisions.append(
