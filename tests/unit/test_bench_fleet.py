@@ -26,9 +26,10 @@ from specpilot.bench.runner import (
     rows_of,
     run_restarted,
     run_scenario,
+    run_specpilot,
 )
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, scenario_named
-from specpilot.bench.specpilot_policy import to_datetime, to_seconds
+from specpilot.bench.specpilot_policy import SpecpilotController, to_datetime, to_seconds
 from specpilot.sim.presets import LLAMA8B_H100
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.metrics import metric_names_for
@@ -280,3 +281,49 @@ def test_tiny_benchmark_at_two_replicas() -> None:
     text = report.table(list(rows.values()))
     assert "failed" in text.splitlines()[0]
     assert "replicas" in text.splitlines()[0]
+
+
+def test_specpilot_changes_one_pod_first_then_the_rest_and_loses_nothing() -> None:
+    """drafter-degraded at two replicas (x0.1 in time, 1,000 s): specpilot's change goes to one pod, the analysis
+    after one query window promotes it (the changed pod is faster), the other pod follows, and no request is lost."""
+    scenario = for_replicas(replace(scenario_named("drafter-degraded").scaled(0.1), duration_s=1000.0), 2)
+    lay = rollout_layout(scenario, 2)
+    fleet, controller = run_specpilot(scenario, 1, arrivals(scenario, 1), None, lay)
+    assert isinstance(fleet, Fleet)
+    actuated = [d for d in controller.decisions if d["actuate"]]
+    assert len(actuated) == 1
+    assert fleet.actuations == 1
+    assert len(fleet.analyses) == 1
+    assert "promote" in fleet.analyses[0]
+    assert len(fleet.retired) == 2, "the first pod, then the other"
+    assert fleet.intent != controller.initial_intent()
+    assert all(p.replica.intent == fleet.intent for p in fleet.pods)
+    assert sum(1 for o in fleet.outcomes if o.failed) == 0
+
+
+def test_a_rollout_reversed_midway_replaces_only_what_the_first_one_changed() -> None:
+    """As the Deployment controller does: a change back to the running configuration while the first pod's
+    replacement still loads deletes that pod and starts one of the old configuration; the untouched pod stays."""
+    scenario = for_replicas(small(), 2)
+    items = arrivals(scenario, 1)
+    fleet = deploy(scenario, LLAMA8B_H100, oracles.static(3), 1, layout(2))
+    assert isinstance(fleet, Fleet)
+    untouched = fleet.pods[1]
+    fleet.run_until(RESTART_AT, items)
+    fleet.restart(oracles.static(1), RESTART_AT)
+    fleet.run_until(RESTART_AT + 60, items)
+    assert [p.replica.intent for p in fleet.pods if p.state is PodState.STARTING] == [oracles.static(1)]
+    fleet.restart(oracles.static(3), RESTART_AT + 60)
+    fleet.run_until(scenario.duration_s, items)
+    assert not fleet.rolling
+    assert untouched in fleet.pods
+    assert all(p.replica.intent == oracles.static(3) for p in fleet.pods)
+    assert fleet.actuations == 2
+    assert sum(1 for o in fleet.outcomes if o.failed) == 0
+
+
+@pytest.mark.parametrize(("replicas_", "surge", "cost"), [(1, 0, 90.0), (2, 0, 90.0), (2, 1, 0.0), (1, 1, 0.0)])
+def test_the_closed_loop_prices_a_restart_by_its_specs_rollout_path(replicas_: int, surge: int, cost: float) -> None:
+    spec = closed_loop_spec(small(), replicas=replicas_, max_surge=surge)
+    assert (spec.replicas, spec.rollout.max_surge) == (replicas_, surge)
+    assert SpecpilotController(spec, LLAMA8B_H100).restart_cost_s == cost
