@@ -85,7 +85,6 @@ class Roll:
     target: SpeculationIntent
     pending: list[Pod]
     to_start: int
-    started: float
     canary: bool = False
 
 
@@ -263,7 +262,7 @@ class Fleet:
         pending = [p for p in replace_pods if p in self.pods]
         staying = sum(1 for p in self.pods if p.state is not PodState.DRAINING)
         replacements = len(pending) + max(0, self.layout.replicas - staying)  # and any a superseded rollout owed
-        self.roll = Roll(target, pending, replacements, now, canary)
+        self.roll = Roll(target, pending, replacements, canary)
         if not canary:
             self.intent = target  # the deployment's configuration, as its pod template says from now on
         self.generation += 1
