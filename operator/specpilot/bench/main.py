@@ -14,6 +14,7 @@ from typing import Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.bench import report
+from specpilot.bench.layout import Balancer
 from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
 from specpilot.bench.trace import TraceError, read_trace
 from specpilot.sim.presets import PERTURBATIONS, TRUE_PROFILES
@@ -47,6 +48,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="calibrated",
         help="the hardware the simulator runs: the calibrated preset the CR describes, or a perturbed copy of it "
         "(roofline ridge x0.6 or x1.4, verify x1.5, drafter x2, restart x1.5) that the operator is not told about",
+    )
+    p.add_argument(
+        "--replicas",
+        type=replicas,
+        default=1,
+        help="vLLM pods per scenario, each at the load one pod has in the scenario as written (arrivals x N); at 2 "
+        "or more a change rolls one wave of pods at a time with drain, and specpilot's change goes to one pod first",
+    )
+    p.add_argument(
+        "--balancer",
+        choices=[b.value for b in Balancer],
+        default=Balancer.ROUND_ROBIN.value,
+        help="how arrivals reach the pods: round-robin (a Kubernetes Service) or least-outstanding (an inference "
+        "gateway's endpoint picker)",
+    )
+    p.add_argument(
+        "--max-surge",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="spec.rollout.maxSurge: 1 starts each new pod before an old one drains (maxUnavailable then 0)",
     )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
@@ -131,6 +153,17 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
+def replicas(text: str) -> int:
+    """A number of pods, 1 to 16."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of replicas (1 to 16)") from None
+    if not 1 <= count <= 16:
+        raise argparse.ArgumentTypeError(f"{text!r}: replicas must be between 1 and 16")
+    return count
+
+
 def client_timeout(text: str) -> float:
     """A duration such as 60s or 2m, greater than 0 (seconds)."""
     try:
@@ -180,7 +213,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(format_rows(points))
         return 0
-    from specpilot.bench.runner import rows_of, run_scenario
+    from specpilot.bench.runner import rollout_layout, rows_of, run_scenario
 
     try:
         chosen = _chosen(args)
@@ -201,8 +234,13 @@ def main(args: argparse.Namespace) -> int:
     several = len(args.seed) > 1
     for seed in args.seed:
         for scenario in chosen:
+            layout = rollout_layout(scenario, args.replicas, Balancer(args.balancer), args.max_surge)
             runs, meta = run_scenario(
-                scenario, seed, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.jobs
+                scenario,
+                seed,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+                workers=args.jobs,
+                layout=layout,
             )
             scenario_rows = rows_of(runs, scenario, seed)
             meta["verdicts"] = report.verdicts(scenario_rows, meta)
@@ -212,6 +250,10 @@ def main(args: argparse.Namespace) -> int:
                 meta["plot"] = str(report.plot(runs, meta, args.report / f"seed-{seed}" if several else args.report))
             if args.output == "table":
                 print(f"\n== {scenario.name}{f' (seed {seed})' if several else ''}: {scenario.description}")
+                if not layout.outage:
+                    print(f"   {layout.replicas} replicas behind {layout.balancer.value}, arrivals x{layout.replicas};"
+                          f" rollouts: maxSurge {layout.max_surge}, maxUnavailable {layout.max_unavailable},"
+                          f" drain {layout.drain_s:g} s")  # fmt: skip
                 if scenario.client_timeout_s is not None:
                     print(f"   clients hang up after {scenario.client_timeout_s:g} s without a first token")
                 print(report.table(scenario_rows))

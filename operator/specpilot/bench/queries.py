@@ -41,6 +41,32 @@ class Sample:
     gauges: dict[str, float]
     histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float, int]]  # bounds, cumulative, sum, count
     stale: bool = False  # a staleness marker for every series of the scrape before it
+    # Several pods' scrape at one instant (merge_pods): each pod's gauges by pod id, aggregated per query as PromQL's
+    # outer aggregation does; empty for one pod's own sample, whose `gauges` are that pod's.
+    pods: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+def merge_pods(samples: dict[int, Sample], t: float) -> Sample:
+    """The scrapes of several pods at instant `t` as one sample: counters and histograms summed (the `sum(rate())`
+    and `sum by (le)` of the operator's queries), gauges kept per pod (`Sample.pods`)."""
+    counters: dict[str, dict[tuple[str, ...], float]] = {}
+    histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float, int]] = {}
+    for sample in samples.values():
+        for name, series in sample.counters.items():
+            merged = counters.setdefault(name, {})
+            for labels, value in series.items():
+                merged[labels] = merged.get(labels, 0.0) + value
+        for name, (bounds, cumulative, total, count) in sample.histograms.items():
+            if name in histograms:
+                _, cum0, total0, count0 = histograms[name]
+                cumulative = tuple(a + b for a, b in zip(cum0, cumulative, strict=True))
+                total, count = total0 + total, count0 + count
+            histograms[name] = (bounds, cumulative, total, count)
+    gauges: dict[str, float] = {}
+    for sample in samples.values():
+        for name, value in sample.gauges.items():
+            gauges[name] = gauges.get(name, 0.0) + value
+    return Sample(t, counters, gauges, histograms, pods={pod: dict(s.gauges) for pod, s in samples.items()})
 
 
 def snapshot(state: MetricsState, t: float) -> Sample:
@@ -225,15 +251,17 @@ class SimQueryClient:
             name, q = quantiles[signal]
             parts = _hist_parts(s, span, name)
             return None if parts is None else histogram_quantile(q, parts[0], parts[1])
-        gauges = {
-            Signal.RUNNING_REQUESTS: (n.running_requests, "avg"),
-            Signal.BATCH_SIZE: (n.running_requests, "avg"),
-            Signal.BATCH_SIZE_PEAK: (n.running_requests, "max"),
-            Signal.WAITING_REQUESTS: (n.waiting_requests, "avg"),
-            Signal.KV_CACHE_USAGE: (n.kv_cache_usage, "avg"),
+        gauges = {  # (metric, the *_over_time of each pod's series, the aggregation across pods)
+            Signal.RUNNING_REQUESTS: (n.running_requests, "avg", "sum"),
+            Signal.BATCH_SIZE: (n.running_requests, "avg", "avg"),
+            Signal.BATCH_SIZE_PEAK: (n.running_requests, "max", "max"),
+            Signal.WAITING_REQUESTS: (n.waiting_requests, "avg", "sum"),
+            Signal.KV_CACHE_USAGE: (n.kv_cache_usage, "avg", "max"),
         }
         if signal in gauges:
-            name, how = gauges[signal]
+            name, how, across = gauges[signal]
+            if any(x.pods for x in s):
+                return _across_pods(s, name, how, across)
             values = [x.gauges[name] for x in s if name in x.gauges]
             if not values:
                 return None
@@ -281,6 +309,21 @@ class SimQueryClient:
         if float(bound) not in bounds:
             return None  # no such bucket: an empty result, as Prometheus gives for a bucket edge that is not there
         return _ratio(cumulative[bounds.index(float(bound))], count)
+
+
+def _across_pods(samples: list[Sample], name: str, over_time: str, across: str) -> float | None:
+    """`across(over_time(name[window]))` over merged samples: each pod's series over the window, then across pods."""
+    per_pod: dict[int, list[float]] = {}
+    for sample in samples:
+        for pod, gauges in sample.pods.items():
+            if name in gauges:
+                per_pod.setdefault(pod, []).append(gauges[name])
+    if not per_pod:
+        return None
+    values = [max(v) if over_time == "max" else sum(v) / len(v) for v in per_pod.values()]
+    if across == "sum":
+        return sum(values)
+    return max(values) if across == "max" else sum(values) / len(values)
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -12,6 +12,10 @@ loop's spec lets any change go in (`best-static-reachable`): what a policy that 
 agreement rule and knows the answer would serve with one refit. Two controls (RESTART_CONTROLS): the best static
 configuration restarted into itself wherever the oracle, and wherever specpilot, restarted: what those restarts are
 worth without any change of configuration.
+
+That is one replica, where a restart is an outage. At N replicas (`Layout`, `specpilot bench --replicas N`) every
+run serves on a `Fleet` (bench/fleet.py) instead: N pods behind a balancer, each restart a rolling one with drain,
+specpilot's changes one pod first; `deploy` picks which.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from specpilot.api import rollout
 from specpilot.api.durations import parse_duration
+from specpilot.autotune.model.rollcost import restart_cost_seconds
 from specpilot.bench import oracles
+from specpilot.bench.layout import Balancer, Layout
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.prometheus import ScrapeClock
 from specpilot.bench.queries import ScrapeHistory, snapshot
@@ -37,12 +44,16 @@ from specpilot.sim.presets import Preset, preset_named
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.versions import DYNAMIC_SPECULATION, VllmVersion
 
+if TYPE_CHECKING:
+    from specpilot.bench.fleet import Fleet
+
 SCRAPE_S = 15.0
 # What the controller's Prometheus sees is not every nominal scrape: a sample's timestamp is the scrape's start, which
 # drifts under load (up to 1 s either way here), and a scrape of a busy pod now and then times out (1 in 50 here).
 # Both are assumptions, drawn per seed (bench.prometheus.ScrapeClock).
 SCRAPE_JITTER_S = 1.0
 MISSED_SCRAPES = 0.02
+ONE_REPLICA = Layout()
 
 
 def spec_config(intent: SpeculationIntent, method: str, version: VllmVersion, max_num_seqs: int) -> SpecConfig | None:
@@ -194,6 +205,49 @@ class PolicyRun:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     peak_running: int = 0
+    replicas: int = 1
+
+
+def deploy(
+    scenario: Scenario, preset: Preset, intent: SpeculationIntent, seed: int, layout: Layout = ONE_REPLICA
+) -> Replica | Fleet:
+    """The pods a run serves with: one Replica where a restart is an outage, else a Fleet (bench/fleet.py)."""
+    if layout.outage:
+        return Replica(scenario, preset, intent, seed)
+    from specpilot.bench.fleet import Fleet  # fleet.py builds on Replica
+
+    return Fleet(scenario, preset, intent, seed, layout)
+
+
+def for_replicas(scenario: Scenario, replicas: int) -> Scenario:
+    """The scenario at `replicas` pods: arrival rates times the replicas (a replayed trace's requests each repeated
+    `replicas` times), so each pod sees the load one pod sees in the scenario as written (its rates are shares of one
+    pod's capacity)."""
+    if replicas == 1:
+        return scenario
+    return replace(
+        scenario,
+        qps=tuple((t, v * replicas) for t, v in scenario.qps),
+        replay=None if scenario.replay is None else scenario.replay.repeated(replicas),
+        previous=None if scenario.previous is None else for_replicas(scenario.previous, replicas),
+    )
+
+
+def rollout_layout(scenario: Scenario, replicas: int = 1, balancer: Balancer = Balancer.ROUND_ROBIN,
+                   max_surge: int = 0) -> Layout:  # fmt: skip
+    """The Layout the closed loop's spec declares at `replicas` and `max_surge` (api/rollout.py's defaults:
+    maxUnavailable, and the drain sized to the scenario's maxModelLen)."""
+    spec = closed_loop_spec(scenario, replicas=replicas, max_surge=max_surge)
+    return Layout(replicas, balancer, max_surge, rollout.max_unavailable(spec), float(rollout.drain_seconds(spec)))
+
+
+def restart_cost_s(preset: Preset, layout: Layout) -> float:
+    """Seconds of the deployment's serving one change removes on the layout's rollout path (autotune rollcost)."""
+    return restart_cost_seconds(preset.restart_s, layout.replicas, layout.max_surge, layout.max_unavailable)
+
+
+def peak_running(run: Replica | Fleet) -> int:
+    return run.engine.peak_running if isinstance(run, Replica) else run.peak_running
 
 
 def run_static(scenario: Scenario, intent: SpeculationIntent, seed: int, items: Sequence[Arrival]) -> Replica:
@@ -207,11 +261,14 @@ def run_static(scenario: Scenario, intent: SpeculationIntent, seed: int, items: 
 LENIENT = {"disableBelow": 0.25, "enableAbove": 0.35}
 
 
-def closed_loop_spec(scenario: Scenario, acceptance: dict[str, float] | None = None) -> Any:
+def closed_loop_spec(
+    scenario: Scenario, acceptance: dict[str, float] | None = None, *, replicas: int = 1, max_surge: int = 0
+) -> Any:
     """The SpeculativeDeployment spec the closed loop runs for this scenario (specpilot_policy.bench_spec)."""
     return bench_spec(preset_named(scenario.preset), scenario.method, scenario.num_speculative_tokens,
                       scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
-                      speculation_enabled=scenario.speculation_enabled)  # fmt: skip
+                      speculation_enabled=scenario.speculation_enabled, replicas=replicas,
+                      max_surge=max_surge)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
@@ -221,29 +278,43 @@ def earliest_refit_s(spec: Any) -> float:
 
 
 def run_specpilot(
-    scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None = None
-) -> tuple[Replica, SpecpilotController]:
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    acceptance: dict[str, float] | None = None,
+    layout: Layout = ONE_REPLICA,
+) -> tuple[Replica | Fleet, SpecpilotController]:
     """specpilot's controller in closed loop; where the CR changed (`scenario.previous`), the controller first lives
     through what the CR ran before, and keeps its state across the change as status.autotune does."""
-    controller = SpecpilotController(closed_loop_spec(scenario, acceptance))
+    controller = SpecpilotController(_closed_loop_spec_on(scenario, acceptance, layout))
     before = scenario.previous
     if before is not None:
-        _, earlier = _closed_loop_until_end(before, seed, arrivals(before, seed), acceptance)
+        _, earlier = _drive(before, seed, arrivals(before, seed), SpecpilotController(
+            _closed_loop_spec_on(before, acceptance, layout)), changed=False, layout=layout)  # fmt: skip
         controller.state, controller.clock_offset_s = earlier.state, before.duration_s
-    return _drive(scenario, seed, items, controller, changed=before is not None)
+    return _drive(scenario, seed, items, controller, changed=before is not None, layout=layout)
 
 
-def _closed_loop_until_end(
-    scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None
-) -> tuple[Replica, SpecpilotController]:
-    return _drive(scenario, seed, items, SpecpilotController(closed_loop_spec(scenario, acceptance)), changed=False)
+def _closed_loop_spec_on(scenario: Scenario, acceptance: dict[str, float] | None, layout: Layout) -> Any:
+    return closed_loop_spec(scenario, acceptance, replicas=layout.replicas, max_surge=layout.max_surge)
 
 
 def _drive(
-    scenario: Scenario, seed: int, items: Sequence[Arrival], controller: SpecpilotController, *, changed: bool
-) -> tuple[Replica, SpecpilotController]:
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    controller: SpecpilotController,
+    *,
+    changed: bool,
+    layout: Layout = ONE_REPLICA,
+) -> tuple[Replica | Fleet, SpecpilotController]:
     """One evaluation per interval over the scenario. `changed`: the config at time 0 was just rolled out (a CR
-    edit), so its metrics settle like any new config's."""
+    edit), so its metrics settle like any new config's. On N replicas, the Fleet's progressive path
+    (fleet.run_progressive)."""
+    if not layout.outage:
+        from specpilot.bench.fleet import run_progressive  # fleet.py builds on Replica
+
+        return run_progressive(scenario, seed, items, controller, layout, changed=changed), controller
     replica = Replica(scenario, preset_named(scenario.preset), controller.initial_intent(), seed)
     t = 0.0
     while t < scenario.duration_s:
@@ -261,9 +332,15 @@ def _drive(
     return replica, controller
 
 
-def run_plan(scenario: Scenario, plan: Sequence[SpeculationIntent], seed: int, items: Sequence[Arrival]) -> Replica:
+def run_plan(
+    scenario: Scenario,
+    plan: Sequence[SpeculationIntent],
+    seed: int,
+    items: Sequence[Arrival],
+    layout: Layout = ONE_REPLICA,
+) -> Replica | Fleet:
     """Replay a per-window plan through the simulator: a restart at each window boundary where the plan changes."""
-    replica = Replica(scenario, preset_named(scenario.preset), plan[0], seed)
+    replica = deploy(scenario, preset_named(scenario.preset), plan[0], seed, layout)
     for w, intent in enumerate(plan):
         start = w * scenario.window_s
         if w and intent != replica.intent:
@@ -280,9 +357,10 @@ def run_switch(
     at: float,
     seed: int,
     items: Sequence[Arrival],
-) -> Replica:
+    layout: Layout = ONE_REPLICA,
+) -> Replica | Fleet:
     """Serve `start`, restart into `target` at `at` seconds (no restart when they are the same), serve to the end."""
-    replica = Replica(scenario, preset_named(scenario.preset), start, seed)
+    replica = deploy(scenario, preset_named(scenario.preset), start, seed, layout)
     if target != start:
         replica.run_until(at, items)
         replica.restart(target, at)
@@ -291,15 +369,20 @@ def run_switch(
 
 
 def run_restarted(
-    scenario: Scenario, intent: SpeculationIntent, times: Sequence[float], seed: int, items: Sequence[Arrival]
-) -> Replica:
+    scenario: Scenario,
+    intent: SpeculationIntent,
+    times: Sequence[float],
+    seed: int,
+    items: Sequence[Arrival],
+    layout: Layout = ONE_REPLICA,
+) -> Replica | Fleet:
     """Serve `intent` throughout, restarting into the same configuration at each of `times` (seconds, ascending).
 
     The control for a plan's restarts: a restart aborts what is in flight and loses the arrivals while no pod is
     ready, and past capacity that sheds a queue of requests that would miss their deadline anyway, which goodput
     rewards. This run has a plan's restarts without its changes of configuration.
     """
-    replica = Replica(scenario, preset_named(scenario.preset), intent, seed)
+    replica = deploy(scenario, preset_named(scenario.preset), intent, seed, layout)
     for at in times:
         replica.run_until(at, items)
         replica.restart(intent, at)
@@ -333,6 +416,7 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
         "actuations": run.actuations,
         "requests": len(run.outcomes),
         "failed": sum(1 for o in run.outcomes if o.failed),
+        "replicas": run.replicas,
         "wall_s": round(run.wall_s, 1),
     }
 
@@ -353,13 +437,22 @@ def window_p99(outcomes: Sequence[Outcome], window_s: float, duration_s: float) 
     return out
 
 
-def _static_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
-    scenario, intent, seed = job
+# A simulation job: scenario, configuration, seed and, when not one replica, the layout.
+Job = tuple[Scenario, SpeculationIntent, int] | tuple[Scenario, SpeculationIntent, int, Layout]
+
+
+def _job_parts(job: Job) -> tuple[Scenario, SpeculationIntent, int, Layout]:
+    return job[0], job[1], job[2], job[3] if len(job) == 4 else ONE_REPLICA
+
+
+def _static_job(job: Job) -> PolicyRun:
+    scenario, intent, seed, layout = _job_parts(job)
     started = time.monotonic()
-    r = run_static(scenario, intent, seed, arrivals(scenario, seed))
+    r = deploy(scenario, preset_named(scenario.preset), intent, seed, layout)
+    r.run_until(scenario.duration_s, arrivals(scenario, seed))
     name = oracles.label(intent)
     return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
-                     time.monotonic() - started, peak_running=r.engine.peak_running)  # fmt: skip
+                     time.monotonic() - started, peak_running=peak_running(r), replicas=layout.replicas)  # fmt: skip
 
 
 def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: PolicyRun, k: int | None = None) -> bool:
@@ -383,26 +476,27 @@ def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: Pol
 def _as_static(scenario: Scenario, intent: SpeculationIntent, source: PolicyRun) -> PolicyRun:
     name = oracles.label(intent)
     return PolicyRun(scenario.name, name, name, source.outcomes, source.actuations, [(0.0, name)], source.series,
-                     source.duration_s, 0.0, peak_running=source.peak_running)  # fmt: skip
+                     source.duration_s, 0.0, peak_running=source.peak_running, replicas=source.replicas)  # fmt: skip
 
 
-def _specpilot_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+def _specpilot_job(job: Job) -> PolicyRun:
     return _closed_loop(job, None, "specpilot")
 
 
-def _lenient_job(job: tuple[Scenario, SpeculationIntent, int]) -> PolicyRun:
+def _lenient_job(job: Job) -> PolicyRun:
     return _closed_loop(job, LENIENT, "specpilot-lenient")
 
 
-def _closed_loop(
-    job: tuple[Scenario, SpeculationIntent, int], acceptance: dict[str, float] | None, name: str
-) -> PolicyRun:
-    scenario, _, seed = job
+def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> PolicyRun:
+    scenario, _, seed, layout = _job_parts(job)
     started = time.monotonic()
-    replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance)
+    replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance, layout)
+    analyses = [] if isinstance(replica, Replica) else replica.analyses
     run = PolicyRun(scenario.name, name, oracles.label(replica.intent), replica.outcomes, replica.actuations,
-                    replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
+                    replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
+                    replicas=layout.replicas)  # fmt: skip
     run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
+    run.notes = sorted([*run.notes, *analyses], key=lambda note: float(note.split("s ", 1)[0]))
     return run
 
 
@@ -417,7 +511,12 @@ def _run_jobs(jobs: list[tuple[Any, ...]], workers: int) -> list[PolicyRun]:
 
 
 def _best_static_reachable(
-    scenario: Scenario, seed: int, items: Sequence[Arrival], best_run: PolicyRun, best: SpeculationIntent
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    best_run: PolicyRun,
+    best: SpeculationIntent,
+    layout: Layout = ONE_REPLICA,
 ) -> PolicyRun:
     """The best static config in hindsight, installed at the earliest refit the closed loop's spec allows.
 
@@ -433,19 +532,21 @@ def _best_static_reachable(
     if oracles.label(declared) == best_run.policy:
         return replace(best_run, policy="best-static-reachable", wall_s=0.0)
     at = earliest_refit_s(spec)
-    replica = run_switch(scenario, declared, best, at, seed, items)
+    replica = run_switch(scenario, declared, best, at, seed, items, layout)
     config = f"{oracles.label(declared)} until {at:.0f}s, then {best_run.policy}"
     return PolicyRun(scenario.name, "best-static-reachable", config, replica.outcomes, replica.actuations,
-                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
+                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
+                     replicas=layout.replicas)  # fmt: skip
 
 
-def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], int, str]) -> PolicyRun:
-    scenario, intent, times, seed, policy = job
+def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], int, str, Layout]) -> PolicyRun:
+    scenario, intent, times, seed, policy, layout = job
     started = time.monotonic()
-    replica = run_restarted(scenario, intent, times, seed, arrivals(scenario, seed))
+    replica = run_restarted(scenario, intent, times, seed, arrivals(scenario, seed), layout)
     config = f"{oracles.label(intent)} restarted at " + ", ".join(f"{t:.0f}s" for t in times)
     return PolicyRun(scenario.name, policy, config, replica.outcomes, replica.actuations, replica.timeline,
-                     replica.series, scenario.duration_s, time.monotonic() - started)  # fmt: skip
+                     replica.series, scenario.duration_s, time.monotonic() - started,
+                     replicas=layout.replicas)  # fmt: skip
 
 
 # The restart controls (row, the row whose restarts it repeats): the best static config restarted into itself where
@@ -455,7 +556,7 @@ RESTART_CONTROLS = (("best-static-restarted-as-oracle", "oracle"), ("best-static
 
 def _restart_controls(
     scenario: Scenario, seed: int, best_run: PolicyRun, best: SpeculationIntent, plans: dict[str, PolicyRun],
-    workers: int,
+    workers: int, layout: Layout = ONE_REPLICA,
 ) -> list[PolicyRun]:  # fmt: skip
     """RESTART_CONTROLS for one scenario and seed: where a plan never restarts, its control is the best static run."""
     jobs: list[tuple[Any, ...]] = []
@@ -463,7 +564,7 @@ def _restart_controls(
     for policy, plan in RESTART_CONTROLS:
         times = tuple(restart_times(plans[plan].timeline))
         if times:
-            jobs.append((_restarted_job, (scenario, best, times, seed, policy)))
+            jobs.append((_restarted_job, (scenario, best, times, seed, policy, layout)))
         else:
             out[policy] = replace(best_run, policy=policy, wall_s=0.0)
     for run in _run_jobs(jobs, min(workers, len(jobs))) if jobs else []:
@@ -472,25 +573,34 @@ def _restart_controls(
 
 
 def run_scenario(
-    scenario: Scenario, seed: int = 1, progress: Callable[[str], None] | None = None, workers: int = 1
+    scenario: Scenario,
+    seed: int = 1,
+    progress: Callable[[str], None] | None = None,
+    workers: int = 1,
+    layout: Layout = ONE_REPLICA,
 ) -> tuple[list[PolicyRun], dict[str, Any]]:
-    """Every policy on one scenario; returns the runs and the scenario-level verdicts."""
+    """Every policy on one scenario; returns the runs and the scenario-level verdicts.
+
+    At `layout.replicas` pods the scenario's arrival rates are multiplied by the replicas (`for_replicas`) and every
+    run, oracle replay and control serves them on that layout.
+    """
     say = progress or (lambda _: None)
+    scenario = for_replicas(scenario, layout.replicas)
     items = arrivals(scenario, seed)
     k = scenario.num_speculative_tokens
     preset = preset_named(scenario.preset)
     theta = oracles.candidates(k, scenario.max_num_seqs)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
-    statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say)
-    searched = _band_search(scenario, seed, statics, workers, say)
+    statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)
+    searched = _band_search(scenario, seed, statics, workers, say, layout)
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     best = oracles.best_static(scores)
     best_unscheduled = oracles.best_static({n: v for n, v in scores.items() if n not in searched})
     by_name = {**{oracles.label(i): i for i in theta}, **searched}
-    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, totals)
+    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, totals, layout)
     say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
-    reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best])
+    reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best], layout)
     runs: list[PolicyRun] = []
 
     runs.append(replace(statics["off"], policy="off"))
@@ -501,14 +611,14 @@ def run_scenario(
     oracle, budgeted = refs.oracle, refs.budgeted
     oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(refs.oracle_plan)), oracle.outcomes,
                            oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
-                           refs.wall_s)  # fmt: skip
+                           refs.wall_s, replicas=layout.replicas)  # fmt: skip
     runs.append(oracle_run)
     runs.append(PolicyRun(scenario.name, "oracle-within-budget", "/".join(dict.fromkeys(refs.budgeted_plan)),
                           budgeted.outcomes, budgeted.actuations, budgeted.timeline, budgeted.series,
-                          scenario.duration_s, refs.wall_s))  # fmt: skip
+                          scenario.duration_s, refs.wall_s, replicas=layout.replicas))  # fmt: skip
     runs.append(reachable)
     plans = {"oracle": oracle_run, "specpilot": mine}
-    runs.extend(_restart_controls(scenario, seed, statics[best], by_name[best], plans, workers))
+    runs.extend(_restart_controls(scenario, seed, statics[best], by_name[best], plans, workers, layout))
     runs.append(mine)
     runs.append(lenient)
     meta = {
@@ -528,12 +638,19 @@ def run_scenario(
         "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
         "window_s": scenario.window_s,
         "client_timeout_s": scenario.client_timeout_s,
-    }
+        **({"replicas": layout.replicas, "balancer": layout.balancer.value, "max_surge": layout.max_surge,
+            "max_unavailable": layout.max_unavailable, "drain_s": layout.drain_s} if not layout.outage else {}),
+    }  # fmt: skip
     return runs, meta
 
 
 def _theta_and_closed_loop_runs(
-    scenario: Scenario, seed: int, theta: Sequence[SpeculationIntent], workers: int, say: Callable[[str], None]
+    scenario: Scenario,
+    seed: int,
+    theta: Sequence[SpeculationIntent],
+    workers: int,
+    say: Callable[[str], None],
+    layout: Layout = ONE_REPLICA,
 ) -> tuple[dict[str, PolicyRun], PolicyRun, PolicyRun]:
     """Every static configuration of Theta (by label, in Theta's order), specpilot's and the lenient closed loop.
 
@@ -542,9 +659,9 @@ def _theta_and_closed_loop_runs(
     """
     tables = [i for i in theta if i.batch_schedule]
     fixed = [i for i in theta if not i.batch_schedule]
-    jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed)) for intent in fixed]
-    jobs.append((_specpilot_job, (scenario, theta[0], seed)))
-    jobs.append((_lenient_job, (scenario, theta[0], seed)))
+    jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed, layout)) for intent in fixed]
+    jobs.append((_specpilot_job, (scenario, theta[0], seed, layout)))
+    jobs.append((_lenient_job, (scenario, theta[0], seed, layout)))
     done = _run_jobs(jobs, workers)
     mine, lenient = done[-2], done[-1]
     statics = {r.policy: r for r in done[:-2]}
@@ -555,7 +672,7 @@ def _theta_and_closed_loop_runs(
             if i.num_speculative_tokens and i.enabled and same_as_static(scenario, t, run, i.num_speculative_tokens):
                 reused[oracles.label(t)] = _as_static(scenario, t, run)
                 break
-    rest = [(_static_job, (scenario, t, seed)) for t in tables if oracles.label(t) not in reused]
+    rest = [(_static_job, (scenario, t, seed, layout)) for t in tables if oracles.label(t) not in reused]
     extra = _run_jobs(rest, workers) if rest else []
     by_label = {**statics, **reused, **{r.policy: r for r in extra}}
     statics = {oracles.label(i): by_label[oracles.label(i)] for i in theta}
@@ -568,7 +685,12 @@ def _theta_and_closed_loop_runs(
 
 
 def _band_search(
-    scenario: Scenario, seed: int, statics: dict[str, PolicyRun], workers: int, say: Callable[[str], None]
+    scenario: Scenario,
+    seed: int,
+    statics: dict[str, PolicyRun],
+    workers: int,
+    say: Callable[[str], None],
+    layout: Layout = ONE_REPLICA,
 ) -> dict[str, SpeculationIntent]:
     """The per-batch-size schedules of Theta, found through the simulator (adds their runs to `statics`).
 
@@ -593,7 +715,9 @@ def _band_search(
         moves = oracles.band_moves(current, band, k_max)
         fresh = {oracles.label(i): i for i in (oracles.band_schedule(m, scenario.max_num_seqs) for m in moves)}
         fresh = {name: i for name, i in fresh.items() if name not in statics}
-        for run in _run_jobs([(_static_job, (scenario, i, seed)) for i in fresh.values()], workers) if fresh else []:
+        for run in (
+            _run_jobs([(_static_job, (scenario, i, seed, layout)) for i in fresh.values()], workers) if fresh else []
+        ):
             statics[run.policy] = run
             say(f"{scenario.name}: {run.policy} done in {run.wall_s:.1f}s (band search)")
         searched.update(fresh)
@@ -606,9 +730,9 @@ class OracleReferences:
     """The switching oracle, unbounded and within the deployment's budget: plans, replays and their goodput."""
 
     oracle_plan: list[str]  # configuration label per window
-    oracle: Replica
+    oracle: Replica | Fleet
     budgeted_plan: list[str]
-    budgeted: Replica
+    budgeted: Replica | Fleet
     candidate_goodput: dict[str, float]  # replayed goodput of each candidate plan, by kind
     replayed_plans: int
     wall_s: float  # the replays' time, the DP's own left out
@@ -622,6 +746,7 @@ def _oracle_references(
     statics: Mapping[str, PolicyRun],
     by_name: Mapping[str, SpeculationIntent],
     totals: Mapping[str, float],
+    layout: Layout = ONE_REPLICA,
 ) -> OracleReferences:
     """O_DP, and the same held to the deployment's actuation budget, which every closed-loop actuation must pass.
 
@@ -636,30 +761,31 @@ def _oracle_references(
         n: oracles.window_scores(r.outcomes, scenario.window_s, scenario.duration_s, tpot_slo, ttft_slo)
         for n, r in statics.items()
     }
-    switching = oracles.switching_plan(per_window, preset.restart_s, scenario.window_s)
+    cost_s = restart_cost_s(preset, layout)
+    switching = oracles.switching_plan(per_window, cost_s, scenario.window_s)
     started = time.monotonic()
     budget = window_budget(closed_loop_spec(scenario).autotune.budget)
     constant = max(totals, key=lambda n: totals[n])
     candidates = {
         "switching DP": switching,
-        "DP within the budget": oracles.switching_plan(per_window, preset.restart_s, scenario.window_s, budget),
+        "DP within the budget": oracles.switching_plan(per_window, cost_s, scenario.window_s, budget),
         "switching DP held to the budget": oracles.held_to_budget(switching, scenario.window_s, budget),
         "best constant": [constant] * len(switching),
     }
-    replays: dict[tuple[str, ...], Replica] = {}
+    replays: dict[tuple[str, ...], Replica | Fleet] = {}
     for plan in candidates.values():
         if tuple(plan) not in replays:
             replays[tuple(plan)] = (
                 _constant_plan(scenario, preset, by_name[plan[0]], seed, statics[plan[0]])
                 if len(set(plan)) == 1
-                else run_plan(scenario, [by_name[n] for n in plan], seed, items)
+                else run_plan(scenario, [by_name[n] for n in plan], seed, items, layout)
             )
     replayed = {
         kind: oracles.goodput(replays[tuple(plan)].outcomes, scenario.duration_s, tpot_slo, ttft_slo)
         for kind, plan in candidates.items()
     }
 
-    def best_of(kinds: Sequence[str]) -> tuple[list[str], Replica]:
+    def best_of(kinds: Sequence[str]) -> tuple[list[str], Replica | Fleet]:
         kind = max(kinds, key=lambda k: replayed[k])  # ties: the first listed
         return candidates[kind], replays[tuple(candidates[kind])]
 

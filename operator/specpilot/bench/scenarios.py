@@ -85,6 +85,10 @@ class Replay:
                 if math.floor((i + 1) * factor) > math.floor(i * factor)]  # fmt: skip
         return Replay(self.source, tuple(kept))
 
+    def repeated(self, times: int) -> Replay:
+        """Every recorded request `times` times at its own arrival: the trace's load on each of `times` pods."""
+        return Replay(self.source, tuple(r for r in self.requests for _ in range(times)))
+
 
 @dataclass(frozen=True)
 class Scenario:

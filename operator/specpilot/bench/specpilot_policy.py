@@ -70,6 +70,8 @@ def bench_spec(
     ttft_slo_s: float | None = None,
     *,
     speculation_enabled: bool = True,
+    replicas: int = 1,
+    max_surge: int = 0,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
@@ -78,7 +80,8 @@ def bench_spec(
     `acceptance` overrides spec.autotune.acceptance (disableBelow / enableAbove) for the sensitivity variant.
     `ttft_slo_s`: the scenario's TTFT SLO, declared as spec.autotune.latency.ttftDeadline the way a user who is
     judged on it declares it (the scenario's TPOT SLO stays undeclared: the guarded metric and p99Target keep their
-    defaults).
+    defaults). `replicas` and `max_surge`: spec.replicas and spec.rollout.maxSurge (the other rollout fields keep
+    their defaults).
     """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k, "enabled": speculation_enabled}
     if method in DRAFT_MODELS:
@@ -88,6 +91,8 @@ def bench_spec(
         "kind": v1alpha1.KIND,
         "metadata": {"name": "bench", "namespace": "bench"},
         "spec": {
+            **({"replicas": replicas} if replicas != 1 else {}),
+            **({"rollout": {"maxSurge": max_surge}} if max_surge else {}),
             "engine": {
                 "image": f"vllm/vllm-openai:v{VERSION}",
                 "version": VERSION,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api.v1alpha1 import Quantization, SpeculativeDeploymentSpec
+from specpilot.autotune.model.rollcost import restart_cost_for
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, PROFILES, StepCostModel
 from specpilot.planning.catalog import UnknownArchitecture, count_active_parameters, lookup, resolve_architecture
@@ -142,9 +143,13 @@ def choose_cost_profile(spec: SpeculativeDeploymentSpec) -> CostProfileChoice:
 
 
 def fit_settings_for(spec: SpeculativeDeploymentSpec) -> FitSettings:
-    """FitSettings whose step model and restart cost are this spec's profile's (a 70B restart costs ~300 s, an 8B
-    one ~90 s), the choice recorded for the decision's evidence."""
+    """FitSettings whose step model and restart are this spec's profile's (a 70B restart takes ~300 s, an 8B one
+    ~90 s), the restart priced on the spec's rollout path (rollcost), the choice recorded for the decision's
+    evidence."""
     choice = choose_cost_profile(spec)
     return FitSettings(
-        model=choice.model, restart_cost_s=choice.restart_s, model_choice=choice.to_dict(), calibrated=choice.calibrated
+        model=choice.model,
+        restart_cost_s=restart_cost_for(spec, choice.restart_s),
+        model_choice=choice.to_dict(),
+        calibrated=choice.calibrated,
     )

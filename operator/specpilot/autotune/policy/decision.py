@@ -62,6 +62,7 @@ from specpilot.autotune.model.baseline import (
 from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL
 from specpilot.autotune.model.forecast import RateSample, add_rate, projected_ratios, projection_ahead_s, rising_trend
 from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
+from specpilot.autotune.model.rollcost import restart_cost_for
 from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
@@ -1621,10 +1622,12 @@ def measured_restart_s(
 
 
 def with_measured_restart(inputs: PolicyInputs, state: PolicyState) -> PolicyInputs:
-    """The restart priced at this deployment's own measured restart once it has one; the profile's assumption before."""
+    """The restart priced at this deployment's own measured restart once it has one (on its rollout path, rollcost);
+    the profile's assumption before."""
     if state.restart_measured_s is None:
         return inputs
-    return replace(inputs, fit=replace(inputs.fit, restart_cost_s=state.restart_measured_s))
+    cost = restart_cost_for(inputs.spec, state.restart_measured_s)
+    return replace(inputs, fit=replace(inputs.fit, restart_cost_s=cost))
 
 
 def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float, min_gain: float) -> PolicyState:

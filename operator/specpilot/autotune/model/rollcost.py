@@ -1,0 +1,42 @@
+"""What one configuration change costs in serving, by the path its rollout takes (pure; docs/rollout.md).
+
+The fit prices a change by `FitSettings.restart_cost_s`: the seconds of the whole deployment's serving one change
+removes, repaid by the change's gain. That figure depends on how the pods are replaced (spec.rollout):
+
+- One replica without surge: the only pod is down for the restart. An outage of `restart_s`, and every request in
+  flight or arriving meanwhile is lost (unless the pod drains, which only delays the outage by the drain).
+- N >= 2 replicas without surge: `maxUnavailable` pods at a time drain (no new requests, in-flight ones finish) and
+  restart while the others take the arrivals. Each wave removes unavailable/N of the serving for `restart_s`; the
+  ceil(N / unavailable) waves together remove restart_s x waves x unavailable / N seconds of the whole deployment's
+  serving (restart_s when unavailable divides N). The same capacity as an outage at full load, spread so that no
+  request is dropped: below (N - unavailable) / N of capacity the other pods absorb it all.
+- With surge (maxSurge >= 1, maxUnavailable 0): each new pod loads beside the old ones and an old pod drains only
+  once its replacement serves, so the deployment never serves below its N pods: no serving is removed (the price
+  is the surge pod's GPUs for the rollout, not paid in serving). With both, surge + unavailable pods are replaced
+  per wave and only the unavailable ones remove serving.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specpilot.api import rollout
+from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
+
+
+def restart_cost_seconds(restart_s: float, replicas: int, max_surge: int, max_unavailable: int) -> float:
+    """Seconds of the whole deployment's serving one rollout removes (module docstring), for `replicas` pods that
+    each take `restart_s` to start, replaced `max_unavailable` at a time with `max_surge` extra pods."""
+    if replicas <= 1 and max_surge == 0:
+        return restart_s
+    out_at_once = min(max_unavailable if max_surge else max(1, max_unavailable), replicas)
+    if out_at_once == 0:
+        return 0.0
+    waves = math.ceil(replicas / (out_at_once + max_surge))
+    return restart_s * waves * out_at_once / replicas
+
+
+def restart_cost_for(spec: SpeculativeDeploymentSpec, restart_s: float) -> float:
+    """restart_cost_seconds on the rollout path `spec` declares (spec.replicas, spec.rollout) for pods that each take
+    `restart_s` to start."""
+    return restart_cost_seconds(restart_s, spec.replicas, rollout.max_surge(spec), rollout.max_unavailable(spec))

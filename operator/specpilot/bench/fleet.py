@@ -1,0 +1,439 @@
+"""N vLLM replicas behind a balancer, rolled one wave at a time with drain (the benchmark's imperative shell).
+
+A `Fleet` is what a SpeculativeDeployment of N >= 2 replicas (or one with surge) runs: N pods (each a `Replica`
+of bench.runner fed only the requests the balancer sends it), a balancer, and rollouts as spec.rollout and
+docs/rollout.md describe them:
+
+- The balancer sends each arrival to one serving pod: round robin (a Kubernetes Service), or the pod with the fewest
+  outstanding requests, queued or running (an inference gateway's endpoint picker). Pods that drain or start take
+  none; an arrival with no serving pod is lost (`failed`).
+- A rollout replaces pods in waves: an old pod is taken out of the endpoints (no new arrivals) and drains, its
+  requests in flight finishing for up to the drain time (spec.rollout.drainSeconds, vLLM's --shutdown-timeout);
+  whatever is still in flight then is aborted (`failed`). A pod holds its GPUs until it has drained; its replacement
+  then loads for the preset's restart time and joins with the new configuration. At most maxUnavailable pods are
+  out of service at once, and with maxSurge the replacement loads before an old pod drains (N + maxSurge pods'
+  worth of GPUs).
+- The progressive path (`canary`, `promote`, `rollback`): one pod changes first, serves next to the others for an
+  analysis window, then the rest roll to it or it rolls back (`analyse` compares the two sides' measured TPOT).
+
+One replica without surge is not a Fleet: bench.runner.Replica keeps its outage (every restart aborts what is in
+flight and loses the arrivals until the pod is back).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specpilot.api.durations import parse_duration
+from specpilot.bench import oracles
+from specpilot.bench.layout import Balancer, Layout
+from specpilot.bench.oracles import Outcome
+from specpilot.bench.queries import Sample, ScrapeHistory, merge_pods
+from specpilot.bench.runner import SCRAPE_S, Replica
+from specpilot.bench.scenarios import Arrival, Scenario
+from specpilot.sim.engine import Engine
+from specpilot.sim.presets import Preset, preset_named
+from specpilot.vllm.intent import SpeculationIntent
+
+if TYPE_CHECKING:
+    from specpilot.bench.specpilot_policy import SpecpilotController
+
+# How often a rollout in progress looks at its pods (a drained pod is noticed within this time).
+ROLL_TICK_S = 0.5
+
+
+class PodState(enum.Enum):
+    STARTING = "starting"  # loading: holds its GPUs, takes no requests
+    SERVING = "serving"
+    DRAINING = "draining"  # out of the endpoints: finishes its requests in flight, then releases its GPUs
+
+
+@dataclass
+class Pod:
+    uid: int
+    replica: Replica
+    state: PodState
+    items: list[Arrival] = field(default_factory=list)  # what the balancer sent it, in order
+    ready_at: float = 0.0
+    drain_deadline: float = math.inf
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent to it and not finished: queued, running, or not yet seen by its engine."""
+        e = self.replica.engine
+        return len(e.running) + len(e.waiting) + len(self.items) - self.replica.next_arrival
+
+
+def pick(balancer: Balancer, serving: Sequence[Pod], turn: int) -> Pod:
+    """The pod an arrival goes to; `turn` counts the arrivals balanced so far (round robin's position, and where
+    least-outstanding starts looking, so that ties rotate)."""
+    start = turn % len(serving)
+    rotated = [*serving[start:], *serving[:start]]
+    if balancer is Balancer.ROUND_ROBIN:
+        return rotated[0]
+    return min(rotated, key=lambda p: p.outstanding)
+
+
+@dataclass
+class Roll:
+    """A rollout in progress: the old pods still to replace and how many replacements are still to start."""
+
+    target: SpeculationIntent
+    pending: list[Pod]
+    to_start: int
+    canary: bool = False
+
+
+@dataclass
+class Fleet:
+    """N pods behind a balancer (module docstring), with the attributes bench.runner's runs read of a Replica."""
+
+    scenario: Scenario
+    preset: Preset
+    intent: SpeculationIntent
+    seed: int
+    layout: Layout
+    pods: list[Pod] = field(default_factory=list)
+    retired: list[Pod] = field(default_factory=list)
+    roll: Roll | None = None
+    lost: list[Outcome] = field(default_factory=list)
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    series: list[tuple[float, float, float, float]] = field(default_factory=list)  # t, running, waiting, K now
+    actuations: int = 0
+    generation: int = 0
+    config_since: float = 0.0
+    canary_ready_at: float | None = None  # when the progressive path's one changed pod began serving
+    analyses: list[str] = field(default_factory=list)  # the progressive path's verdicts, with their times
+    next_arrival: int = 0
+    now: float = 0.0
+    next_scrape: float = SCRAPE_S
+    turn: int = 0
+    _uids: int = 0
+    _merged_for: tuple[int, ...] = ()
+    _merged: dict[float, Sample] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for _ in range(self.layout.replicas):
+            self.pods.append(Pod(self._uid(), self._replica(self.intent), PodState.SERVING))
+        self.timeline.append((0.0, oracles.label(self.intent)))
+
+    def _uid(self) -> int:
+        self._uids += 1
+        return self._uids
+
+    def _replica(self, intent: SpeculationIntent) -> Replica:
+        # One seed for every pod: a request's acceptance draws depend on the run's seed and the request, not on the
+        # pod it lands on, so runs that route it differently stay paired.
+        return Replica(self.scenario, self.preset, intent, self.seed)
+
+    # ---------------------------------------------------------------------------------- what the runs read
+
+    @property
+    def down_until(self) -> float:
+        """Until when a rollout is in progress (infinite while one is), as Replica.down_until for the runs."""
+        return math.inf if self.roll is not None else self.config_since
+
+    @property
+    def rolling(self) -> bool:
+        return self.roll is not None
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        out = list(self.lost)
+        for pod in (*self.retired, *self.pods):
+            out += pod.replica.outcomes
+        return out
+
+    @property
+    def peak_running(self) -> int:
+        return max(p.replica.engine.peak_running for p in (*self.retired, *self.pods))
+
+    @property
+    def history(self) -> ScrapeHistory:
+        """The deployment's scrapes as Prometheus would hold them: the serving pods of the running configuration,
+        one merged sample per scrape instant up to the fleet's clock (queries.merge_pods). Merged samples are kept
+        while the same pods serve: every pod has stepped past those instants, so their merge cannot change."""
+        pods = [p for p in self.pods if p.state is PodState.SERVING and p.replica.intent == self.intent]
+        target = oracles.label(self.intent)
+        key = tuple(p.uid for p in pods)
+        if key != self._merged_for:
+            self._merged_for, self._merged = key, {}
+        by_t: dict[float, dict[int, Sample]] = {}
+        for pod in pods:
+            for sample in reversed(pod.replica.history.series.get(target, [])):
+                if sample.t > self.now or sample.stale:  # past the fleet's clock (other pods may not be there yet)
+                    continue
+                if sample.t in self._merged:
+                    break
+                by_t.setdefault(sample.t, {})[pod.uid] = sample
+        for t, samples in by_t.items():
+            self._merged[t] = merge_pods(samples, t)
+        history = ScrapeHistory(target=target)
+        for t in sorted(self._merged):
+            history.add(self._merged[t])
+        return history
+
+    # ---------------------------------------------------------------------------------- serving
+
+    def run_until(self, t_end: float, items: Sequence[Arrival]) -> None:
+        """Serve the arrivals before `t_end`: every pod steps to each arrival, the balancer places it, and a rollout
+        in progress advances between them."""
+        n = len(items)
+        while True:
+            t = t_end
+            if self.next_arrival < n:
+                t = min(t, items[self.next_arrival].at)
+            if self.roll is not None or any(p.state is not PodState.SERVING for p in self.pods):
+                t = min(t, self.now + ROLL_TICK_S)
+            t = max(min(t, self.next_scrape), self.now)
+            for pod in self.pods:
+                pod.replica.run_until(t, pod.items)
+            self.now = t
+            self._advance_roll(t)
+            while self.next_arrival < n and items[self.next_arrival].at <= t and items[self.next_arrival].at < t_end:
+                self._dispatch(items[self.next_arrival])
+                self.next_arrival += 1
+            self._scrape(t)
+            if t >= t_end:
+                return
+
+    def _dispatch(self, arrival: Arrival) -> None:
+        serving = [p for p in self.pods if p.state is PodState.SERVING]
+        if not serving:
+            self.lost.append(Outcome(arrival.at, None, None, None, 0, True))
+            return
+        pick(self.layout.balancer, serving, self.turn).items.append(arrival)
+        self.turn += 1
+
+    def _scrape(self, t: float) -> None:
+        """The fleet's series for the plots: requests running and waiting over all pods, and K at the mean batch."""
+        while self.next_scrape <= t:
+            serving = [p for p in self.pods if p.state is not PodState.STARTING]
+            running = sum(len(p.replica.engine.running) for p in serving)
+            waiting = sum(len(p.replica.engine.waiting) for p in serving)
+            spec = serving[0].replica.engine.config.speculation if serving else None
+            batch = round(running / len(serving)) if serving else 0
+            k_now = 0.0 if spec is None else float(spec.k_for(self.pods[0].replica.version, batch, batch))
+            self.series.append((self.next_scrape, float(running), float(waiting), k_now))
+            self.next_scrape += SCRAPE_S
+
+    # ---------------------------------------------------------------------------------- rollouts
+
+    def restart(self, intent: SpeculationIntent, now: float) -> None:
+        """Roll the pods to `intent`, one wave at a time: those that run another configuration, or every pod when
+        `intent` is the deployment's own (a restart into itself: the restart controls)."""
+        live = [p for p in self.pods if p.state is not PodState.DRAINING]
+        stale = live if intent == self.intent else [p for p in live if p.replica.intent != intent]
+        self._start_roll(intent, now, stale, canary=False)
+        self.actuations += 1
+        self.timeline.append((now, oracles.label(intent)))
+
+    def canary(self, intent: SpeculationIntent, now: float) -> None:
+        """The progressive path's first step: one pod rolls to `intent`, the others keep the running configuration."""
+        first = next(p for p in self.pods if p.state is PodState.SERVING)
+        self._start_roll(intent, now, [first], canary=True)
+        self.actuations += 1
+        self.timeline.append((now, oracles.label(intent)))
+
+    def promote(self, now: float) -> None:
+        """Roll the pods still on the old configuration to the one the canary pod runs."""
+        target = self.canary_intent
+        if target is None:
+            raise ValueError("no canary pod to promote")
+        self._start_roll(target, now, [p for p in self.pods if p.replica.intent != target], canary=False)
+
+    def rollback(self, now: float) -> None:
+        """Roll the canary pod back to the running configuration (an actuation of its own)."""
+        self._start_roll(self.intent, now, [p for p in self.pods if p.replica.intent != self.intent], canary=False)
+        self.actuations += 1
+        self.timeline.append((now, oracles.label(self.intent)))
+
+    @property
+    def canary_intent(self) -> SpeculationIntent | None:
+        """The configuration of the pod that runs other than the deployment's, if one does."""
+        return next((p.replica.intent for p in self.pods if p.replica.intent != self.intent), None)
+
+    def _start_roll(self, target: SpeculationIntent, now: float, replace_pods: list[Pod], *, canary: bool) -> None:
+        for pod in [p for p in self.pods if p.state is PodState.STARTING]:  # a superseded rollout's pods: deleted
+            self._retire(pod, now)
+        pending = [p for p in replace_pods if p in self.pods]
+        staying = sum(1 for p in self.pods if p.state is not PodState.DRAINING)
+        replacements = len(pending) + max(0, self.layout.replicas - staying)  # and any a superseded rollout owed
+        self.roll = Roll(target, pending, replacements, canary)
+        if not canary:
+            self.intent = target  # the deployment's configuration, as its pod template says from now on
+        self.generation += 1
+        self.config_since = now
+        self.canary_ready_at = None
+        self._advance_roll(now)
+
+    def _advance_roll(self, now: float) -> None:
+        """Drained pods leave, loaded ones serve, then old pods drain and replacements start as the layout allows."""
+        for pod in [p for p in self.pods if p.state is PodState.DRAINING]:
+            if pod.outstanding == 0 or now >= pod.drain_deadline:
+                self._retire(pod, now)
+        for pod in self.pods:
+            if pod.state is PodState.STARTING and now >= pod.ready_at:
+                pod.state = PodState.SERVING
+                if self.roll is not None and self.roll.canary:
+                    self.canary_ready_at = pod.ready_at
+        roll = self.roll
+        if roll is None:
+            return
+        changed = True
+        while changed:
+            changed = self._drain_one(roll, now) or self._start_one(roll, now)
+        if not roll.pending and roll.to_start == 0 and all(p.state is PodState.SERVING for p in self.pods):
+            self.roll = None
+            if not roll.canary:
+                self.intent = roll.target
+                self.config_since = now
+
+    def _drain_one(self, roll: Roll, now: float) -> bool:
+        serving = [p for p in self.pods if p.state is PodState.SERVING]
+        candidates = [p for p in roll.pending if p.state is PodState.SERVING]
+        floor = self.layout.replicas - self.layout.max_unavailable
+        if not candidates or len(serving) - 1 < floor:
+            return False
+        pod = candidates[0]
+        roll.pending.remove(pod)
+        pod.state = PodState.DRAINING
+        pod.drain_deadline = now + self.layout.drain_s
+        return True
+
+    def _start_one(self, roll: Roll, now: float) -> bool:
+        if roll.to_start == 0 or len(self.pods) >= self.layout.replicas + self.layout.max_surge:
+            return False
+        replica = self._replica(roll.target)
+        replica.down_until = replica.config_since = now + self.preset.restart_s
+        replica.engine = Engine(replica.engine.config, seed=self.seed, now=replica.down_until)
+        replica.engine.now = now
+        replica.history = ScrapeHistory(target=oracles.label(roll.target))
+        self.pods.append(Pod(self._uid(), replica, PodState.STARTING, ready_at=replica.down_until))
+        roll.to_start -= 1
+        return True
+
+    def _retire(self, pod: Pod, now: float) -> None:
+        """The pod leaves: whatever it still runs or queues is aborted (past the drain, or never started)."""
+        replica = pod.replica
+        replica.run_until(now, pod.items)
+        replica.engine.advance_idle(now)
+        for r in replica.engine.abort_all():
+            replica.outcomes.append(Outcome(r.arrival, None, None, None, r.generated, True))
+        for a in pod.items[replica.next_arrival :]:
+            replica.outcomes.append(Outcome(a.at, None, None, None, 0, True))
+        self.pods.remove(pod)
+        self.retired.append(pod)
+
+
+# ------------------------------------------------------------------------------------------ the progressive path
+
+# The canary pod is rolled back when its mean TPOT is worse than the other pods' by more than this: between pods of
+# one configuration on the same traffic, the mean over a window's requests differs by a few percent.
+ANALYSIS_TOLERANCE = 0.05
+# Requests that arrive in the canary's first minute meet a pod with an empty batch, which flatters its TPOT: the
+# comparison counts the requests that arrived later, on both sides.
+ANALYSIS_WARMUP_S = 60.0
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The canary pod against the others over one window: measured, then promote or roll back."""
+
+    promote: bool
+    inconclusive: bool
+    canary_tpot_ms: float
+    others_tpot_ms: float
+    canary_requests: int
+    others_requests: int
+    canary_tokens_per_s: float
+    others_tokens_per_s: float  # per pod
+
+    def reason(self) -> str:
+        verdict = "inconclusive, the decision stands" if self.inconclusive else ("promote" if self.promote else
+                                                                                  "roll back")  # fmt: skip
+        return (
+            f"canary analysis: {verdict}: mean TPOT {self.canary_tpot_ms:.1f} ms on the changed pod "
+            f"({self.canary_requests} requests, {self.canary_tokens_per_s:.0f} tokens/s) vs "
+            f"{self.others_tpot_ms:.1f} ms on the others ({self.others_requests} requests, "
+            f"{self.others_tokens_per_s:.0f} tokens/s per pod), tolerance {ANALYSIS_TOLERANCE:.0%}"
+        )
+
+
+def _measured(pods: Sequence[Pod], since: float, now: float) -> tuple[float, int, float]:
+    """(mean time per output token weighted by tokens after the first, requests, output tokens per second per pod)
+    of the requests that arrived from `since` and finished by `now` on `pods`."""
+    weighted = weights = tokens = 0.0
+    count = 0
+    for pod in pods:
+        for o in pod.replica.outcomes:
+            if o.failed or o.e2e is None or o.arrival < since or o.arrival + o.e2e > now:
+                continue
+            count += 1
+            tokens += o.tokens
+            if o.tpot is not None and o.tokens > 1:
+                weighted += o.tpot * (o.tokens - 1)
+                weights += o.tokens - 1
+    span = max(now - since, 1e-9)
+    return (weighted / weights if weights else math.nan), count, tokens / span / max(1, len(pods))
+
+
+def analyse(fleet: Fleet, ready_at: float, now: float, min_requests: int) -> Analysis:
+    """Compare the changed pod with the pods of the running configuration on the traffic both served since the
+    canary's warm-up: roll back when its mean TPOT is worse by more than ANALYSIS_TOLERANCE; with fewer than
+    `min_requests` finished on either side the analysis is inconclusive and the decision stands (promote)."""
+    since = ready_at + ANALYSIS_WARMUP_S
+    serving = [p for p in fleet.pods if p.state is PodState.SERVING]
+    canary = [p for p in serving if p.replica.intent != fleet.intent]
+    others = [p for p in serving if p.replica.intent == fleet.intent]
+    c_tpot, c_n, c_rate = _measured(canary, since, now)
+    o_tpot, o_n, o_rate = _measured(others, since, now)
+    inconclusive = min(c_n, o_n) < max(1, min_requests) or math.isnan(c_tpot) or math.isnan(o_tpot)
+    worse = not inconclusive and c_tpot > o_tpot * (1 + ANALYSIS_TOLERANCE)
+    return Analysis(not worse, inconclusive, c_tpot * 1000, o_tpot * 1000, c_n, o_n, c_rate, o_rate)
+
+
+def run_progressive(
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    controller: SpecpilotController,
+    layout: Layout,
+    *,
+    changed: bool = False,
+) -> Fleet:
+    """specpilot's closed loop over a Fleet: a change goes to one pod first (at >= 2 replicas), the analysis after
+    one query window of that pod serving decides promote or roll back; a rollout or analysis in progress holds the
+    controller (rollout_in_progress). The analyses' verdicts are in Fleet.analyses."""
+    fleet = Fleet(scenario, preset_named(scenario.preset), controller.initial_intent(), seed, layout)
+    analysis_s = parse_duration(controller.spec.autotune.window)
+    min_requests = controller.spec.autotune.min_samples.requests
+    t = 0.0
+    while t < scenario.duration_s:
+        t = min(t + controller.interval_s, scenario.duration_s)
+        fleet.run_until(t, items)
+        ready = fleet.canary_ready_at
+        if ready is not None and not fleet.rolling and t - ready >= analysis_s:
+            verdict = analyse(fleet, ready, t, min_requests)
+            fleet.analyses.append(f"{t:.0f}s {verdict.reason()}")
+            if verdict.promote:
+                fleet.promote(t)
+            else:
+                fleet.rollback(t)
+        target = controller.evaluate(
+            t,
+            current=fleet.intent,
+            history=fleet.history,
+            config_since=fleet.config_since if fleet.generation or changed else None,
+            rollout_in_progress=fleet.rolling or fleet.canary_intent is not None,
+        )
+        if target is not None:
+            if layout.replicas >= 2:
+                fleet.canary(target, t)
+            else:
+                fleet.restart(target, t)
+    return fleet
