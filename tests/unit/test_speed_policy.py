@@ -1090,6 +1090,26 @@ def test_records_belong_to_the_deployments_fingerprint(change: dict[str, Any], f
         assert after.decisions[0].action is not Action.DISABLE, after.decisions[0].reason
 
 
+@pytest.mark.parametrize(("promoted", "fresh"), [(None, False), ("ngram", True)])
+def test_a_promoted_candidate_drafter_starts_fresh_records(promoted: str | None, fresh: bool) -> None:
+    """Once a candidate drafter won its trial and runs on every pod, the declared drafter's records (its baseline,
+    step samples, measured restart) no longer describe the deployment."""
+    spec = edited({"speculation.candidates": [{"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3}]})
+    records = PolicyState(
+        baseline=(tp.baseline(Mode.OFF, 4, 20.0, tpot_mean_ms=6.0),),
+        step_samples=(StepSample(12, 0, False, 7.0),),
+        restart_measured_s=95.0,
+    )
+    before = tp.run(spec, [tp.observed(acceptance=0.72)], state=records).state
+    assert before.baseline, "the declared drafter keeps its records"
+    assert before.drafter is None
+    after = tp.run(spec, [tp.observed(acceptance=0.72)], state=replace(before, drafter=promoted), start=T0 + MINUTE)
+    state = after.state
+    kept = [records.baseline[0] in state.baseline, records.step_samples[0] in state.step_samples,
+            state.restart_measured_s == 95.0]  # fmt: skip
+    assert kept == [not fresh] * 3
+
+
 @pytest.mark.parametrize(
     ("kind", "batch", "rate", "probes", "words"),
     [

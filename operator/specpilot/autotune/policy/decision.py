@@ -1650,15 +1650,22 @@ def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:
     return None if versus.get("atBatch") is None else float(versus["largestGain"])
 
 
+def _as_running(spec: SpeculativeDeploymentSpec, drafter: str | None) -> SpeculativeDeploymentSpec:
+    """The spec as its pods run it: with the promoted candidate drafter `drafter` in place of the declared one."""
+    candidate = next((c for c in spec.speculation.candidates if c.name == drafter), None)
+    return spec if candidate is None else spec_running(spec, candidate)
+
+
 def _reset_on_spec_change(state: PolicyState, spec: SpeculativeDeploymentSpec) -> PolicyState:
     """Level-based: a spec edit resets agreement, a change of what the intent derives from the choice, and a change
-    of the deployment (deployment_fingerprint) every record learned from the previous one."""
+    of the deployment (deployment_fingerprint, of the drafter that runs: a promoted candidate's) every record learned
+    from the previous one."""
     whole, intent = spec_fingerprints(spec)
-    deployment = deployment_fingerprint(spec)
     if state.spec_fingerprint is not None and state.spec_fingerprint != whole:
         state = replace(state, streak=None, last_recommendation=None)
     if state.intent_fingerprint is not None and state.intent_fingerprint != intent:
         state = replace(state, selected=None, drafter=None, off=None, probe_started=None)
+    deployment = deployment_fingerprint(_as_running(spec, state.drafter))
     if state.deployment_fingerprint is not None and state.deployment_fingerprint != deployment:
         state = replace(state, **FRESH_RECORDS)
     return replace(state, spec_fingerprint=whole, intent_fingerprint=intent, deployment_fingerprint=deployment)
