@@ -6,8 +6,10 @@ if the permissions the chart grants are enough — and no more is assumed than w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from e2e.operator_process import RunningOperator, launch_operator
 from e2e.podrunner import PodRunner, file_sd_scrape_config
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from e2e.stack import model_map
+from e2e.vllm.simulated import SimulatorOptions
 from e2e.vllm.venvs import VllmVenv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +126,28 @@ def pods_and_prometheus(
         default_draft=tiny_models["tiny-llama-draft-same"],
         targets_file=targets,
         log_dir=tmp_path / "pods",
+    )
+    prometheus = prometheus_factory([file_sd_scrape_config(targets)])
+    with runner:
+        yield runner, prometheus
+
+
+@contextlib.contextmanager
+def simulated_pods_and_prometheus(
+    kube_cluster: KubeCluster, namespace: str, prometheus_factory: StartPrometheus, tmp_path: Path, *, seed: int
+) -> Iterator[tuple[PodRunner, PrometheusServer]]:
+    """The pod runner with simulated 8B H100 pods (x0.1 time, seeded) and Prometheus scraping them."""
+    targets = tmp_path / "targets.json"
+    runner = PodRunner(
+        kube_cluster.kubeconfig,
+        namespace,
+        python=Path(sys.executable),
+        model_map={},
+        default_model=tmp_path,
+        default_draft=tmp_path,
+        targets_file=targets,
+        log_dir=tmp_path / "pods",
+        simulator=SimulatorOptions(preset="llama8b-h100", time_scale=0.1, startup_seconds=1.0, seed=seed),
     )
     prometheus = prometheus_factory([file_sd_scrape_config(targets)])
     with runner:

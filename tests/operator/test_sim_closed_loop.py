@@ -14,7 +14,6 @@ schedule must never be installed.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.parse
@@ -26,11 +25,10 @@ from typing import Any
 import pytest
 
 from e2e.cluster.fixture import KubeCluster
-from e2e.podrunner import PodRunner, file_sd_scrape_config
+from e2e.podrunner import PodRunner
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
-from e2e.vllm.simulated import SimulatorOptions
 from e2e.waiting import wait_for
-from tests.operator.conftest import StartOperator
+from tests.operator.conftest import StartOperator, simulated_pods_and_prometheus
 from tests.operator.test_closed_loop import decision_line, wait_for_or_explain
 from tests.operator.test_operator_cluster import apply, condition, get
 
@@ -47,22 +45,9 @@ def sim_stack(
     prometheus_factory: StartPrometheus,
     tmp_path: Path,
 ) -> Iterator[tuple[PodRunner, PrometheusServer]]:
-    targets = tmp_path / "targets.json"
-    runner = PodRunner(
-        kube_cluster.kubeconfig,
-        kube_namespace,
-        python=Path(sys.executable),
-        model_map={},
-        default_model=tmp_path,
-        default_draft=tmp_path,
-        targets_file=targets,
-        log_dir=tmp_path / "pods",
-        simulator=SimulatorOptions(preset="llama8b-h100", time_scale=0.1, startup_seconds=1.0, seed=9),
-    )
-    prometheus = prometheus_factory([file_sd_scrape_config(targets)])
-    start_operator()
-    with runner:
-        yield runner, prometheus
+    with simulated_pods_and_prometheus(kube_cluster, kube_namespace, prometheus_factory, tmp_path, seed=9) as both:
+        start_operator()
+        yield both
 
 
 def simulated_deployment(prometheus_url: str) -> dict[str, Any]:
