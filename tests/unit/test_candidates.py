@@ -23,22 +23,13 @@ from specpilot.planning.plan import Severity
 from specpilot.reconcile import conditions as cond
 from specpilot.vllm.dialects import render_command
 from tests.seams import reconcile_chosen
-from tests.unit.test_reconcile import condition, inputs
+from tests.unit.test_reconcile import BASE_SPEC, condition, inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama-8b-draft-candidates.yaml"
 
-BASE: dict[str, Any] = {
-    "replicas": 2,
-    "engine": {"image": "vllm/vllm-openai:v0.33.0", "version": "0.33.0", "maxModelLen": 8192, "maxNumSeqs": 32},
-    "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
-    "speculation": {
-        "method": "draft_model",
-        "draft": {"model": "meta-llama/Llama-3.2-1B-Instruct"},
-        "numSpeculativeTokens": 4,
-    },
-    "resources": {"gpusPerReplica": 1, "gpuMemoryGiB": 80},
-}
+# The reconcile tests' spec (8B target, 1B draft model, two replicas) at 32 sequences.
+BASE: dict[str, Any] = {**BASE_SPEC, "engine": {**BASE_SPEC["engine"], "maxNumSeqs": 32}}
 
 NGRAM = {"name": "ngram", "method": "ngram", "numSpeculativeTokens": 3}
 EAGLE3 = {"name": "head", "method": "eagle3", "draft": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
