@@ -34,6 +34,7 @@ from kubernetes.dynamic import DynamicClient
 
 from e2e.cluster.fixture import NAMESPACE_LABEL, KubeCluster
 from specpilot.adapters.connections import Registry
+from specpilot.adapters.k8s import KubeAdapter, StaleStatus
 from specpilot.api import v1alpha1
 from specpilot.api.quantity import InvalidQuantity, is_positive_quantity, parse_quantity
 from specpilot.cli.main import validate_document
@@ -281,6 +282,54 @@ def test_status_candidates_are_typed_and_kubectl_get_shows_the_drafter(
     assert (candidate["verdict"], candidate["speedup"], candidate["incumbent"]["requests"]) == ("Lost", 0.8, 480)
     assert refusal is not None, "an unknown verdict is refused"
     assert "status.candidates[0].verdict" in refusal, refusal
+    kube_cluster.kubectl("-n", namespace, "delete", "specdeploy", name, "--wait=false")
+
+
+def test_a_status_patch_for_a_deleted_object_never_lands_on_its_same_name_successor(
+    kube_cluster: KubeCluster, dynamic: DynamicClient, namespace: str
+) -> None:
+    """A decision made from one object is not written to another created since under the same name: the status
+    patch carries the resourceVersion it was decided from, which no successor can have (the UID in a status patch is
+    not a precondition: the status strategy keeps the stored metadata, shown here first)."""
+    name = f"uid-{secrets.token_hex(3)}"
+    kube = KubeAdapter(dynamic.client)
+    api_version = f"{v1alpha1.GROUP}/{v1alpha1.VERSION}"
+
+    def create() -> tuple[str, str]:
+        _CRD[0].ensure()
+        kube_cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(cr(hygiene.BASE, name=name)))
+        meta = kube_cluster.kubectl_json("-n", namespace, "get", "specdeploy", name)["metadata"]
+        return str(meta["uid"]), str(meta["resourceVersion"])
+
+    def replace_object() -> None:
+        kube_cluster.kubectl("-n", namespace, "delete", "specdeploy", name, "--wait=true")
+        assert create()[0] != first_uid
+
+    def observed_generation() -> Any:
+        return (
+            kube_cluster.kubectl_json("-n", namespace, "get", "specdeploy", name)
+            .get("status", {})
+            .get("observedGeneration")
+        )
+
+    first_uid, first_version = create()
+    written = kube.patch_status(
+        api_version, v1alpha1.KIND, namespace, name, {"observedGeneration": 1}, resource_version=first_version
+    )
+    assert written is not None, "the patch over the live version is written"
+    assert written[1]["observedGeneration"] == 1
+    replace_object()
+    uid_only = {"metadata": {"uid": first_uid}, "status": {"observedGeneration": 5}}
+    kube_cluster.kubectl(
+        "-n", namespace, "patch", "specdeploy", name, "--subresource=status", "--type=merge", "-p", json.dumps(uid_only)
+    )
+    assert observed_generation() == 5, "a UID in a status patch is ignored: it cannot guard the write"
+    replace_object()
+    with pytest.raises(StaleStatus):
+        kube.patch_status(
+            api_version, v1alpha1.KIND, namespace, name, {"observedGeneration": 7}, resource_version=written[0]
+        )
+    assert observed_generation() != 7
     kube_cluster.kubectl("-n", namespace, "delete", "specdeploy", name, "--wait=false")
 
 

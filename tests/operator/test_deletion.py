@@ -86,7 +86,9 @@ def test_a_status_write_for_a_gone_object_is_not_a_success(
     outcome = {}
     for name, body in bodies.items():
         memory = ObjectMemory()
-        outcome[name] = (write_status(kopf.Body(cast(kopf.RawBody, body)), memory, {}, status, None), memory.written)
+        assert body is not None
+        version = str(body["metadata"]["resourceVersion"])
+        outcome[name] = (write_status(kopf.Body(cast(kopf.RawBody, body)), memory, {}, status, version), memory.written)
     assert outcome["here"][0] is True
     assert outcome["here"][1] is not None, "the write is remembered"
     assert outcome["gone"] == (False, None), "a 404 is not a write"

@@ -53,4 +53,4 @@ def _set_condition(body: kopf.Body, memory: ObjectMemory, update: cond.Condition
     stored = decided.status.get("conditions") or []
     merged = cond.merge_conditions(stored, [update], generation=body.metadata.get("generation"), now=now_text())
     if merged != stored:
-        write_status(body, memory, decided.status, {**decided.status, "conditions": merged}, None)
+        write_status(body, memory, decided.status, {**decided.status, "conditions": merged}, decided.resource_version)

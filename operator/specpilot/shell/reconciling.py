@@ -120,10 +120,11 @@ def _look_for_foreign(result: rec.ReconcileResult, inputs: rec.ReconcileInputs, 
 
 
 def write_status(
-    body: kopf.Body, memory: ObjectMemory, before: Mapping[str, Any], after: Mapping[str, Any], precondition: str | None
+    body: kopf.Body, memory: ObjectMemory, before: Mapping[str, Any], after: Mapping[str, Any], precondition: str
 ) -> bool:
-    """Patch status as an exact merge patch; with `precondition`, only over that resourceVersion. False: stale, or
-    the object is gone."""
+    """Patch status as an exact merge patch, only over the resourceVersion `precondition` the decision was made
+    from: never over a newer object, nor over another created since under the same name (a UID in a status patch
+    guards nothing; the status strategy keeps the stored metadata). False: stale, or the object is gone."""
     meta = body.metadata
     merge_patch = rec.status_merge_patch(before, after)
     log.debug("%s/%s: status changed %s", meta.namespace, meta.name, json.dumps(merge_patch)[:600])
@@ -227,8 +228,7 @@ def run_reconcile(
         inputs, children, result = decide()
     actuating = autotune is not None and autotune.actuated
     if result.status_patch is not None:
-        precondition = decided.resource_version if actuating else None
-        if not write_status(body, memory, decided.status, result.status_patch, precondition):
+        if not write_status(body, memory, decided.status, result.status_patch, decided.resource_version):
             return None  # nothing applied: the next tick decides again from the newer object
         if actuating:
             _failpoint("exit-after-actuation-status")
@@ -237,12 +237,12 @@ def run_reconcile(
     if refusals_changed:
         # Say what the API server refused (or that it stopped refusing) in status and one event.
         written = memory.written_status
-        stored = written[1] if written else decided.status
+        version, stored = written if written else (decided.resource_version, decided.status)
         children = live_children(namespace, name, str(meta.uid), indexes, memory, wants_pod_monitor, False)
         again_inputs = replace(_inputs(body, DecidedFrom(stored, ""), children, memory, None), now=inputs.now)
         again = rec.reconcile(again_inputs, choose_intent(again_inputs))
         if again.status_patch is not None:
-            write_status(body, memory, stored, again.status_patch, None)
+            write_status(body, memory, stored, again.status_patch, version)
         events += again.events
     post_events(body, events)
     telemetry.RECONCILES.labels(trigger, "ok").inc()
