@@ -150,15 +150,17 @@ def drive(url: str, requests: Sequence[TraceRequest], *, seed: int, concurrency:
     return Replayed(result, after.means_ms_since(before), counted.acceptance, counted.mean_acceptance_length)
 
 
-def calibrate(url: str, *, speculation: bool, seed: int) -> tuple[list[Point], list[Point], float | None]:
+def calibrate(
+    url: str, *, speculation: bool, seed: int, repeats: int = REPEATS
+) -> tuple[list[Point], list[Point], float | None]:
     """Closed batches of equal requests (the server's mean step time per batch size, its inter-token latency) and,
-    without speculation, lone prefills (the server's mean TTFT). Each point is the median of REPEATS runs: on a
+    without speculation, lone prefills (the server's mean TTFT). Each point is the median of `repeats` runs: on a
     shared machine one run can land in another job's burst."""
     decodes = []
     before = scrape(url).spec
     for i, b in enumerate(BATCHES):
         batch = [TraceRequest(0.0, CALIBRATION_PROMPT, CALIBRATION_OUTPUT)] * b
-        runs = [drive(url, batch, seed=seed * 1000 + 10 * i + j, concurrency=b) for j in range(REPEATS)]
+        runs = [drive(url, batch, seed=seed * 1000 + 10 * i + j, concurrency=b) for j in range(repeats)]
         mal = statistics.median(r.mean_acceptance_length or 1.0 for r in runs)
         decodes.append(Point(b, statistics.median(_measured(r, "itl") for r in runs), mal))
     pooled = (scrape(url).spec - before).mean_acceptance_length  # every draft of every batch, not a mean of means
@@ -166,7 +168,7 @@ def calibrate(url: str, *, speculation: bool, seed: int) -> tuple[list[Point], l
     if not speculation:
         for i, prompt in enumerate(PREFILL_PROMPTS):
             lone = [TraceRequest(0.0, prompt, 2)]
-            runs = [drive(url, lone, seed=seed * 1000 + 500 + 10 * i + j, concurrency=1) for j in range(REPEATS)]
+            runs = [drive(url, lone, seed=seed * 1000 + 500 + 10 * i + j, concurrency=1) for j in range(repeats)]
             prefills.append(Point(prompt, statistics.median(_measured(r, "ttft") for r in runs)))
     return decodes, prefills, pooled
 
@@ -183,7 +185,7 @@ def server_argv(speculation: bool) -> list[str]:
     return [*ENGINE_FLAGS, *(["--speculative-config", spec] if speculation else [])]
 
 
-def real_legs(trace: Sequence[TraceRequest], seed: int) -> dict[str, RealLeg]:
+def real_legs(trace: Sequence[TraceRequest], seed: int, repeats: int) -> dict[str, RealLeg]:
     """Both real servers: calibration points, then the trace replay."""
     venv = get_venv(SERVER, install=True)
     models = {**ensure_tiny_models(venv.python), **ensure_graded_drafts(venv.python)}
@@ -191,7 +193,7 @@ def real_legs(trace: Sequence[TraceRequest], seed: int) -> dict[str, RealLeg]:
     for speculation in (False, True):
         name = "on" if speculation else "off"
         with running_vllm_server(server_argv(speculation), python=venv.python, models=models) as srv:
-            decodes, prefills, pooled = calibrate(srv.url, speculation=speculation, seed=seed)
+            decodes, prefills, pooled = calibrate(srv.url, speculation=speculation, seed=seed, repeats=repeats)
             out[name] = RealLeg(decodes, prefills, pooled, drive(srv.url, trace, seed=seed))
             print(f"real, speculation {name}: {asdict(out[name])}", file=sys.stderr)
     return out
@@ -290,10 +292,12 @@ def report(doc: dict[str, Any], fit_rows: Sequence[dict[str, Any]], rows: Sequen
     return "\n".join(lines)
 
 
-def run(count: int, divisor: int, time_scale: float, seed: int, workdir: Path) -> dict[str, Any]:
+def run(
+    count: int, divisor: int, time_scale: float, seed: int, workdir: Path, repeats: int = REPEATS
+) -> dict[str, Any]:
     """The whole pipeline: real legs, fit, simulator legs; the figures as one JSON-able dict."""
     trace = trace_slice(read_trace(AZURE_CONV).requests, count, divisor, time_scale)
-    real = real_legs(trace, seed)
+    real = real_legs(trace, seed, repeats)
     doc, fit_rows = fit(real)
     profile = workdir / "fitted-profile.json"
     profile.write_text(json.dumps(doc, indent=2) + "\n")
@@ -303,7 +307,7 @@ def run(count: int, divisor: int, time_scale: float, seed: int, workdir: Path) -
             sim["on" if speculation else "off"] = drive(url, trace, seed=seed)
     calibration = {name: {k: v for k, v in asdict(leg).items() if k != "trace"} for name, leg in real.items()}
     return {"slice": {"requests": len(trace), "length_divisor": divisor, "time_scale": time_scale,
-                      "span_s": round(trace[-1].at, 2), "seed": seed},
+                      "span_s": round(trace[-1].at, 2), "seed": seed, "calibration_repeats": repeats},
             "profile": doc, "calibration": calibration, "fit": fit_rows,
             "comparison": comparison(real, sim)}  # fmt: skip
 
