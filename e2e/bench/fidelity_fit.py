@@ -88,7 +88,7 @@ def profile_doc(
     return {
         "base": CPU_TINY.name,
         "name": "cpu-tiny-fitted",
-        "description": "the tiny CPU server, fitted to its own measured TPOT, TTFT and acceptance",
+        "description": "the tiny CPU server, fitted to its own measured step times, TTFT and acceptance",
         "verify_base_ms": round(steps.verify_base_ms, 4),
         "ridge_tokens": round(steps.ridge_tokens, 2),
         "ridge_sharpness": 1.0,
