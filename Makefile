@@ -42,8 +42,9 @@ test: lint typecheck toolchain vllm-install ## everything CI runs: unit, real AP
 demo: deps toolchain vllm-install ## the main job: local cluster, Prometheus, real vLLM, operator, example resources
 	$(RUN) python -m e2e.demo
 
-bench: deps toolchain ## operator scale benchmark; simulator calibration; decision benchmark (report in bench-report/)
+bench: deps toolchain vllm-install ## operator scale; simulator calibration and fidelity to real vLLM; decision benchmark (report in bench-report/)
 	$(RUN) python -m e2e.bench.operator_scale --counts 200,500,1000
 	$(RUN) python -m e2e.bench.operator_scale --counts 200,500,1000 --rate 10
 	$(RUN) specpilot bench --calibration
+	$(RUN) python -m e2e.bench.fidelity --out bench-report
 	$(RUN) specpilot bench --seed 1-5 --report bench-report

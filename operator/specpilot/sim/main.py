@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from specpilot.sim.args import SimArgsError, parse_serve_args
-from specpilot.sim.presets import PRESETS, preset_named
+from specpilot.sim.presets import PRESETS, Preset, preset_from_profile, preset_named
 from specpilot.vllm.versions import CURRENT, OLDEST_SUPPORTED, VllmVersion
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vllm-version", default="0.32.0", help="vLLM version whose /metrics to imitate (default 0.32.0)")
     p.add_argument("--preset", default="llama8b-h100", choices=sorted(PRESETS), help="hardware/model cost preset")
+    p.add_argument("--profile", type=Path, metavar="FILE",
+                   help="JSON profile in place of --preset: a base preset with numbers replaced, e.g. fitted to a "
+                        "real server (docs/design/simulator.md)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per wall-clock second")
     p.add_argument("--startup-seconds", type=float, default=2.0, help="/health answers 503 this long after start")
@@ -41,10 +46,29 @@ def imitated_version(raw: str) -> tuple[VllmVersion, str | None]:
     return version, None
 
 
+MAX_PROFILE_BYTES = 64 * 1024
+
+
+def read_profile(path: Path) -> Preset:
+    """The preset a profile file describes; a ValueError naming the file for anything unreadable or malformed."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"--profile {path}: {err.strerror or err}") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ValueError(f"--profile {path}: larger than {MAX_PROFILE_BYTES:,} bytes")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"--profile {path}: not JSON: {err}") from None
+    return preset_from_profile(doc, str(path))
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         version, note = imitated_version(args.vllm_version)
-        preset = preset_named(args.preset)
+        preset = preset_named(args.preset) if args.profile is None else read_profile(args.profile)
         serve = parse_serve_args(list(args.vllm_argv))
         if serve.speculation is not None:
             preset.drafter(serve.speculation.method)

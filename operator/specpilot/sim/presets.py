@@ -11,7 +11,7 @@ lands from the published measurements.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 
 
@@ -280,3 +280,73 @@ def preset_named(name: str) -> Preset:
         known = ", ".join(sorted({*PRESETS, *TRUE_PROFILES}))
         raise ValueError(f"unknown preset {name!r}; known: {known}")
     return found
+
+
+# ------------------------------------------------------------------------------------------------ fitted profiles
+#
+# A profile document is a base preset with some of its numbers replaced, e.g. the cost and acceptance fitted to one
+# real server's own measurements: {"base": "cpu-tiny", "verify_base_ms": 9.1, "ridge_tokens": 310.0,
+# "drafters": {"draft_model": {"cost_ratio": 0.4, "alpha": 0.47}}}. Only numbers can be replaced; the set-up fields
+# (target model, GPU) stay the base's.
+
+_PROFILE_TEXT = ("name", "description")
+_PROFILE_NUMBERS = tuple(
+    f.name for f in fields(Preset) if f.type in ("float", "int") and f.name not in ("tensor_parallel_size",)
+)
+_DRAFTER_NUMBERS = tuple(f.name for f in fields(DrafterPreset) if f.type in ("float", "int"))
+_WHOLE = {f.name for f in (*fields(Preset), *fields(DrafterPreset)) if f.type == "int"}
+
+
+def preset_from_profile(doc: object, source: str) -> Preset:
+    """The preset a profile document describes; a ValueError naming `source` and the field for anything else."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{source}: a profile is a JSON object, got {type(doc).__name__}")
+    unknown = sorted(set(doc) - {"base", "drafters", *_PROFILE_TEXT, *_PROFILE_NUMBERS})
+    if unknown:
+        raise ValueError(f"{source}: unknown field {unknown[0]!r}; allowed: base, drafters, "
+                         f"{', '.join((*_PROFILE_TEXT, *_PROFILE_NUMBERS))}")  # fmt: skip
+    base_name = doc.get("base")
+    if not isinstance(base_name, str) or base_name not in PRESETS:
+        raise ValueError(f"{source}: base: expected one of {', '.join(sorted(PRESETS))}, got {base_name!r}")
+    base = PRESETS[base_name]
+    changes: dict[str, object] = {k: _profile_number(source, k, doc[k]) for k in _PROFILE_NUMBERS if k in doc}
+    for key in _PROFILE_TEXT:
+        if key in doc and not isinstance(doc[key], str):
+            raise ValueError(f"{source}: {key}: expected a string, got {doc[key]!r}")
+        changes[key] = doc.get(key, f"{base.name}-fitted" if key == "name" else f"{base.description} (fitted)")
+    changes["drafters"] = _profile_drafters(source, base, doc.get("drafters", {}))
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _profile_drafters(source: str, base: Preset, raw: object) -> dict[str, DrafterPreset]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: drafters: expected an object of method -> fields, got {raw!r}")
+    drafters = dict(base.drafters)
+    for method, given in raw.items():
+        where = f"drafters.{method}"
+        try:
+            drafter = base.drafter(method)
+        except ValueError as err:
+            raise ValueError(f"{source}: {where}: {err}") from None
+        if not isinstance(given, dict):
+            raise ValueError(f"{source}: {where}: expected an object of fields, got {given!r}")
+        unknown = sorted(set(given) - set(_DRAFTER_NUMBERS))
+        if unknown:
+            raise ValueError(f"{source}: {where}: unknown field {unknown[0]!r}; allowed: {', '.join(_DRAFTER_NUMBERS)}")
+        numbers = {k: _profile_number(source, f"{where}.{k}", v) for k, v in given.items()}
+        drafters[method] = replace(drafter, **numbers)  # type: ignore[arg-type]
+    return drafters
+
+
+def _profile_number(source: str, field_name: str, value: object) -> float | int:
+    key = field_name.rsplit(".", 1)[-1]
+    whole = key in _WHOLE
+    if isinstance(value, bool) or not isinstance(value, int | float) or (whole and not isinstance(value, int)):
+        raise ValueError(f"{source}: {field_name}: expected {'a whole number' if whole else 'a number'}, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{source}: {field_name}: expected a finite number >= 0, got {value!r}")
+    if key in ("ridge_tokens", "ridge_sharpness", "kv_capacity_tokens") and value == 0:
+        raise ValueError(f"{source}: {field_name}: must be > 0")
+    if key in ("alpha",) and value >= 1:
+        raise ValueError(f"{source}: {field_name}: an acceptance is < 1, got {value!r}")
+    return value
