@@ -543,3 +543,39 @@ def test_clients_past_their_timeout_leave_a_queue_past_capacity() -> None:
     # scheduled within the timeout, plus one prefill
     assert max(o.ttft for o in started if o.ttft is not None) < 20.0 + 1.0
     assert not any(o.failed for o in patient.outcomes)
+
+
+@pytest.mark.parametrize(
+    ("factor", "durations", "samples", "restart_s", "horizon_s", "window_budget_dwell_s"),
+    [
+        (1.0, ("60s", "5m", "15s", "10m", "6h", "15m"), (50, 2000), 90.0, 3600.0, 900.0),
+        (0.1, ("6s", "30s", "1.5s", "60s", "2160s", "90s"), (5, 200), 9.0, 360.0, 90.0),
+    ],
+)
+def test_quick_mode_runs_the_controller_and_the_simulator_on_the_scenarios_clock(
+    factor: float,
+    durations: tuple[str, ...],
+    samples: tuple[int, int],
+    restart_s: float,
+    horizon_s: float,
+    window_budget_dwell_s: float,
+) -> None:
+    """A scenario compressed x0.1 compresses the CR's time constants, the restart and the payback horizon with it
+    (and the minimum samples of a window a tenth as long); the drain, which lets uncompressed requests finish, stays."""
+    from specpilot.bench.runner import closed_loop_spec, preset_for, rollout_layout
+    from specpilot.bench.specpilot_policy import SpecpilotController
+
+    scenario = scenario_named("drafter-degraded").scaled(factor)
+    assert scenario.time_scale == pytest.approx(factor)
+    spec = closed_loop_spec(scenario, replicas=2)
+    at = spec.autotune
+    got = (at.interval, at.window, at.scrape_interval, at.stabilization, at.probe_interval, at.budget.min_interval)
+    assert got == durations
+    assert (at.min_samples.requests, at.min_samples.draft_tokens) == samples
+    assert (at.budget.max_per_hour, at.budget.max_per_day) == (2, 8)
+    assert rollout_layout(scenario, 2).drain_s == rollout_layout(scenario_named("drafter-degraded"), 2).drain_s
+    assert preset_for(scenario).restart_s == pytest.approx(restart_s)
+    fit = SpecpilotController(spec, time_scale=scenario.time_scale).fit()
+    assert fit.restart_cost_s == pytest.approx(restart_s)
+    assert fit.horizon_s == pytest.approx(horizon_s)
+    assert window_budget(at.budget).dwells_s[0] == pytest.approx(window_budget_dwell_s)

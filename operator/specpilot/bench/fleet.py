@@ -33,10 +33,10 @@ from specpilot.bench import oracles
 from specpilot.bench.layout import Balancer, Layout
 from specpilot.bench.oracles import Outcome
 from specpilot.bench.queries import Sample, ScrapeHistory, merge_pods
-from specpilot.bench.runner import SCRAPE_S, Replica
+from specpilot.bench.runner import SCRAPE_S, Replica, preset_for
 from specpilot.bench.scenarios import Arrival, Scenario
 from specpilot.sim.engine import Engine
-from specpilot.sim.presets import Preset, preset_named
+from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent
 
 if TYPE_CHECKING:
@@ -386,7 +386,7 @@ def analyse(fleet: Fleet, ready_at: float, now: float, min_requests: int) -> Ana
     """Compare the changed pod with the pods of the running configuration on the traffic both served since the
     canary's warm-up: roll back when its mean TPOT is worse by more than ANALYSIS_TOLERANCE; with fewer than
     `min_requests` finished on either side the analysis is inconclusive and the decision stands (promote)."""
-    since = ready_at + ANALYSIS_WARMUP_S
+    since = ready_at + ANALYSIS_WARMUP_S * fleet.scenario.time_scale
     serving = [p for p in fleet.pods if p.state is PodState.SERVING]
     canary = [p for p in serving if p.replica.intent != fleet.intent]
     others = [p for p in serving if p.replica.intent == fleet.intent]
@@ -409,7 +409,7 @@ def run_progressive(
     """specpilot's closed loop over a Fleet: a change goes to one pod first (at >= 2 replicas), the analysis after
     one query window of that pod serving decides promote or roll back; a rollout or analysis in progress holds the
     controller (rollout_in_progress). The analyses' verdicts are in Fleet.analyses."""
-    fleet = Fleet(scenario, preset_named(scenario.preset), controller.initial_intent(), seed, layout)
+    fleet = Fleet(scenario, preset_for(scenario), controller.initial_intent(), seed, layout)
     analysis_s = parse_duration(controller.spec.autotune.window)
     min_requests = controller.spec.autotune.min_samples.requests
     t = 0.0

@@ -31,7 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seed, or seeds to run and compare paired: 3, 1-5 or 1,3,5 (use at least 5 to see the spread)",
     )
     p.add_argument("--calibration", action="store_true", help="print the simulator against published measurements")
-    p.add_argument("--quick", action="store_true", help="time-compressed scenarios (x0.1): a smoke run in seconds")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="time-compressed scenarios (x0.1), the controller's time constants and the simulator's restarts with them",
+    )
     p.add_argument(
         "--client-timeout",
         type=client_timeout,

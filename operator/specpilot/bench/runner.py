@@ -102,7 +102,8 @@ class Replica:
         self.version = VllmVersion.parse(VERSION)
         self.engine = Engine(self._config(self.intent), seed=self.seed)
         self.timeline.append((0.0, oracles.label(self.intent)))
-        self.scrapes = ScrapeClock(SCRAPE_S, SCRAPE_JITTER_S, MISSED_SCRAPES, seed=self.seed)
+        scale = self.scenario.time_scale
+        self.scrapes = ScrapeClock(SCRAPE_S * scale, SCRAPE_JITTER_S * scale, MISSED_SCRAPES, seed=self.seed)
         self.next_scrape, self.scrape_misses = self.scrapes.next()
         self.history.target = oracles.label(self.intent)
 
@@ -208,6 +209,12 @@ class PolicyRun:
     replicas: int = 1
 
 
+def preset_for(scenario: Scenario) -> Preset:
+    """The scenario's simulated set-up, its restart on the scenario's clock (Scenario.time_scale)."""
+    preset = preset_named(scenario.preset)
+    return replace(preset, restart_s=preset.restart_s * scenario.time_scale)
+
+
 def deploy(
     scenario: Scenario, preset: Preset, intent: SpeculationIntent, seed: int, layout: Layout = ONE_REPLICA
 ) -> Replica | Fleet:
@@ -251,7 +258,7 @@ def peak_running(run: Replica | Fleet) -> int:
 
 
 def run_static(scenario: Scenario, intent: SpeculationIntent, seed: int, items: Sequence[Arrival]) -> Replica:
-    replica = Replica(scenario, preset_named(scenario.preset), intent, seed)
+    replica = Replica(scenario, preset_for(scenario), intent, seed)
     replica.run_until(scenario.duration_s, items)
     return replica
 
@@ -265,10 +272,10 @@ def closed_loop_spec(
     scenario: Scenario, acceptance: dict[str, float] | None = None, *, replicas: int = 1, max_surge: int = 0
 ) -> Any:
     """The SpeculativeDeployment spec the closed loop runs for this scenario (specpilot_policy.bench_spec)."""
-    return bench_spec(preset_named(scenario.preset), scenario.method, scenario.num_speculative_tokens,
+    return bench_spec(preset_for(scenario), scenario.method, scenario.num_speculative_tokens,
                       scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
                       speculation_enabled=scenario.speculation_enabled, replicas=replicas,
-                      max_surge=max_surge)  # fmt: skip
+                      max_surge=max_surge, time_scale=scenario.time_scale)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
@@ -286,11 +293,11 @@ def run_specpilot(
 ) -> tuple[Replica | Fleet, SpecpilotController]:
     """specpilot's controller in closed loop; where the CR changed (`scenario.previous`), the controller first lives
     through what the CR ran before, and keeps its state across the change as status.autotune does."""
-    controller = SpecpilotController(_closed_loop_spec_on(scenario, acceptance, layout))
+    controller = SpecpilotController(_closed_loop_spec_on(scenario, acceptance, layout), time_scale=scenario.time_scale)
     before = scenario.previous
     if before is not None:
-        _, earlier = _drive(before, seed, arrivals(before, seed), SpecpilotController(
-            _closed_loop_spec_on(before, acceptance, layout)), changed=False, layout=layout)  # fmt: skip
+        first = SpecpilotController(_closed_loop_spec_on(before, acceptance, layout), time_scale=before.time_scale)
+        _, earlier = _drive(before, seed, arrivals(before, seed), first, changed=False, layout=layout)
         controller.state, controller.clock_offset_s = earlier.state, before.duration_s
     return _drive(scenario, seed, items, controller, changed=before is not None, layout=layout)
 
@@ -315,7 +322,7 @@ def _drive(
         from specpilot.bench.fleet import run_progressive  # fleet.py builds on Replica
 
         return run_progressive(scenario, seed, items, controller, layout, changed=changed), controller
-    replica = Replica(scenario, preset_named(scenario.preset), controller.initial_intent(), seed)
+    replica = Replica(scenario, preset_for(scenario), controller.initial_intent(), seed)
     t = 0.0
     while t < scenario.duration_s:
         t = min(t + controller.interval_s, scenario.duration_s)
@@ -340,7 +347,7 @@ def run_plan(
     layout: Layout = ONE_REPLICA,
 ) -> Replica | Fleet:
     """Replay a per-window plan through the simulator: a restart at each window boundary where the plan changes."""
-    replica = deploy(scenario, preset_named(scenario.preset), plan[0], seed, layout)
+    replica = deploy(scenario, preset_for(scenario), plan[0], seed, layout)
     for w, intent in enumerate(plan):
         start = w * scenario.window_s
         if w and intent != replica.intent:
@@ -360,7 +367,7 @@ def run_switch(
     layout: Layout = ONE_REPLICA,
 ) -> Replica | Fleet:
     """Serve `start`, restart into `target` at `at` seconds (no restart when they are the same), serve to the end."""
-    replica = deploy(scenario, preset_named(scenario.preset), start, seed, layout)
+    replica = deploy(scenario, preset_for(scenario), start, seed, layout)
     if target != start:
         replica.run_until(at, items)
         replica.restart(target, at)
@@ -382,7 +389,7 @@ def run_restarted(
     ready, and past capacity that sheds a queue of requests that would miss their deadline anyway, which goodput
     rewards. This run has a plan's restarts without its changes of configuration.
     """
-    replica = deploy(scenario, preset_named(scenario.preset), intent, seed, layout)
+    replica = deploy(scenario, preset_for(scenario), intent, seed, layout)
     for at in times:
         replica.run_until(at, items)
         replica.restart(intent, at)
@@ -448,7 +455,7 @@ def _job_parts(job: Job) -> tuple[Scenario, SpeculationIntent, int, Layout]:
 def _static_job(job: Job) -> PolicyRun:
     scenario, intent, seed, layout = _job_parts(job)
     started = time.monotonic()
-    r = deploy(scenario, preset_named(scenario.preset), intent, seed, layout)
+    r = deploy(scenario, preset_for(scenario), intent, seed, layout)
     r.run_until(scenario.duration_s, arrivals(scenario, seed))
     name = oracles.label(intent)
     return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
@@ -465,7 +472,7 @@ def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: Pol
     tuned = spec_config(table, scenario.method, version, scenario.max_num_seqs)
     if fixed is None or tuned is None:
         return False
-    preset = preset_named(scenario.preset)
+    preset = preset_for(scenario)
     if engine_config(scenario, preset, table, version).capture_max != (
         engine_config(scenario, preset, static_k, version).capture_max
     ):  # the CUDA-graph sizes follow the configured K, not the K a step uses
@@ -588,7 +595,7 @@ def run_scenario(
     scenario = for_replicas(scenario, layout.replicas)
     items = arrivals(scenario, seed)
     k = scenario.num_speculative_tokens
-    preset = preset_named(scenario.preset)
+    preset = preset_for(scenario)
     theta = oracles.candidates(k, scenario.max_num_seqs)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)

@@ -121,6 +121,12 @@ class Scenario:
     # controller lives through it (its records carry over, as status.autotune does), every policy is judged from the
     # change on. The change itself is the user's edit, which every policy rolls out at time 0.
     previous: Scenario | None = None
+    # The clock the scenario runs on: 1.0 at full length, 0.1 in quick mode. The controller's time constants that the
+    # bench configures (the CR's interval, window, scrape interval, stabilization and budget interval; the cost
+    # profile's restart and payback horizon) and the simulator's (scrapes, restarts, the analysis warm-up) run on it
+    # too, so a compressed scenario is a miniature of the full one rather than a full-speed controller in a short run.
+    # Requests are not compressed (tokens take as long to generate), so neither is the drain that lets them finish.
+    time_scale: float = 1.0
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""
@@ -134,6 +140,7 @@ class Scenario:
             prompt_scale=tuple((t * factor, v) for t, v in self.prompt_scale),
             window_s=self.window_s * factor if factor < 1 else self.window_s,
             replay=self.replay.scaled(factor) if self.replay else None,
+            time_scale=self.time_scale * factor,
         )
 
 

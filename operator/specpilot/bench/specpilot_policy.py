@@ -15,7 +15,8 @@ the simulator runs. What it learns beyond that, it learns from its own measureme
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import effective_window, measure, query_settings
 from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL, fit_settings_for
+from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy.decision import (
     MAX_DWELL,
     PolicyInputs,
@@ -72,6 +74,7 @@ def bench_spec(
     speculation_enabled: bool = True,
     replicas: int = 1,
     max_surge: int = 0,
+    time_scale: float = 1.0,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
@@ -81,7 +84,8 @@ def bench_spec(
     `ttft_slo_s`: the scenario's TTFT SLO, declared as spec.autotune.latency.ttftDeadline the way a user who is
     judged on it declares it (the scenario's TPOT SLO stays undeclared: the guarded metric and p99Target keep their
     defaults). `replicas` and `max_surge`: spec.replicas and spec.rollout.maxSurge (the other rollout fields keep
-    their defaults).
+    their defaults). `time_scale`: the scenario's clock (Scenario.time_scale); below 1 every duration the bench
+    configures is the default's times it (time_constants_on) and the minimum samples shrink with the window.
     """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k, "enabled": speculation_enabled}
     if method in DRAFT_MODELS:
@@ -114,6 +118,28 @@ def bench_spec(
                          **({"latency": {"ttftDeadline": f"{round(ttft_slo_s * 1000)}ms"}} if ttft_slo_s else {})},
         },
     }  # fmt: skip
+    spec = v1alpha1.parse_resource(doc).spec
+    return spec if time_scale == 1 else time_constants_on(spec, doc, time_scale)
+
+
+def time_constants_on(spec: Any, doc: dict[str, Any], scale: float) -> Any:
+    """`spec` with its evaluation interval, query window, scrape interval, stabilization, probe interval and budget
+    interval on a clock `scale` times the real one, and the minimum samples of a window `scale` times as long at the
+    same traffic. The drain stays: a request takes as long to generate in a compressed scenario, and a shorter drain
+    would abort what a real one lets finish. The rollout deadline (at least 1m) and the budget's per-hour and per-day
+    counts stay too: they bound failures and actuation counts, not how fast a decision is reached."""
+    at = spec.autotune
+
+    def scaled(duration: str) -> str:
+        return f"{parse_duration(duration) * scale:g}s"
+
+    doc["spec"]["autotune"] |= {
+        "interval": scaled(at.interval), "window": scaled(at.window), "scrapeInterval": scaled(at.scrape_interval),
+        "stabilization": scaled(at.stabilization), "probeInterval": scaled(at.probe_interval),
+        "budget": {"minInterval": scaled(at.budget.min_interval)},
+        "minSamples": {"requests": math.ceil(at.min_samples.requests * scale),
+                       "draftTokens": math.ceil(at.min_samples.draft_tokens * scale)},
+    }  # fmt: skip
     return v1alpha1.parse_resource(doc).spec
 
 
@@ -131,6 +157,7 @@ class SpecpilotController:
     """specpilot's autotuner in closed loop over one simulated deployment."""
 
     spec: Any
+    time_scale: float = 1.0  # the scenario's clock: the cost profile's restart and payback horizon run on it too
     state: PolicyState = field(default_factory=PolicyState)
     clock_offset_s: float = 0.0  # scenario time 0 on the controller's clock (it lived through an earlier CR)
     decisions: list[dict[str, Any]] = field(default_factory=list)
@@ -142,6 +169,14 @@ class SpecpilotController:
     @property
     def scrape_interval_s(self) -> float:
         return parse_duration(self.spec.autotune.scrape_interval)
+
+    def fit(self) -> FitSettings:
+        """The fit the operator derives from the spec, its restart cost and payback horizon on the scenario's clock."""
+        fit = fit_settings_for(self.spec)
+        if self.time_scale == 1:
+            return fit
+        scale = self.time_scale
+        return replace(fit, restart_cost_s=fit.restart_cost_s * scale, horizon_s=fit.horizon_s * scale)
 
     def initial_intent(self) -> SpeculationIntent:
         return intent_from_spec(self.spec)
@@ -172,7 +207,7 @@ class SpecpilotController:
             window=window,
             rollout_in_progress=rollout_in_progress,
             config_since=None if config_since is None else to_datetime(config_since + offset),
-            fit=fit_settings_for(self.spec),
+            fit=self.fit(),
         )
         decision, self.state = decide(inputs, self.state, at)
         self.decisions.append(
