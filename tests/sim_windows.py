@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
-from specpilot.autotune.evaluate import effective_window, measure
+from specpilot.autotune.evaluate import measure
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Scope
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
@@ -77,5 +77,5 @@ def fixed_batch_window(
         while next_scrape <= engine.now:
             history.add(snapshot(engine.metrics, next_scrape))
             next_scrape += SCRAPE_SECONDS
-    client = SimQueryClient(metric_names_for(version), SCOPE, effective_window(spec.autotune), history, to_seconds)
+    client = SimQueryClient(metric_names_for(version), SCOPE, history, to_seconds)
     return SimWindow(dict(measure(spec, SCOPE, client, to_datetime(seconds))), tpots)

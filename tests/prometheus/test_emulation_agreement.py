@@ -112,7 +112,7 @@ def test_the_bench_answers_the_controllers_queries_as_prometheus_does(
     window = Window(300.0, 300.0, "")
     names = metric_names_for(VERSION)
     queries = [q for q in build_queries(names, SCOPE, window, 50, 8192, 3.0) if q.promql is not None]
-    client = SimQueryClient(names, SCOPE, window, history, lambda at: at.timestamp() - base, 50, 8192, 3.0)
+    client = SimQueryClient(names, SCOPE, history, lambda at: at.timestamp() - base, 50, 8192, 3.0)
     compared = 0
     with PrometheusServer(prometheus_binary, tmp_path / "prometheus", []).start() as server:
         for t in (400.0, 455.5, 600.25, 720.0, 899.9):  # 455.5-720: the window holds the reset

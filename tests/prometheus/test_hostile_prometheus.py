@@ -94,7 +94,7 @@ def _round(url: str, timeout_s: float) -> tuple[dict[str, Measurement], float]:
     started = time.monotonic()
     with PrometheusClient(PrometheusConnection(url, timeout_s=timeout_s)) as client:
         result = measure_many([subject], client, datetime.now(UTC))
-    return result.measurements["chat"], time.monotonic() - started
+    return dict(result.measurements["chat"]), time.monotonic() - started
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.prefix for k in KINDS])

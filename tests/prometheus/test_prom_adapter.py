@@ -52,7 +52,7 @@ def settled(
     spec = make_spec()
     deadline = time.monotonic() + timeout_s
     while True:
-        result = measure(spec, scope_, client, datetime.now(UTC))
+        result = dict(measure(spec, scope_, client, datetime.now(UTC)))
         if ready(result) or time.monotonic() > deadline:
             return result
         time.sleep(0.5)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 
 import tests.unit.test_policy as tp
+from specpilot.autotune.model.k0tax import OffComparison
+from specpilot.autotune.model.schedule import ThresholdPlan, ThresholdSupport
+from specpilot.autotune.model.speed import Speed, SpeedVerdict
 from specpilot.autotune.policy.backlog import (
+    Priced,
     QueueSeen,
     arrivals_in_time,
     proposal_gain,
@@ -70,18 +75,26 @@ def test_restart_under_backlog(
     assert f"a restart now drops about {e['droppedByRestart']}" in verdict.reason
 
 
+def _plan(off: OffComparison | None = None, now: float | None = None, at_load: float | None = None) -> ThresholdPlan:
+    return ThresholdPlan(ThresholdSupport.SCHEDULE, None, 0.0, math.inf, False, "", {}, off=off, gain_now=now,
+                         gain_at_load=at_load)  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("evidence", "gain", "source"),
+    ("priced", "at_load", "gain", "source"),
     [
-        ({"speed": {"outcome": "Slower", "speedup": 0.8}}, 0.25, "measured speed"),
-        ({"speed": {"outcome": "Faster", "speedup": 1.3}}, 0.1, "regression tolerance"),
-        ({"threshold": {"k0Tax": {"offWins": True, "taxAtK0": 0.084}}}, 0.084, "K = 0 tax"),
-        ({"threshold": {"predictedGain": 0.12, "k0Tax": {"offWins": False}}}, 0.12, "predicted gain"),
-        ({}, 0.1, "regression tolerance"),
+        (Priced(speed=SpeedVerdict(Speed.SLOWER, "", {}, speedup=0.8)), False, 0.25, "measured speed"),
+        (Priced(speed=SpeedVerdict(Speed.FASTER, "", {}, speedup=1.3)), False, 0.1, "regression tolerance"),
+        (Priced(plan=_plan(OffComparison(True, "", {}, tax=0.084, net_s=400.0))), False, 0.084, "K = 0 tax"),
+        (Priced(plan=_plan(OffComparison(False, "", {}, tax=0.084, net_s=-9.0), now=0.12)), False, 0.12, "gain at"),
+        (Priced(plan=_plan(now=0.12, at_load=0.05)), True, 0.05, "per-request speed-up at the load now"),
+        (Priced(plan=_plan(now=0.12, at_load=0.05)), False, 0.12, "predicted gain at the batch now"),
+        (Priced(plan=_plan()), True, 0.1, "regression tolerance"),  # a fit that priced no refit
+        (Priced(), False, 0.1, "regression tolerance"),
     ],
 )
-def test_the_gain_comes_from_the_proposals_evidence(evidence: dict[str, Any], gain: float, source: str) -> None:
-    got, why = proposal_gain(evidence, 0.1)
+def test_the_gain_comes_from_the_proposals_own_figures(priced: Priced, at_load: bool, gain: float, source: str) -> None:
+    got, why = proposal_gain(priced, 0.1, at_load=at_load)
     assert got == pytest.approx(gain)
     assert source in why
 

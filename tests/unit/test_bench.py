@@ -112,7 +112,7 @@ def test_operator_measurements_over_simulated_scrapes() -> None:
     from specpilot.autotune.evaluate import effective_window
 
     window = effective_window(spec.autotune)
-    client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds, 50, 8192, deadline)
+    client = SimQueryClient(metric_names_for(version), scope, history, to_seconds, 50, 8192, deadline)
     m = measure(spec, scope, client, to_datetime(600))
     assert m[Signal.ACCEPTANCE_RATE].valid
     assert 0.3 < (m[Signal.ACCEPTANCE_RATE].value or 0) < 0.5  # alpha 0.62, K = 3: mean r_j ≈ 0.41

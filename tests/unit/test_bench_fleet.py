@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from specpilot.autotune.evaluate import effective_window, measure
+from specpilot.autotune.evaluate import measure
 from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.rollcost import restart_cost_seconds
 from specpilot.autotune.signals.promql import Scope, Signal
@@ -234,11 +234,10 @@ def test_the_fleet_history_answers_the_operators_queries_across_pods() -> None:
     fleet.run_until(600.0, arrivals(scenario, 1))
     spec = closed_loop_spec(scenario, replicas=2)
     scope = Scope("bench", "bench", oracles.label(oracles.static(3)))  # the running configuration's series
-    window = effective_window(spec.autotune)
     names = metric_names_for(VllmVersion.parse("0.32.0"))
 
     def measured(history: ScrapeHistory) -> dict[Signal, float]:
-        client = SimQueryClient(names, scope, window, history, to_seconds, 50, scenario.max_model_len, None)
+        client = SimQueryClient(names, scope, history, to_seconds, 50, scenario.max_model_len, None)
         m = measure(spec, scope, client, to_datetime(600.0))
         return {s: m[s].value or 0.0 for s in (Signal.REQUEST_RATE, Signal.RUNNING_REQUESTS, Signal.BATCH_SIZE,
                                                Signal.BATCH_SIZE_PEAK, Signal.ACCEPTANCE_RATE)}  # fmt: skip

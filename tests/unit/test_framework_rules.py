@@ -377,7 +377,7 @@ def simulated_window(
 
     `short_every`: 7 of every 10 responses are 20 tokens long when set, else all 150. `alpha_multiplier` scales the
     drafter's acceptance, as a quantized target that agrees less with its draft would."""
-    from specpilot.autotune.evaluate import effective_window, measure
+    from specpilot.autotune.evaluate import measure
     from specpilot.autotune.signals.promql import Scope
     from specpilot.bench.queries import ScrapeHistory, SimQueryClient, snapshot
     from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds
@@ -405,9 +405,8 @@ def simulated_window(
             next_scrape += 15.0
     s = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192)
     scope = Scope("bench", "bench", "sim")
-    window = effective_window(s.autotune)
-    client = SimQueryClient(metric_names_for(version), scope, window, history, to_seconds, 50, 8192)
-    return measure(s, scope, client, to_datetime(seconds))
+    client = SimQueryClient(metric_names_for(version), scope, history, to_seconds, 50, 8192)
+    return dict(measure(s, scope, client, to_datetime(seconds)))
 
 
 def bench_target(quantization: str) -> SpeculativeDeploymentSpec:

@@ -9,6 +9,7 @@ fitted schedules whose boundaries jitter by a batch size or two between windows 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -19,8 +20,9 @@ import tests.unit.test_policy as tp
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from specpilot.autotune.model.baseline import Mode
 from specpilot.autotune.model.costprofile import fit_settings_for
-from specpilot.autotune.model.schedule import FitSettings, schedule_text
-from specpilot.autotune.model.speed import FASTER_MARGIN, PlainReference, Speed, compare_speed
+from specpilot.autotune.model.k0tax import OffComparison
+from specpilot.autotune.model.schedule import FitSettings, ThresholdPlan, ThresholdSupport, schedule_text
+from specpilot.autotune.model.speed import FASTER_MARGIN, PlainReference, Speed, SpeedVerdict, compare_speed
 from specpilot.autotune.model.stepcost import LLAMA8B_H100
 from specpilot.autotune.model.stepfit import StepSample
 from specpilot.autotune.policy.agreement import (
@@ -34,6 +36,7 @@ from specpilot.autotune.policy.agreement import (
     stabilization_for,
     stabilized,
 )
+from specpilot.autotune.policy.backlog import Priced
 from specpilot.autotune.policy.decision import (
     Action,
     OffReason,
@@ -835,24 +838,29 @@ def test_a_shed_under_a_hopeless_backlog_repays_only_the_work_the_restart_drops_
     assert PolicyState.from_dict(json.loads(json.dumps(result.state.to_dict()))).streak == result.state.streak
 
 
+def _fitted(gain_now: float | None = None, off: OffComparison | None = None) -> Priced:
+    plan = ThresholdPlan(ThresholdSupport.SCHEDULE, None, 0.0, math.inf, False, "", {}, off=off, gain_now=gain_now)
+    return Priced(plan=plan)
+
+
 @pytest.mark.parametrize(
-    ("case", "action", "evidence", "own"),
+    ("case", "action", "priced", "own"),
     [
-        ("a refit's gain at the batch now", Action.CHANGE_THRESHOLD, {"threshold": {"predictedGainNow": 0.15}}, True),
-        ("a refit predicted to lose", Action.CHANGE_THRESHOLD, {"threshold": {"predictedGainNow": -0.02}}, False),
+        ("a refit's gain at the batch now", Action.CHANGE_THRESHOLD, _fitted(0.15), True),
+        ("a refit predicted to lose", Action.CHANGE_THRESHOLD, _fitted(-0.02), False),
         # the fit ran beside an acceptance-only disable: its gain is the refit's, not the disable's (diurnal)
-        ("a disable beside a refit's gain", Action.DISABLE, {"threshold": {"predictedGainNow": 0.15}}, False),
-        ("a disable measured faster than speculation", Action.DISABLE, {"speed": {"outcome": "Slower", "speedup": 0.8}},
+        ("a disable beside a refit's gain", Action.DISABLE, _fitted(0.15), False),
+        ("a disable measured faster than speculation", Action.DISABLE,
+         Priced(speed=SpeedVerdict(Speed.SLOWER, "", {}, speedup=0.8)), True),
+        ("a disable by the K = 0 tax", Action.DISABLE, _fitted(off=OffComparison(True, "", {}, tax=0.08, net_s=400.0)),
          True),
-        ("a disable by the K = 0 tax", Action.DISABLE, {"threshold": {"k0Tax": {"offWins": True, "taxAtK0": 0.08}}},
-         True),
-        ("an acceptance-only disable", Action.DISABLE, {}, False),
+        ("an acceptance-only disable", Action.DISABLE, Priced(), False),
     ],
 )  # fmt: skip
 def test_only_a_change_with_its_own_gain_figure_gets_the_restart_priced_in_time(
-    case: str, action: Action, evidence: dict[str, Any], own: bool
+    case: str, action: Action, priced: Priced, own: bool
 ) -> None:
-    assert prices_its_own_gain(Proposal(action, K3, "", evidence)) is own
+    assert prices_its_own_gain(Proposal(action, K3, "", {}, priced=priced)) is own
 
 
 def test_an_acceptance_only_disable_waits_the_whole_stabilization_beside_a_refits_gain() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from specpilot.api import timestamps, v1alpha1
 from specpilot.api.durations import parse_duration
-from specpilot.autotune.evaluate import QueryClient, effective_window, measure
+from specpilot.autotune.evaluate import QueryClient, effective_window, measure, running_since
 from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.policy import drafters, framework_rules
 from specpilot.autotune.policy import trial as trials
@@ -41,7 +41,7 @@ from specpilot.autotune.policy.decision import (
     running_intent,
 )
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
-from specpilot.autotune.signals.promql import Scope, Signal
+from specpilot.autotune.signals.promql import Scope, Signal, Window
 from specpilot.reconcile import conditions as cond
 from specpilot.reconcile.core import Event, ObservedDeployment, ReconcileInputs, trial_command
 from specpilot.vllm.intent import ChosenIntent, SpeculationIntent, intent_to_dict
@@ -183,10 +183,7 @@ def rollout_state(status: Mapping[str, Any], deployment: ObservedDeployment | No
     in_progress = (
         deployment is None or deployment.template_config_hash != effective_hash or progressing.get("status") != "False"
     )
-    since = None
-    if progressing.get("reason") == "RolloutCompleted" and progressing.get("lastTransitionTime"):
-        since = timestamps.parse_time(str(progressing["lastTransitionTime"]))
-    return in_progress, since
+    return in_progress, running_since(status.get("conditions", []) or [])
 
 
 def observed_fields(measurements: Mapping[str, Measurement], window: str, now: datetime) -> dict[str, Any]:
@@ -296,16 +293,17 @@ def run_autotune(
     if scopes is None:
         return AutotuneOutcome({}, [], [])
     scope, canary_scope = scopes
-    measurements = measure(spec, scope, client, now)
+    measured = measure(spec, scope, client, now, since=running_since(status.get("conditions", []) or []))
     canary = measure(spec, canary_scope, client, now) if canary_scope else None
     return conclude(
         spec,
         annotations=annotations,
         status=status,
         deployment=deployment,
-        measurements=measurements,
+        measurements=measured,
         canary=canary,
         now=now,
+        window=measured.window,
     )
 
 
@@ -318,8 +316,11 @@ def conclude(
     measurements: Mapping[str, Measurement],
     canary: Mapping[str, Measurement] | None,
     now: datetime,
+    window: Window | None = None,
 ) -> AutotuneOutcome:
     """One evaluation's measurements + the stored status -> decision, as status fields, conditions and events.
+
+    `window`: the window the measurements were taken over (Measured.window); None: the spec's (effective_window).
 
     Pure: everything it reads is in its arguments, so the seam from stored status to the next render is tested
     with exactly what the API server stores.
@@ -340,7 +341,7 @@ def conclude(
         return AutotuneOutcome({}, [], [])
     in_progress, since = rollout_state(status, deployment)
     trial = trials.running(status)
-    window = effective_window(spec.autotune)
+    window = window or effective_window(spec.autotune)
     inputs = PolicyInputs(
         spec=spec,
         current=current,

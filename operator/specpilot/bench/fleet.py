@@ -430,6 +430,7 @@ def run_progressive(
             history=fleet.history,
             config_since=fleet.config_since if fleet.generation or changed else None,
             rollout_in_progress=fleet.rolling or fleet.canary_intent is not None,
+            series_since=fleet.config_since,
         )
         if target is not None:
             if layout.replicas >= 2:

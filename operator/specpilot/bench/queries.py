@@ -15,10 +15,12 @@ decode while speculation is off) gives an empty result, as in Prometheus.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from specpilot.api.durations import parse_duration
 from specpilot.autotune.signals.measurements import RawResult
 from specpilot.autotune.signals.promql import (
     Query,
@@ -32,6 +34,8 @@ from specpilot.autotune.signals.promql import (
 from specpilot.bench.prometheus import Point, bucket_quantile, extrapolated_rate, ms
 from specpilot.sim.metrics import MetricsState
 from specpilot.vllm.metrics import MetricNames
+
+RANGE = re.compile(r"\[(\d+(?:ms|s|m|h))\]")  # a range selector's duration, as Window.promql renders it
 
 
 @dataclass(frozen=True)
@@ -162,13 +166,14 @@ def histogram_quantile(q: float, bounds: tuple[float, ...], cumulative: list[flo
 
 
 class SimQueryClient:
-    """A QueryClient (specpilot.autotune.evaluate) over one ScrapeHistory, for one scope and window."""
+    """A QueryClient (specpilot.autotune.evaluate) over one ScrapeHistory, for one scope: it answers the scope's
+    queries over whatever range they select (the spec's window, or a wider one the measurement extends to), as
+    Prometheus does."""
 
     def __init__(
         self,
         names: MetricNames,
         scope: Scope,
-        window: Window,
         history: ScrapeHistory,
         clock: Any,
         short_output_tokens: int = 50,
@@ -176,25 +181,36 @@ class SimQueryClient:
         ttft_deadline_s: float | None = None,
     ) -> None:
         self.names = names
+        self.scope = scope
         self.short_output_tokens = short_output_tokens
+        self.max_model_len = max_model_len
         self.ttft_deadline_s = ttft_deadline_s
-        self.window = window
         self.history = history
         self.config_hash = scope.config_hash
         self.clock = clock  # datetime -> virtual seconds
-        self.by_promql: dict[str, Query] = {
-            q.promql: q
-            for q in build_queries(names, scope, window, short_output_tokens, max_model_len, ttft_deadline_s)
-            if q.promql is not None
-        }
+        self.by_promql: dict[str, tuple[Query, float]] = {}  # the queries of every range asked so far
+
+    def _known(self, promql: str) -> tuple[Query, float] | None:
+        """The query `promql` was built as (by promql.build_queries for this scope), and its range in seconds."""
+        if promql not in self.by_promql:
+            ranges = set(RANGE.findall(promql))
+            if len(ranges) != 1:
+                return None
+            window = Window(parse_duration(ranges.pop()), 0.0, "")
+            queries = build_queries(
+                self.names, self.scope, window, self.short_output_tokens, self.max_model_len, self.ttft_deadline_s
+            )
+            self.by_promql.update((q.promql, (q, window.seconds)) for q in queries if q.promql is not None)
+        return self.by_promql.get(promql)
 
     def query(self, promql: str, at: datetime | None = None) -> RawResult:
-        query = self.by_promql.get(promql)
-        if query is None or at is None:
+        known = self._known(promql)
+        if known is None or at is None:
             return RawResult(status="error", error_type="bad_data", error=f"simulated Prometheus cannot run {promql}")
+        query, seconds = known
         now = ms(self.clock(at))
-        samples = self.history.window(now, self.window.seconds, self.config_hash)
-        value = self._value(query.signal, samples, Range(now - self.window.seconds, now))
+        samples = self.history.window(now, seconds, self.config_hash)
+        value = self._value(query.signal, samples, Range(now - seconds, now), seconds)
         if isinstance(value, dict):
             result = [{"metric": {"position": k}, "value": [0, _fmt(v)]} for k, v in sorted(value.items())]
         elif value is None:
@@ -203,9 +219,9 @@ class SimQueryClient:
             result = [{"metric": {}, "value": [0, _fmt(value)]}]
         return RawResult(status="success", result_type="vector", result=result, http_status=200)
 
-    def _value(self, signal: Signal, s: list[Sample], span: Range) -> float | dict[str, float] | None:
+    def _value(self, signal: Signal, s: list[Sample], span: Range, w: float) -> float | dict[str, float] | None:
+        """The signal over the samples of the range `span`, `w` seconds long."""
         n = self.names
-        w = self.window.seconds
         if signal is Signal.DRAFT_TOKENS_IN_WINDOW:
             r = _rate(s, span, n.draft_tokens)
             return None if r is None else r * w

@@ -333,6 +333,7 @@ def _drive(
             history=replica.history,
             config_since=replica.config_since if replica.generation or changed else None,
             rollout_in_progress=t < replica.down_until,
+            series_since=replica.config_since,
         )
         if target is not None:
             replica.restart(target, t)

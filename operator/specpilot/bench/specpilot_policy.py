@@ -22,7 +22,7 @@ from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
-from specpilot.autotune.evaluate import effective_window, measure, query_settings
+from specpilot.autotune.evaluate import measure, query_settings
 from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL, fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy.decision import (
@@ -189,22 +189,24 @@ class SpecpilotController:
         history: ScrapeHistory,
         config_since: float | None,
         rollout_in_progress: bool,
+        series_since: float = 0.0,
     ) -> SpeculationIntent | None:
-        """One evaluation at virtual time `now`; the intent to roll out, or None to keep the running one."""
-        window = effective_window(self.spec.autotune)
+        """One evaluation at virtual time `now`; the intent to roll out, or None to keep the running one.
+
+        `config_since`: when the running config started, None for the one the scenario began with (settled long
+        ago); `series_since`: when its series in `history` begin, what the Progressing condition tells the operator
+        (how far back a window short of samples may reach)."""
         scope = Scope(namespace="bench", deployment="bench", config_hash=label(current))  # the running config's series
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
         offset = self.clock_offset_s
-        client = SimQueryClient(
-            names, scope, window, history, lambda at: to_seconds(at) - offset, *query_settings(self.spec)
-        )
+        client = SimQueryClient(names, scope, history, lambda at: to_seconds(at) - offset, *query_settings(self.spec))
         at = to_datetime(now + offset)
-        measurements = measure(self.spec, scope, client, at)
+        measured = measure(self.spec, scope, client, at, since=to_datetime(series_since + offset))
         inputs = PolicyInputs(
             spec=self.spec,
             current=current,
-            measurements=measurements,
-            window=window,
+            measurements=measured,
+            window=measured.window,
             rollout_in_progress=rollout_in_progress,
             config_since=None if config_since is None else to_datetime(config_since + offset),
             fit=self.fit(),

@@ -20,9 +20,8 @@ from typing import Any
 from specpilot.adapters import connections
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
-from specpilot.autotune.evaluate import RoundResult, Subject, measure_many
+from specpilot.autotune.evaluate import Measured, RoundResult, Subject, measure_many, running_since
 from specpilot.autotune.evaluation import AutotuneOutcome, conclude, evaluation_scopes, is_due, without_heartbeat
-from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Scope
 from specpilot.reconcile import core as rec
 from specpilot.shell import telemetry
@@ -48,6 +47,7 @@ class _Due:
     scope: Scope
     canary: Scope | None
     warnings: list[rec.Event]
+    since: datetime | None  # when the running config completed its rollout (how far back its window may reach)
 
 
 @dataclass
@@ -100,12 +100,13 @@ def _collect(uid: str, memory: ObjectMemory, now: datetime, groups: _Groups) -> 
     if scopes is None:
         return  # no rendered config in status.effective yet: the reconcile writes one first
     resolution, events = groups.resolve(spec.autotune.prometheus, namespace)
-    groups.add(resolution, _Due(uid, memory, spec, scopes[0], scopes[1], events))
+    since = running_since(status.get("conditions", []) or [])
+    groups.add(resolution, _Due(uid, memory, spec, scopes[0], scopes[1], events, since))
 
 
 def _measure(client: Client, members: list[_Due], now: datetime) -> RoundResult:
     """One connection's due objects measured together (in a worker thread)."""
-    subjects = [Subject((m.uid, "main"), m.spec, m.scope) for m in members]
+    subjects = [Subject((m.uid, "main"), m.spec, m.scope, m.since) for m in members]
     subjects += [Subject((m.uid, "canary"), m.spec, m.canary) for m in members if m.canary is not None]
     with client:
         return measure_many(subjects, client, now)
@@ -169,7 +170,7 @@ def run_round(now: datetime) -> int:
 
 
 def _conclude_and_reconcile(
-    member: _Due, measured: Mapping[Hashable, dict[str, Measurement]], now: datetime, indexes: Indexes
+    member: _Due, measured: Mapping[Hashable, Measured], now: datetime, indexes: Indexes
 ) -> None:
     memory = member.memory
     with memory.lock:
@@ -193,6 +194,7 @@ def _conclude_and_reconcile(
             measurements=measured[(member.uid, "main")],
             canary=measured.get((member.uid, "canary")),
             now=now,
+            window=measured[(member.uid, "main")].window,
         )
         outcome = AutotuneOutcome(
             without_heartbeat(outcome.fields, decided.status),

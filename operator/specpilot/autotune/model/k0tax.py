@@ -100,7 +100,9 @@ class OffComparison:
 
     off_wins: bool
     reason: str
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]  # for people; the figures code reads are the fields below
+    tax: float = 0.0  # the relative tax paid at the K = 0 batches (taxAtK0)
+    net_s: float | None = None  # tax minus gain over the horizon, seconds (netSeconds); None without load
 
 
 def relative_rate(profile: AcceptanceProfile, model: StepCostModel, batch: int, k: int) -> float:
@@ -191,4 +193,4 @@ def compare_with_off(
         reason = "the load never reaches the schedule's K=0 ranges: no K=0 tax"
     else:
         reason = f"the schedule stays: {arithmetic}"
-    return OffComparison(off_wins, reason, evidence)
+    return OffComparison(off_wins, reason, evidence, tax=tax, net_s=net_s)

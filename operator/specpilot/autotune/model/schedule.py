@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from specpilot.autotune.model.k0tax import DrafterMemory, compare_with_off
+from specpilot.autotune.model.k0tax import DrafterMemory, OffComparison, compare_with_off
 from specpilot.autotune.model.stepcost import (
     LLAMA8B_H100,
     AcceptanceProfile,
@@ -380,8 +380,26 @@ class ThresholdPlan:
     payback_s: float
     worth_installing: bool
     reason: str
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]  # for people; the figures code reads are the fields
     disable: bool = False  # the K = 0 tax: speculation off beats the best schedule over the observed load (k0tax.py)
+    off: OffComparison | None = None  # the K = 0 comparison, where the fit ran it
+    gain_now: float | None = None  # the refit's throughput gain at the batch now; None where no refit was priced
+    gain_at_load: float | None = None  # its per-request speed-up at the load now (gain_at_same_load)
+    vs_anchor: VersusAnchor | None = None  # against the refit its agreement streak began with
+    repaid_by_waiting: bool = False  # worth installing because waiting has forgone a restart (rent or buy)
+
+
+@dataclass(frozen=True)
+class VersusAnchor:
+    """A refit against the one its agreement streak began with (plan_threshold's `anchor`): the largest predicted
+    difference at any batch size where their K differ, and where; `at_batch` None when their K agree everywhere."""
+
+    anchor: str | int | None  # the anchor's schedule as text, or its V0 threshold
+    largest_gain: float
+    at_batch: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"anchor": self.anchor, "largestGain": round(self.largest_gain, 4), "atBatch": self.at_batch}
 
 
 @dataclass(frozen=True)
@@ -461,9 +479,11 @@ def plan_threshold(
         "settings": settings.to_dict(),
     }
 
+    off: OffComparison | None = None
+
     def no_change(reason: str, gain: float = 0.0) -> ThresholdPlan:
         return ThresholdPlan(
-            support, None, gain, payback_seconds(gain, settings.restart_cost_s), False, reason, evidence
+            support, None, gain, payback_seconds(gain, settings.restart_cost_s), False, reason, evidence, off=off
         )
 
     if support is ThresholdSupport.NONE:
@@ -521,7 +541,7 @@ def plan_threshold(
         )
         evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
         if off.off_wins:
-            return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True)
+            return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off)
     if proposed == current:
         return no_change(f"{shown} already installed")
 
@@ -591,12 +611,14 @@ def plan_threshold(
                 else ""
             )
         )
+    versus: VersusAnchor | None = None
     if anchor is not None and anchor != proposed:
 
         def rate_at(b: int, k: int) -> float:
             return step_rate(profile, model, b, k)
 
-        evidence["vsAnchor"] = _versus_anchor(anchor, max_num_seqs, max_k, k_new, rate_at)
+        versus = _versus_anchor(anchor, max_num_seqs, max_k, k_new, rate_at)
+        evidence["vsAnchor"] = versus.to_dict()
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
@@ -614,7 +636,10 @@ def plan_threshold(
             f"serving, more than the restart costs: installing (rent or buy)"
         )
     detail += ahead
-    return ThresholdPlan(support, proposed if worth else None, gain, payback, worth, detail, evidence)
+    return ThresholdPlan(
+        support, proposed if worth else None, gain, payback, worth, detail, evidence, off=off, gain_now=gain_now,
+        gain_at_load=gain_at_load, vs_anchor=versus, repaid_by_waiting=by_waiting,
+    )  # fmt: skip
 
 
 def _versus_anchor(
@@ -623,7 +648,7 @@ def _versus_anchor(
     max_k: int,
     k_new: Callable[[int], int],
     rate_at: Callable[[int, int], float],
-) -> dict[str, Any]:
+) -> VersusAnchor:
     """The proposal against the refit its agreement streak began with, at every batch size where their K differ:
     the largest predicted difference either way and where (agreement.agree_by_effect). Every batch size, not the
     load record: a schedule outlives the load it was fitted at, so two fits are the same decision only if the model
@@ -637,7 +662,7 @@ def _versus_anchor(
         if at_batch is None or abs(gain) > abs(worst):
             worst, at_batch = gain, b
     shown = schedule_text(anchor.batch_schedule) if anchor.batch_schedule else anchor.disable_above_batch_size
-    return {"anchor": shown, "largestGain": round(worst, 4), "atBatch": at_batch}
+    return VersusAnchor(shown, worst, at_batch)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ class PlainReference:
 class SpeedVerdict:
     outcome: Speed
     reason: str
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]  # for people; the figures code reads are the fields below
+    speedup: float | None = None  # plain TPOT / speculation's TPOT; None without a comparison
+    missing: str = ""  # why there is no comparison (Unknown only)
 
     @property
     def known(self) -> bool:
@@ -69,7 +71,7 @@ def compare_speed(
     """
     if tpot_on_ms is None or plain is None or plain.tpot_ms <= 0 or tpot_on_ms <= 0:
         why = "no mean TPOT with speculation in this window" if tpot_on_ms is None else missing or "no plain TPOT"
-        return SpeedVerdict(Speed.UNKNOWN, f"no measured speed comparison: {why}", {"note": why})
+        return SpeedVerdict(Speed.UNKNOWN, f"no measured speed comparison: {why}", {"note": why}, missing=why)
     ratio = tpot_on_ms / plain.tpot_ms
     speedup = plain.tpot_ms / tpot_on_ms
     evidence: dict[str, Any] = {
@@ -95,7 +97,7 @@ def compare_speed(
         outcome = Speed.EVEN
         shown += f", within -{FASTER_MARGIN:.0%}/+{tolerance:.0%}"
     evidence["outcome"] = outcome.value
-    return SpeedVerdict(outcome, shown, evidence)
+    return SpeedVerdict(outcome, shown, evidence, speedup=speedup)
 
 
 def comparable_batches(a: float, b: float) -> bool:

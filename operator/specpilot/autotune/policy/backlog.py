@@ -77,6 +77,8 @@ from typing import Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec
+from specpilot.autotune.model.schedule import ThresholdPlan
+from specpilot.autotune.model.speed import Speed, SpeedVerdict
 from specpilot.autotune.signals.measurements import Measurement, valid_value
 from specpilot.autotune.signals.promql import Signal
 
@@ -88,7 +90,9 @@ BACKLOG_SHARE = 0.1  # ... and at least this share of the running requests (fewe
 class BacklogVerdict:
     hold: bool
     reason: str  # empty when there is no backlog to speak of
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]  # for people; the figures code reads are the fields below
+    dropped: float | None = None  # requests a restart now drops (droppedByRestart); None without a backlog
+    request_rate: float = 0.0  # the completion rate they were priced at (requestRate)
 
 
 def ttft_deadline_s(latency: LatencySpec) -> float | None:
@@ -151,27 +155,33 @@ MEASURED_SPEED_GAIN = "measured speed against plain"
 K0_TAX_GAIN = "the K = 0 tax"
 
 
-def proposal_gain(evidence: Mapping[str, Any], fallback: float, *, at_load: bool = False) -> tuple[float, str]:
-    """The relative gain a proposal expects, from its own evidence; `fallback` when it carries none.
+@dataclass(frozen=True)
+class Priced:
+    """What a proposal's gain is read from (proposal_gain): the speed verdict and the schedule fit its evaluation
+    filed in its evidence, kept typed, since evidence is written for people and never read back."""
 
-    A fit's gain is the one at the batch running now (`predictedGainNow`) where the evidence has it: both callers
-    price a wait (the stabilization of a shed, a deferral under a backlog), and a wait forgoes the gain at the load
-    it runs at, not the gain averaged over the load record (agreement.py). `at_load`: the per-request speed-up at the
-    load served now (`predictedGainAtLoad`, schedule.gain_at_same_load), what a wait below capacity forgoes; the
+    speed: SpeedVerdict | None = None
+    plan: ThresholdPlan | None = None
+
+
+def proposal_gain(priced: Priced, fallback: float, *, at_load: bool = False) -> tuple[float, str]:
+    """The relative gain a proposal expects, from its own figures; `fallback` when it carries none.
+
+    A fit's gain is the one at the batch running now (`ThresholdPlan.gain_now`) where the fit priced a refit: both
+    callers price a wait (the stabilization of a shed, a deferral under a backlog), and a wait forgoes the gain at the
+    load it runs at, not the gain averaged over the load record (agreement.py). `at_load`: the per-request speed-up at
+    the load served now (`gain_at_load`, schedule.gain_at_same_load), what a wait below capacity forgoes; the
     backlog gate keeps the throughput gain at the batch now, what a queue drains by."""
-    speed = evidence.get("speed") or {}
-    if speed.get("outcome") == "Slower" and speed.get("speedup"):
-        return 1 / float(speed["speedup"]) - 1, MEASURED_SPEED_GAIN
-    threshold = evidence.get("threshold") or {}
-    tax = threshold.get("k0Tax") or {}
-    if tax.get("offWins") and tax.get("taxAtK0"):
-        return float(tax["taxAtK0"]), K0_TAX_GAIN
-    if at_load and threshold.get("predictedGainAtLoad") is not None:
-        return float(threshold["predictedGainAtLoad"]), "the schedule's predicted per-request speed-up at the load now"
-    if threshold.get("predictedGainNow") is not None:
-        return float(threshold["predictedGainNow"]), "the schedule's predicted gain at the batch now"
-    if threshold.get("predictedGain"):
-        return float(threshold["predictedGain"]), "the schedule's predicted gain"
+    speed, plan = priced.speed, priced.plan
+    if speed is not None and speed.outcome is Speed.SLOWER and speed.speedup:
+        return 1 / speed.speedup - 1, MEASURED_SPEED_GAIN
+    off = plan.off if plan is not None else None
+    if off is not None and off.off_wins and off.tax:
+        return off.tax, K0_TAX_GAIN
+    if plan is not None and at_load and plan.gain_at_load is not None:
+        return plan.gain_at_load, "the schedule's predicted per-request speed-up at the load now"
+    if plan is not None and plan.gain_now is not None:
+        return plan.gain_now, "the schedule's predicted gain at the batch now"
     return fallback, "the regression tolerance (no gain figure in the proposal)"
 
 
@@ -218,10 +228,9 @@ def restart_seconds_under_backlog(
         ttft_deadline_s=ttft_deadline_s,
         queue_before=queue_before,
     )
-    rate = verdict.evidence.get("requestRate") or 0.0
-    if not verdict.evidence or rate <= 0:
+    if verdict.dropped is None or verdict.request_rate <= 0:
         return None
-    return min(restart_cost_s, float(verdict.evidence["droppedByRestart"]) / rate)
+    return min(restart_cost_s, verdict.dropped / verdict.request_rate)
 
 
 def restart_under_backlog(
@@ -335,10 +344,14 @@ def restart_under_backlog(
             f"restart deferred while requests queue: {numbers}, more than the {forgone:.0f} the change's "
             f"{gain:+.0%} ({gain_source}) has gained in {deferred_s:.0f}s of waiting; waits up to {limit_s:.0f}s",
             evidence,
+            dropped,
+            rate,
         )
     return BacklogVerdict(
         False,
         f"restart despite the queue: {numbers}; waiting {deferred_s:.0f}s already forwent {forgone:.0f} requests "
         f"to the change's {gain:+.0%} ({gain_source})",
         evidence,
+        dropped,
+        rate,
     )

@@ -122,6 +122,7 @@ from specpilot.autotune.policy.backlog import (
     K0_TAX_GAIN,
     MEASURED_SPEED_GAIN,
     BacklogVerdict,
+    Priced,
     QueueSeen,
     proposal_gain,
     restart_seconds_under_backlog,
@@ -470,6 +471,7 @@ class Proposal:
     probe: bool = False
     off_kind: OffReason | None = None
     advisory: bool = False  # published as a recommendation, never applied by Auto (evidence too weak to act on)
+    priced: Priced = field(default_factory=Priced)  # what its gain is read from (propose fills it)
 
     def key(self) -> str:
         """Agreement key: an advisory proposal never agrees with one that may act (a mixed streak must not act)."""
@@ -692,9 +694,21 @@ def propose(inputs: PolicyInputs, state: PolicyState, now: datetime, *, probe_no
     """
     inputs = with_measured_context(inputs)
     evidence = _evidence(inputs)
+    filed = _Filed()
     if inputs.current.enabled:
-        return _propose_while_on(inputs, state, now, evidence)
-    return _propose_while_off(inputs, state, now, evidence, probe_now=probe_now)
+        proposal = _propose_while_on(inputs, state, now, evidence, filed)
+    else:
+        proposal = _propose_while_off(inputs, state, now, evidence, filed, probe_now=probe_now)
+    return replace(proposal, priced=Priced(filed.speed, filed.plan))
+
+
+@dataclass
+class _Filed:
+    """The speed verdict and the schedule fit filed in one evaluation's evidence, as they are filed (the newest
+    wins): the proposal's `priced`, so no code reads the evidence back."""
+
+    speed: SpeedVerdict | None = None
+    plan: ThresholdPlan | None = None
 
 
 def with_measured_context(inputs: PolicyInputs) -> PolicyInputs:
@@ -721,7 +735,9 @@ def _keep(inputs: PolicyInputs, reason: str, evidence: dict[str, Any]) -> Propos
     return Proposal(Action.KEEP, inputs.current, reason, evidence)
 
 
-def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, evidence: dict[str, Any]) -> Proposal:
+def _propose_while_on(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, evidence: dict[str, Any], filed: _Filed
+) -> Proposal:
     at = inputs.spec.autotune
     m = inputs.measurements
     w = inputs.window.promql()
@@ -733,6 +749,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
 
     speed = _speed(inputs, state, now)
     evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
+    filed.speed = speed
     faster = speed.outcome is Speed.FASTER
     if at.overrides.speculation is not SpeculationOverride.FORCE_ON:
         if acceptance is not None and acceptance < below and not faster:
@@ -741,7 +758,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 return Proposal(
                     Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
                 )
-            return _below_disable_without_comparison(inputs, state, now, reason, speed, evidence)
+            return _below_disable_without_comparison(inputs, state, now, reason, speed, evidence, filed)
         if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
             reason = (
                 f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
@@ -787,7 +804,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
                 )
 
     if acceptance is None:
-        at_k0 = _k0_window_proposal(inputs, state, now, batch, off_target, evidence)
+        at_k0 = _k0_window_proposal(inputs, state, now, batch, off_target, evidence, filed)
         if at_k0 is not None:
             return at_k0
         return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
@@ -799,7 +816,7 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
         summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
-    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed)
     if plan is not None:
         if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
             return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
@@ -810,7 +827,13 @@ def _propose_while_on(inputs: PolicyInputs, state: PolicyState, now: datetime, e
 
 
 def _below_disable_without_comparison(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, reason: str, speed: SpeedVerdict, evidence: dict[str, Any]
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    reason: str,
+    speed: SpeedVerdict,
+    evidence: dict[str, Any],
+    filed: _Filed,
 ) -> Proposal:
     """Acceptance below disableBelow, no measured speed comparison: a refit the fit prices above both the running
     config and off, else whatever the model and the hardware-free bound support (_acceptance_only)."""
@@ -822,8 +845,8 @@ def _below_disable_without_comparison(
         "speedup": None if predicted is None else round(predicted, 3),
         "note": prediction,
     }
-    missing = speed.evidence.get("note", speed.reason)
-    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence)
+    missing = speed.missing or speed.reason
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed)
     if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
         reason = (
             f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
@@ -928,6 +951,7 @@ def _fit_plan(
     acceptance: float,
     batch: float | None,
     evidence: dict[str, Any],
+    filed: _Filed,
 ) -> ThresholdPlan | None:
     """The threshold/schedule fit priced with the usable step model (usable_step_model); filed in `evidence`."""
     step_model = usable_step_model(inputs, state)
@@ -935,6 +959,7 @@ def _fit_plan(
     plan = _plan(inputs, state, now, acceptance, batch, step_model)
     if plan is not None:
         evidence["threshold"] = {"reason": plan.reason, **plan.evidence}
+        filed.plan = plan
     return plan
 
 
@@ -945,8 +970,8 @@ def _fit_beats_off(plan: ThresholdPlan) -> bool:
     from an inconsistent model proposes nothing). Where it did, an acceptance-only disable must not act: past
     capacity a smaller K can serve far more than off (docs/design/decisions.md).
     """
-    tax = plan.evidence.get("k0Tax") or {}
-    return not plan.disable and tax.get("offWins") is False and float(tax.get("netSeconds", 0.0)) < 0
+    off = plan.off
+    return not plan.disable and off is not None and not off.off_wins and off.net_s is not None and off.net_s < 0
 
 
 def _k0_window_proposal(
@@ -956,6 +981,7 @@ def _k0_window_proposal(
     batch: float | None,
     off_target: SpeculationIntent,
     evidence: dict[str, Any],
+    filed: _Filed,
 ) -> Proposal | None:
     """A window spent entirely in a K = 0 range drafts nothing, so acceptance is NoData; yet that is exactly when
     the K = 0 tax is paid. Found in the simulator: a schedule with K = 0 above 64 at a sustained batch of 181 held
@@ -978,6 +1004,7 @@ def _k0_window_proposal(
         return None
     evidence["threshold"] = {"reason": plan.reason, "acceptanceAtK0": {"value": acceptance, "source": source},
                              **plan.evidence}  # fmt: skip
+    filed.plan = plan
     if plan.disable and inputs.spec.autotune.overrides.speculation is not SpeculationOverride.FORCE_ON:
         reason = f"{plan.reason} (this window ran at K=0 only: acceptance {acceptance:.2f} from {source})"
         return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.LOAD)
@@ -1212,7 +1239,13 @@ def drafter_memory(spec: SpeculativeDeploymentSpec, m: Mapping[str, Measurement]
 
 
 def _propose_while_off(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, evidence: dict[str, Any], *, probe_now: bool
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    evidence: dict[str, Any],
+    filed: _Filed,
+    *,
+    probe_now: bool,
 ) -> Proposal:
     at = inputs.spec.autotune
     m = inputs.measurements
@@ -1279,6 +1312,7 @@ def _propose_while_off(
     trap = _acceptance_gate_misread(inputs, off, on_record, batch)
     if trap is not None:
         evidence["speed"] = {"outcome": trap.outcome.value, "reason": trap.reason, **trap.evidence}
+        filed.speed = trap
         if trap.outcome is Speed.FASTER:
             assert on_record is not None
             assert on_record.acceptance is not None
@@ -1635,9 +1669,8 @@ def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float
     per-request speed-up at the load now times the interval. The account empties when there is no refit to install
     (none fitted, the fit already installed, or its gain at the load now within the model's error): it measures one
     stretch of load past the crossover, not a sum over every peak of the day."""
-    threshold = proposal.evidence.get("threshold") or {}
-    gain = threshold.get("predictedGainAtLoad")
-    rate = forgone_rate(None if gain is None else float(gain), min_gain)
+    plan = proposal.priced.plan
+    rate = forgone_rate(None if plan is None else plan.gain_at_load, min_gain)
     if rate == 0:
         return replace(state, forgone_s=0.0) if state.forgone_s else state
     return replace(state, forgone_s=state.forgone_s + rate * interval_s)
@@ -1646,8 +1679,9 @@ def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float
 def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:
     """The proposal's largest predicted difference from its streak's first proposal at any batch size where their K
     differ (schedule.plan_threshold's `vsAnchor`); None when not priced."""
-    versus = (proposal.evidence.get("threshold") or {}).get("vsAnchor") or {}
-    return None if versus.get("atBatch") is None else float(versus["largestGain"])
+    plan = proposal.priced.plan
+    versus = None if plan is None else plan.vs_anchor
+    return None if versus is None or versus.at_batch is None else versus.largest_gain
 
 
 def _as_running(spec: SpeculativeDeploymentSpec, drafter: str | None) -> SpeculativeDeploymentSpec:
@@ -1878,7 +1912,7 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
     bought by waiting waits only for the agreeing evaluations. A change toward more speculation keeps the span."""
     at, fit = r.inputs.spec.autotune, r.inputs.fit
     own = prices_its_own_gain(proposal)
-    gain, source = proposal_gain(proposal.evidence, 0.0, at_load=True) if own else (0.0, "")
+    gain, source = proposal_gain(proposal.priced, 0.0, at_load=True) if own else (0.0, "")
     restart_s = fit.restart_cost_s
     if shed and own:
         queue = queue_when_proposed(state.streak) if continues and not r.fresh_token else None
@@ -1890,7 +1924,7 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
             restart_s = under_backlog
     span = timedelta(seconds=parse_duration(at.stabilization))
     window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
-    bought = shed and gain > 0 and bool((proposal.evidence.get("threshold") or {}).get("repaidByWaiting"))
+    bought = shed and gain > 0 and proposal.priced.plan is not None and proposal.priced.plan.repaid_by_waiting
     if bought:
         window, shortened = timedelta(0), True
     return _Wait(window, shortened, bought, restart_s, gain, source)
@@ -1979,7 +2013,7 @@ def _budget_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision
 def _backlog_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
     """A restart waits while requests queue until waiting has cost what it would drop (backlog_gate)."""
     backlog, state = backlog_gate(v.round.inputs, state, v.proposal, v.round.now)
-    if backlog.evidence:
+    if backlog.dropped is not None:
         v.evidence["backlog"] = {"reason": backlog.reason, **backlog.evidence}
     if not backlog.hold:
         return None, state
@@ -1996,7 +2030,7 @@ def backlog_gate(
 ) -> tuple[BacklogVerdict, PolicyState]:
     """An agreed, budgeted restart waits while requests queue until waiting has cost what the restart would drop
     (backlog.py); the first deferral's time is kept in the state so the wait is bounded across evaluations."""
-    gain, source = proposal_gain(proposal.evidence, inputs.spec.autotune.latency.regression_tolerance)
+    gain, source = proposal_gain(proposal.priced, inputs.spec.autotune.latency.regression_tolerance)
     verdict = restart_under_backlog(
         inputs.measurements,
         restart_cost_s=inputs.fit.restart_cost_s,
@@ -2012,7 +2046,7 @@ def backlog_gate(
     )
     if verdict.hold:
         first = state.backlog_since is None or state.backlog_dropped is None
-        dropped = verdict.evidence.get("droppedByRestart") if first else state.backlog_dropped
+        dropped = (None if verdict.dropped is None else round(verdict.dropped)) if first else state.backlog_dropped
         return verdict, replace(state, backlog_since=state.backlog_since or now, backlog_dropped=dropped)
     return verdict, replace(state, backlog_since=None, backlog_dropped=None)
 
@@ -2024,7 +2058,7 @@ def prices_its_own_gain(proposal: Proposal) -> bool:
     restart nearly free, so the wait rests on the gain alone, and the gain of an acceptance-only disable is not its
     own (the schedule fit's predicted gain is a refit's; the gate's fallback, the regression tolerance, an
     assumption). Such a change keeps the nominal pricing (docs/design/decisions.md)."""
-    gain, source = proposal_gain(proposal.evidence, 0.0)
+    gain, source = proposal_gain(proposal.priced, 0.0)
     if gain <= 0:
         return False
     if proposal.action is Action.DISABLE:
@@ -2068,6 +2102,7 @@ def no_op_as_keep(inputs: PolicyInputs, proposal: Proposal) -> Proposal:
             f"{proposal.action.value} not proposed: vLLM {inputs.spec.engine.version} cannot render it "
             f"({err.field}: {err})",
             proposal.evidence,
+            priced=proposal.priced,
         )
     if target_hash == rendered_hash(inputs.spec, inputs.current):
         return Proposal(
@@ -2076,6 +2111,7 @@ def no_op_as_keep(inputs: PolicyInputs, proposal: Proposal) -> Proposal:
             f"{proposal.action.value} not proposed: it renders the same vLLM command line as the running config "
             f"({target_hash}); {proposal.reason}",
             proposal.evidence,
+            priced=proposal.priced,
         )
     return proposal
 

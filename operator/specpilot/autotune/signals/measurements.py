@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from specpilot.autotune.signals.promql import Query
+from specpilot.autotune.signals.promql import Query, Signal
 
 # Every string copied from an answer into a measurement (and so into status, events and the CLI's output) is cut to
 # MAX_TEXT characters, and an answer keeps at most MAX_NOTES warnings and infos together: the server is untrusted, and
@@ -305,6 +305,18 @@ def why_not_valid(measurements: Mapping[str, Measurement], name: str) -> str:
     """Why `name` gave no number to decide on, for a reason or a condition message."""
     m = measurements.get(name)
     return f"{name} not measured" if m is None else f"{name} is {m.klass.value} ({m.detail})"
+
+
+def short_gates(measurements: Mapping[str, Measurement], minimums: Mapping[Signal, float]) -> dict[Signal, float]:
+    """The evidence gates that counted samples in the window, but fewer than their minimum, with their counts: what a
+    wider window can fix. A gate without a Valid count is not short: no series in the window (nothing drafted while
+    speculation is off) or a failed query gains nothing from a wider one."""
+    short: dict[Signal, float] = {}
+    for gate, minimum in minimums.items():
+        m = measurements.get(gate)
+        if m is not None and m.valid and m.value is not None and m.value < minimum:
+            short[gate] = m.value
+    return short
 
 
 def count_errors(measurements: Mapping[str, Measurement]) -> list[Measurement]:

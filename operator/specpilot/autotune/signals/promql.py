@@ -21,6 +21,7 @@ those labels added to every `by` (and `on`), so one answer carries one series pe
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -31,6 +32,9 @@ from specpilot.vllm.metrics import TTFT_BUCKETS, MetricNames
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 MIN_SCRAPES_PER_WINDOW = 4
+# The longest window an evaluation extends to when the spec's holds too few samples (low traffic, wider_windows): a
+# longer one would average over a day's changing traffic and answer a change of it an hour late.
+MAX_WINDOW_S = 3600.0
 
 
 class Signal(StrEnum):
@@ -245,6 +249,28 @@ def resolve_window(window_s: float, scrape_interval_s: float, evaluation_interva
 
 def _secs(seconds: float) -> str:
     return Window(seconds, seconds, "").promql()
+
+
+def wider_windows(base: Window, limit_s: float | None) -> tuple[Window, ...]:
+    """The windows to try, shortest first, when `base` holds too few samples: doubling, up to MAX_WINDOW_S and never
+    further back than `limit_s` (how long the running configuration has run, settled: the series of the scope's
+    config hash before then belong to an earlier run of it, with another configuration in between). None: not known,
+    so no wider window. Each keeps the spec's requested window and says why it is wider."""
+    if limit_s is None:
+        return ()
+    top = min(MAX_WINDOW_S, math.floor(limit_s))
+    out: list[Window] = []
+    seconds = base.seconds
+    while seconds < top:
+        seconds = min(2 * seconds, top)
+        out.append(Window(seconds, base.requested_seconds, ""))
+    return tuple(out)
+
+
+def extended(base: Window, wider: Window, why: str) -> Window:
+    """`wider` as the window of the evaluation, noting the base window it replaced and why."""
+    note = f"window {base.promql()} extended to {wider.promql()}: {why}"
+    return replace(wider, note=f"{base.note}; {note}" if base.note else note)
 
 
 @dataclass(frozen=True)
