@@ -3,8 +3,8 @@
 The choice: the first Untried candidate, or a Lost / Inconclusive one past its retry wait; a Won one is not tried
 again; a verdict needs a margin beyond the tolerance. Through tests/seams.py: a 3-replica Auto deployment with two
 candidates runs the first on the trial pod (its drafter on the `-canary` Deployment, the main one untouched); it wins
-and is promoted to every pod; the second is tried against it and loses. Recommend and one replica without surge run
-no trial pod.
+and is promoted to every pod; the second is tried against it and loses. In Recommend the winner is recommended
+(status.recommendation.drafter) and its pod removed; Off and one replica without surge run no trial pod.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from specpilot.api import v1alpha1
 from specpilot.api.timestamps import format_time
 from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialOutcome
 from specpilot.autotune.policy import drafters
+from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
 from tests.seams import ROUND_TRIP_SPEC, T0, Cluster, m, window_measurements
@@ -212,21 +213,82 @@ def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None
 @pytest.mark.parametrize(
     ("replicas", "mode", "rollout", "reason"),
     [
-        (3, "Recommend", {}, drafters.NEEDS_AUTO),
+        (3, "Off", {}, drafters.NEEDS_MODE),
         (1, "Auto", {}, drafters.NEEDS_SPARE_POD),
+        (1, "Recommend", {}, drafters.NEEDS_SPARE_POD),  # one replica without surge: recommend-only, nothing measured
     ],
 )
 def test_no_trial_pod_where_trials_cannot_run(replicas: int, mode: str, rollout: dict[str, Any], reason: str) -> None:
     cluster = cluster_with(replicas, mode, **rollout)
     for _ in range(3):
         cluster.advance(1)
-        outcome = cluster.evaluate(HEALTHY)
-        assert outcome.decision, "an evaluation ran"
+        cluster.evaluate(HEALTHY)
     assert cluster.canary is None
     assert "trial" not in cluster.status
     assert [c["verdict"] for c in cluster.status["candidates"]] == ["Untried", "Untried"]
     assert {c["reason"] for c in cluster.status["candidates"]} == {reason}
     assert "speedup" not in cluster.status["candidates"][0]  # no figures invented
+    assert "drafter" not in (cluster.status.get("recommendation") or {})  # nothing recommended without evidence
+
+
+@pytest.mark.parametrize(
+    ("mode", "replicas", "surge", "autotune_trial", "candidate_trial", "reason"),
+    [
+        ("Auto", 3, 0, True, True, None),
+        ("Auto", 1, 1, True, True, None),
+        ("Auto", 1, 0, False, False, drafters.NEEDS_SPARE_POD),
+        ("Recommend", 3, 0, False, True, None),  # autotune only recommends; a drafter's trial is a measurement
+        ("Recommend", 1, 1, False, True, None),
+        ("Recommend", 1, 0, False, False, drafters.NEEDS_SPARE_POD),
+        ("Off", 3, 0, False, False, drafters.NEEDS_MODE),
+    ],
+)
+def test_which_trials_may_run(
+    mode: str, replicas: int, surge: int, autotune_trial: bool, candidate_trial: bool, reason: str | None
+) -> None:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw |= {"replicas": replicas, "rollout": {"maxSurge": surge, "maxUnavailable": 0 if surge else 1}}
+    raw["autotune"]["mode"] = mode
+    raw["speculation"]["candidates"] = copy.deepcopy(CANDIDATES)
+    spec = v1alpha1.parse_spec(raw)
+    assert trials.can_trial(spec) is autotune_trial
+    assert trials.can_trial_candidates(spec) is candidate_trial
+    assert drafters.untried_reason(spec) == reason
+
+
+def test_in_recommend_the_winner_is_recommended_not_promoted() -> None:
+    cluster = cluster_with(3, "Recommend")
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    assert '"method":"ngram"' in command(cluster.canary).replace(" ", "")
+    run_trial(cluster, 0.008)  # 11 ms / 8 ms: faster beyond the tolerance
+    won = cluster.status["candidates"][0]
+    assert won["verdict"] == "Won", won
+    assert cluster.status["trial"]["phase"] == "Recommended"
+    assert cluster.canary is None, "the trial pod is removed"
+    assert command(cluster.deployment) == main_before, "every pod keeps the declared drafter"
+    assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert "drafter" not in cluster.status["autotune"]
+    recommendation = cluster.status["recommendation"]["drafter"]
+    assert (recommendation["name"], recommendation["method"], recommendation["speedup"]) == ("ngram", "ngram", 1.375)
+    reasons = [e.reason for e in cluster.events]
+    assert {"TrialRecommended", "CandidateWon"} <= set(reasons)
+    assert "TrialPromoted" not in reasons
+    condition = next(c for c in cluster.status["conditions"] if c["type"] == "Trial")
+    assert (condition["status"], condition["reason"]) == ("False", "TrialRecommended")
+
+    # the next candidate is measured against the declared drafter, loses, and the recommendation stays the winner
+    for _ in range(12):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY)
+        if cluster.status["trial"]["phase"] == "Running":
+            break
+    assert cluster.status["trial"]["candidateName"] == "big"
+    run_trial(cluster, 0.020)
+    assert cluster.status["candidates"][1]["verdict"] == "Lost"
+    assert cluster.status["recommendation"]["drafter"]["name"] == "ngram"
+    assert command(cluster.deployment) == main_before
 
 
 def test_trials_count_against_the_actuation_budget() -> None:

@@ -1285,6 +1285,7 @@ class TrialPhase(StrEnum):
     PROMOTED = "Promoted"  # the analysis was Successful: every pod rolls to the trial config
     ROLLED_BACK = "RolledBack"  # Failed, still Inconclusive after its one extension, or never ready: trial pod removed
     ABANDONED = "Abandoned"  # the config it tried is no longer wanted (spec edit, mode change, pin): trial pod removed
+    RECOMMENDED = "Recommended"  # a candidate drafter measured faster in Recommend: recommended, trial pod removed
 
 
 class TrialOutcome(StrEnum):
@@ -1312,7 +1313,9 @@ class TrialStatus(_Model):
         description="The spec.speculation.candidates[].name whose drafter the trial pod runs; absent when the trial "
         "carries an autotune change of the declared drafter.",
     )
-    phase: TrialPhase = Field(description="Running, Promoted, RolledBack or Abandoned.")
+    phase: TrialPhase = Field(
+        description="Running, Promoted, RolledBack, Abandoned, or Recommended (a candidate drafter won in Recommend)."
+    )
     started_at: str = Field(description="When the operator recorded the trial (before creating its pod).")
     ready_at: str | None = Field(None, description="When an evaluation first saw the trial pod ready.")
     analysis_at: str | None = Field(

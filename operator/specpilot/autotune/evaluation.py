@@ -400,6 +400,9 @@ def conclude(
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
     if candidates or status.get("candidates"):  # none left in the spec: none in status either
         fields["candidates"] = drafters.to_status(candidates)
+    recommended = drafters.recommended(spec, candidates)
+    if recommended is not None:
+        fields["recommendation"]["drafter"] = recommended
     if record is not None:
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
@@ -566,7 +569,7 @@ def _trial_turn(
 ) -> tuple[v1alpha1.TrialStatus, PolicyState]:
     """One evaluation of a running trial: abandoned when its config is no longer wanted, else advanced (wait,
     analyse, promote or roll back). `slot` measures the one-pod slot (status.effective.canary's config hash)."""
-    wanted = trials.can_trial(spec) and _still_wanted(spec, state, trial)
+    wanted = trials.may_run(spec, trial) and _still_wanted(spec, state, trial)
     if not wanted:
         step = trials.abandon(trial, now, "its config is no longer the one autotune wants (spec, mode or pin changed)")
     else:
@@ -625,6 +628,7 @@ def trial_condition(trial: v1alpha1.TrialStatus) -> cond.ConditionUpdate:
         v1alpha1.TrialPhase.PROMOTED: "TrialPromoted",
         v1alpha1.TrialPhase.ROLLED_BACK: "TrialRolledBack",
         v1alpha1.TrialPhase.ABANDONED: "TrialAbandoned",
+        v1alpha1.TrialPhase.RECOMMENDED: "TrialRecommended",
     }
     if trial.phase is v1alpha1.TrialPhase.RUNNING:
         reason = "TrialInconclusive" if trial.extended else "TrialStarted"
@@ -695,8 +699,8 @@ def choose_intent(inputs: ReconcileInputs) -> ChosenIntent | None:
     if chosen.intent != on_trial or (trial.candidate_name is not None and candidate is None):
         return chosen
     # One pod first: the other pods keep the incumbent until the analysis promotes the trial. Where a trial may not
-    # run (no pod to spare, mode no longer Auto), no pod runs it; the next evaluation abandons it.
-    spare = trials.can_trial(spec)
+    # run (no pod to spare, a mode that runs no such trial), no pod runs it; the next evaluation abandons it.
+    spare = trials.may_run(spec, trial)
     return replace(
         chosen,
         intent=trials.incumbent_intent(trial),

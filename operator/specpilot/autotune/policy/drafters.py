@@ -5,6 +5,11 @@ the spec with the candidate's drafter in place of the declared one (v1alpha1.spe
 pods, and is analysed by the trial's gates. Its record is status.candidates[i] (v1alpha1.CandidateStatus); the
 operator reads back only each record's identity (name, method, drafter, K), verdict, trials and retryAfter.
 
+Trials run in Auto and Recommend, where the deployment can spare a pod (trial.can_trial_candidates). A winner is
+promoted in Auto; in Recommend its trial ends Recommended (the pod removed, the incumbent config kept) and it is
+published as status.recommendation.drafter. One replica without surge runs no trial: every candidate stays Untried
+with the reason, and nothing is recommended without measurements.
+
 The order is the spec's: the first candidate that is Untried, or Lost / Inconclusive with its retry wait over. A Won
 candidate is not tried again. A verdict needs a margin: Won when the trial pod's mean time per output token is faster
 than the incumbents' beyond spec.autotune.latency.regressionTolerance, Lost when slower beyond it (or its pod never
@@ -23,7 +28,7 @@ from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, Speculatio
 from specpilot.autotune.policy import trial as trials
 from specpilot.vllm.intent import SpeculationIntent
 
-NEEDS_AUTO = "not tried: trials of candidate drafters run in spec.autotune.mode Auto only"
+NEEDS_MODE = "not tried: trials of candidate drafters run in spec.autotune.mode Auto or Recommend, not Off"
 NEEDS_SPARE_POD = (
     "not tried: a trial needs a pod to spare (spec.replicas >= 2, or spec.rollout.maxSurge >= 1); "
     "one replica without surge is recommend-only"
@@ -32,9 +37,9 @@ NEEDS_SPARE_POD = (
 
 def untried_reason(spec: v1alpha1.SpeculativeDeploymentSpec) -> str | None:
     """Why no candidate can be tried on this deployment; None when trials can run."""
-    if spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO:
-        return NEEDS_AUTO
-    if not trials.can_trial(spec):
+    if spec.autotune.mode is v1alpha1.AutotuneMode.OFF:
+        return NEEDS_MODE
+    if not trials.spare_pod(spec):
         return NEEDS_SPARE_POD
     return None
 
@@ -138,6 +143,26 @@ def concluded(record: CandidateStatus, trial: TrialStatus, tolerance: float) -> 
             "reason": trial.reason,
         }
     )
+
+
+def recommended(spec: v1alpha1.SpeculativeDeploymentSpec, records: Sequence[CandidateStatus]) -> dict[str, Any] | None:
+    """In Recommend, the drafter to switch to (status.recommendation.drafter): the Won candidate measured fastest
+    against the incumbents. None in Auto (a winner is promoted instead) or when no candidate won."""
+    if spec.autotune.mode is not v1alpha1.AutotuneMode.RECOMMEND:
+        return None
+    won = [r for r in records if r.verdict is CandidateVerdict.WON]
+    if not won:
+        return None
+    best = max(won, key=lambda r: r.speedup or 0.0)
+    return {
+        "name": best.name,
+        "method": best.method,
+        "drafter": best.drafter,
+        "numSpeculativeTokens": best.num_speculative_tokens,
+        "speedup": best.speedup,
+        "evidenceTime": best.evidence_time,
+        "reason": f"set spec.speculation to candidate {best.name}: {best.reason}",
+    }
 
 
 def to_status(records: Sequence[CandidateStatus]) -> list[dict[str, Any]]:
