@@ -104,12 +104,14 @@ def command(deployment: dict[str, Any] | None) -> str:
     return " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
 
 
-def run_trial(cluster: Cluster, tpot_mean_s: float, minutes: int = 8) -> None:
+def run_trial(
+    cluster: Cluster, tpot_mean_s: float, minutes: int = 8, incumbent: dict[str, Measurement] | None = None
+) -> None:
     """Let the trial pod become ready, then evaluate once a minute until its trial ends."""
     cluster.settle()
     for _ in range(minutes):
         cluster.advance(1)
-        cluster.evaluate(HEALTHY, trial_pod(tpot_mean_s))
+        cluster.evaluate(incumbent or HEALTHY, trial_pod(tpot_mean_s))
         if cluster.status["trial"]["phase"] != "Running":
             return
     raise AssertionError(f"the trial did not end: {cluster.status['trial']}")
@@ -163,14 +165,15 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
     run_trial(cluster, 0.020)
     lost = cluster.status["candidates"][1]
     assert lost["verdict"] == "Lost", lost
-    assert lost["retryAfter"]
+    assert "retryAfter" not in lost, "a loser waits for the traffic to change, not for a time"
+    assert lost["traffic"] == {"configHash": cluster.status["trial"]["incumbentConfigHash"], "acceptanceRate": 0.7}
     assert "CandidateLost" in [e.reason for e in cluster.events]
     assert cluster.status["trial"]["phase"] == "RolledBack"
     assert command(cluster.deployment) == promoted_main
     assert cluster.status["effective"]["drafter"] == "ngram"
 
-    # nothing is left to try before the loser's retry wait: no new trial pod
-    for _ in range(6):
+    # nothing is left to try on the same traffic, however long: no new trial pod
+    for _ in range(20):
         cluster.advance(1)
         outcome = cluster.evaluate(HEALTHY)
         assert outcome.decision, "an evaluation ran"
@@ -194,6 +197,53 @@ def test_a_promotion_whose_rollout_fails_returns_to_the_declared_drafter() -> No
     assert "missed its deadline" in cluster.status["autotuneHalt"]["reason"]
     assert command(cluster.deployment) == main_before, "the declared drafter and its config, exactly"
     assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+
+
+def lost_on_traffic(**measured: float) -> Cluster:
+    """A deployment whose first candidate lost on HEALTHY traffic plus `measured` (signal name -> value)."""
+    cluster = cluster_with()
+    cluster.evaluate(with_signals(HEALTHY, **measured))
+    run_trial(cluster, 0.020, incumbent=with_signals(HEALTHY, **measured))
+    assert cluster.status["candidates"][0]["verdict"] == "Lost"
+    cluster.spec["speculation"]["candidates"] = cluster.spec["speculation"]["candidates"][:1]  # only the loser
+    return cluster
+
+
+def with_signals(base: dict[str, Measurement], **values: float) -> dict[str, Measurement]:
+    return {**base, **{str(Signal(k)): m(Signal(k), v) for k, v in values.items()}}
+
+
+def evaluations_until_a_trial(cluster: Cluster, measurements: dict[str, Measurement], limit: int = 20) -> int | None:
+    for i in range(limit):
+        cluster.advance(1)
+        outcome = cluster.evaluate(measurements)
+        assert outcome.decision, "an evaluation ran"
+        if cluster.status["trial"]["phase"] == "Running":
+            return i
+    return None
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "reopened"),
+    [
+        ({}, {}, False),  # the same traffic: the loser stays a loser
+        ({}, {"acceptance_rate": 0.62}, False),  # drift within ACCEPTANCE_SHIFT
+        ({}, {"acceptance_rate": 0.45}, True),  # acceptance fell by 0.25 under the same incumbent config
+        ({"output_tokens_p50": 200}, {"output_tokens_p50": 260}, False),
+        ({"output_tokens_p50": 200}, {"output_tokens_p50": 60}, True),  # much shorter answers
+        ({"mean_prompt_tokens": 500}, {"mean_prompt_tokens": 2400}, True),  # much longer prompts
+    ],
+)
+def test_a_loser_is_tried_again_only_when_the_traffic_shifts(
+    before: dict[str, float], after: dict[str, float], reopened: bool
+) -> None:
+    cluster = lost_on_traffic(**before)
+    started = evaluations_until_a_trial(cluster, with_signals(HEALTHY, **{**before, **after}))
+    assert (started is not None) is reopened, cluster.status["candidates"][0]
+    if reopened:
+        assert cluster.status["candidates"][0]["trials"] == 2
+        started_event = [e for e in cluster.events if e.reason == "TrialStarted"][-1]
+        assert "re-opened: the traffic shifted since its verdict" in started_event.message
 
 
 def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None:
@@ -329,3 +379,31 @@ def test_a_removed_candidate_abandons_its_trial() -> None:
     cluster.advance(1)
     cluster.evaluate(HEALTHY)
     assert not cluster.status.get("candidates")
+
+
+def traffic(
+    config: str = "a", acceptance: float | None = 0.7, output: float | None = 200, prompt: float | None = 500
+) -> Any:
+    return v1alpha1.CandidateTraffic(
+        config_hash=config, acceptance_rate=acceptance, output_tokens_p50=output, mean_prompt_tokens=prompt
+    )
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "shift"),
+    [
+        (traffic(), traffic(), None),
+        (traffic(), traffic(acceptance=0.5), "acceptance 0.70 -> 0.50"),
+        (traffic(), traffic(acceptance=0.6), None),  # within 0.15
+        (traffic(), traffic(config="b", acceptance=0.2), None),  # another drafter runs: its acceptance says nothing
+        (traffic(), traffic(config="b", output=90), "median output 200 -> 90 tokens"),  # lengths do not depend on it
+        (traffic(), traffic(output=400), "median output 200 -> 400 tokens"),
+        (traffic(), traffic(prompt=260), None),
+        (traffic(), traffic(prompt=250), "mean prompt 500 -> 250 tokens"),
+        (traffic(acceptance=None, output=None), traffic(acceptance=0.1, output=10), None),  # nothing to compare with
+        (None, traffic(), None),  # a verdict from before traffic was kept
+        (traffic(), None, None),  # nothing measured now: no shift assumed
+    ],
+)
+def test_traffic_shift(then: Any, now: Any, shift: str | None) -> None:
+    assert drafters.traffic_shift(then, now) == shift

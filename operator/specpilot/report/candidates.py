@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specpilot.api.v1alpha1 import CandidateStatus, TrialFigures
+from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialFigures
 from specpilot.autotune.policy.drafters import read_records
 
 HEADER = (
@@ -61,7 +61,9 @@ def _note(record: CandidateStatus) -> str:
     reason = record.reason or ""
     if len(reason) > MAX_REASON:
         reason = reason[:MAX_REASON] + "..."
-    retry = f" Not tried again before {record.retry_after}." if record.retry_after else ""
+    retry = f" Not tried again before {record.retry_after}, unless the traffic shifts." if record.retry_after else ""
+    if record.verdict is CandidateVerdict.LOST:
+        retry = " Not tried again until the traffic shifts from what it was measured on."
     return _cell(f"- `{record.name}` {record.verdict.value}: {reason}{retry}".rstrip())
 
 
