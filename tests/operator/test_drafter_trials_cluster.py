@@ -128,3 +128,50 @@ def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
     assert "| Won |" in row
     assert f"| {record['speedup']:.2f}x |" in row
     assert row in (out / "report.md").read_text()
+
+
+@pytest.mark.timeout(900)
+def test_in_recommend_the_faster_candidate_is_recommended_and_its_pod_removed(
+    kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
+) -> None:
+    runner, prometheus = sim_pods
+    cr = with_ngram_candidate(prometheus.url)
+    cr["spec"]["autotune"]["mode"] = "Recommend"
+    apply(kube_cluster, kube_namespace, cr)
+    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
+    assert not runner.failures(), runner.failures()
+
+    def status() -> dict[str, Any]:
+        return dict((get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}).get("status") or {})
+
+    def trial() -> dict[str, Any]:
+        return dict(status().get("trial") or {})
+
+    with RoundRobinLoad(runner, 12) as load:
+
+        def diagnose() -> str:
+            sent = f"load sent {load.sent} ({load.errors} errors)"
+            return f"{sent}; trial {trial()}; candidates {status().get('candidates')}"
+
+        started = wait_for_or_explain(
+            diagnose, "the candidate's trial started", lambda: trial().get("phase") and trial(), 240, 1
+        )
+        assert (started["phase"], started["candidateName"]) == ("Running", "ngram"), started
+        assert '"method":"ngram"' in command(get(kube_cluster, kube_namespace, "deployment", f"{NAME}-canary"))
+        ended = wait_for_or_explain(diagnose, "the candidate's trial ended", lambda: trial().get("phase") != "Running"
+                                    and trial(), 180, 1)  # fmt: skip
+        assert ended["phase"] == "Recommended", ended  # the API server stored the new phase
+        wait_for("the trial pod removed", lambda: get(kube_cluster, kube_namespace, "deployment", f"{NAME}-canary")
+                 is None, 60, 1)  # fmt: skip
+    final = status()
+    assert final["candidates"][0]["verdict"] == "Won", final["candidates"]
+    assert final["candidates"][0]["traffic"]["configHash"] == ended["incumbentConfigHash"]
+    assert final["recommendation"]["drafter"]["name"] == "ngram", final["recommendation"]
+    main = get(kube_cluster, kube_namespace, "deployment", NAME)
+    assert main is not None
+    assert "Llama-3.2-1B" in command(main), "every pod keeps the declared drafter"
+    assert main["spec"]["replicas"] == 3
+    assert final["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, NAME)]
+    assert {"TrialStarted", "CandidateWon", "TrialRecommended"} <= set(reasons), reasons
+    assert "TrialPromoted" not in reasons
