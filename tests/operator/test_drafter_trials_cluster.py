@@ -10,6 +10,7 @@ the tolerance, and is promoted: every pod runs n-gram, status.effective.drafter 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from e2e.cluster.fixture import KubeCluster
 from e2e.podrunner import PodRunner
 from e2e.prometheus.fixture import PrometheusServer
 from e2e.waiting import wait_for
+from specpilot.cli.main import main as specpilot
 from tests.operator.test_closed_loop import decision_line, wait_for_or_explain
 from tests.operator.test_operator_cluster import apply, events, get
 from tests.operator.test_progressive_cluster import NAME, RoundRobinLoad, sim_pods, three_replicas
@@ -42,7 +44,12 @@ def command(deployment: dict[str, Any] | None) -> str:
 
 @pytest.mark.timeout(900)
 def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
-    kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    sim_pods: tuple[PodRunner, PrometheusServer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     runner, prometheus = sim_pods
     apply(kube_cluster, kube_namespace, with_ngram_candidate(prometheus.url))
@@ -61,11 +68,17 @@ def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
     def trial() -> dict[str, Any]:
         return dict(status().get("trial") or {})
 
+    def ready() -> str:
+        found = [c for c in status().get("conditions") or [] if c.get("type") == "Ready"]
+        return f"{found[0].get('status')}/{found[0].get('reason')}: {found[0].get('message')}" if found else "-"
+
     with RoundRobinLoad(runner, 12) as load:
 
         def diagnose() -> str:
             return (
-                f"load sent {load.sent} ({load.errors} errors); trial {trial().get('phase')}; "
+                f"load sent {load.sent} ({load.errors} errors); trial {trial().get('phase')} ready at "
+                f"{trial().get('readyAt')}, analysis at {trial().get('analysisAt')}; "
+                f"slot {(status().get('effective') or {}).get('canary')}; ready {ready()}; "
                 f"candidates {status().get('candidates')}; {decision_line(cr())}"
             )
 
@@ -104,3 +117,61 @@ def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
     table = kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", NAME, "-o", "wide").stdout
     print(table)
     assert "ngram" in table
+    # `specpilot report` on the live object compares the candidates from the status the operator wrote
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    capsys.readouterr()
+    out = tmp_path / "report"
+    args = [NAME, "-n", kube_namespace, "--prometheus", prometheus.url, "--since", "15m", "-o", str(out)]
+    assert specpilot(["report", *args]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| ngram |"))
+    assert "| Won |" in row
+    assert f"| {record['speedup']:.2f}x |" in row
+    assert row in (out / "report.md").read_text()
+
+
+@pytest.mark.timeout(900)
+def test_in_recommend_the_faster_candidate_is_recommended_and_its_pod_removed(
+    kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
+) -> None:
+    runner, prometheus = sim_pods
+    cr = with_ngram_candidate(prometheus.url)
+    cr["spec"]["autotune"]["mode"] = "Recommend"
+    apply(kube_cluster, kube_namespace, cr)
+    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
+    assert not runner.failures(), runner.failures()
+
+    def status() -> dict[str, Any]:
+        return dict((get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}).get("status") or {})
+
+    def trial() -> dict[str, Any]:
+        return dict(status().get("trial") or {})
+
+    with RoundRobinLoad(runner, 12) as load:
+
+        def diagnose() -> str:
+            sent = f"load sent {load.sent} ({load.errors} errors)"
+            return f"{sent}; trial {trial()}; candidates {status().get('candidates')}"
+
+        started = wait_for_or_explain(
+            diagnose, "the candidate's trial started", lambda: trial().get("phase") and trial(), 240, 1
+        )
+        assert (started["phase"], started["candidateName"]) == ("Running", "ngram"), started
+        assert '"method":"ngram"' in command(get(kube_cluster, kube_namespace, "deployment", f"{NAME}-canary"))
+        ended = wait_for_or_explain(diagnose, "the candidate's trial ended", lambda: trial().get("phase") != "Running"
+                                    and trial(), 180, 1)  # fmt: skip
+        assert ended["phase"] == "Recommended", ended  # the API server stored the new phase
+        wait_for("the trial pod removed", lambda: get(kube_cluster, kube_namespace, "deployment", f"{NAME}-canary")
+                 is None, 60, 1)  # fmt: skip
+    final = status()
+    assert final["candidates"][0]["verdict"] == "Won", final["candidates"]
+    assert final["candidates"][0]["traffic"]["configHash"] == ended["incumbentConfigHash"]
+    assert final["recommendation"]["drafter"]["name"] == "ngram", final["recommendation"]
+    main = get(kube_cluster, kube_namespace, "deployment", NAME)
+    assert main is not None
+    assert "Llama-3.2-1B" in command(main), "every pod keeps the declared drafter"
+    assert main["spec"]["replicas"] == 3
+    assert final["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, NAME)]
+    assert {"TrialStarted", "CandidateWon", "TrialRecommended"} <= set(reasons), reasons
+    assert "TrialPromoted" not in reasons

@@ -3,8 +3,8 @@
 The choice: the first Untried candidate, or a Lost / Inconclusive one past its retry wait; a Won one is not tried
 again; a verdict needs a margin beyond the tolerance. Through tests/seams.py: a 3-replica Auto deployment with two
 candidates runs the first on the trial pod (its drafter on the `-canary` Deployment, the main one untouched); it wins
-and is promoted to every pod; the second is tried against it and loses. Recommend and one replica without surge run
-no trial pod.
+and is promoted to every pod; the second is tried against it and loses. In Recommend the winner is recommended
+(status.recommendation.drafter) and its pod removed; Off and one replica without surge run no trial pod.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from specpilot.api import v1alpha1
 from specpilot.api.timestamps import format_time
 from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialOutcome
 from specpilot.autotune.policy import drafters
+from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
 from tests.seams import ROUND_TRIP_SPEC, T0, Cluster, m, window_measurements
@@ -103,12 +104,14 @@ def command(deployment: dict[str, Any] | None) -> str:
     return " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
 
 
-def run_trial(cluster: Cluster, tpot_mean_s: float, minutes: int = 8) -> None:
+def run_trial(
+    cluster: Cluster, tpot_mean_s: float, minutes: int = 8, incumbent: dict[str, Measurement] | None = None
+) -> None:
     """Let the trial pod become ready, then evaluate once a minute until its trial ends."""
     cluster.settle()
     for _ in range(minutes):
         cluster.advance(1)
-        cluster.evaluate(HEALTHY, trial_pod(tpot_mean_s))
+        cluster.evaluate(incumbent or HEALTHY, trial_pod(tpot_mean_s))
         if cluster.status["trial"]["phase"] != "Running":
             return
     raise AssertionError(f"the trial did not end: {cluster.status['trial']}")
@@ -162,14 +165,15 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
     run_trial(cluster, 0.020)
     lost = cluster.status["candidates"][1]
     assert lost["verdict"] == "Lost", lost
-    assert lost["retryAfter"]
+    assert "retryAfter" not in lost, "a loser waits for the traffic to change, not for a time"
+    assert lost["traffic"] == {"configHash": cluster.status["trial"]["incumbentConfigHash"], "acceptanceRate": 0.7}
     assert "CandidateLost" in [e.reason for e in cluster.events]
     assert cluster.status["trial"]["phase"] == "RolledBack"
     assert command(cluster.deployment) == promoted_main
     assert cluster.status["effective"]["drafter"] == "ngram"
 
-    # nothing is left to try before the loser's retry wait: no new trial pod
-    for _ in range(6):
+    # nothing is left to try on the same traffic, however long: no new trial pod
+    for _ in range(20):
         cluster.advance(1)
         outcome = cluster.evaluate(HEALTHY)
         assert outcome.decision, "an evaluation ran"
@@ -195,6 +199,53 @@ def test_a_promotion_whose_rollout_fails_returns_to_the_declared_drafter() -> No
     assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
 
 
+def lost_on_traffic(**measured: float) -> Cluster:
+    """A deployment whose first candidate lost on HEALTHY traffic plus `measured` (signal name -> value)."""
+    cluster = cluster_with()
+    cluster.evaluate(with_signals(HEALTHY, **measured))
+    run_trial(cluster, 0.020, incumbent=with_signals(HEALTHY, **measured))
+    assert cluster.status["candidates"][0]["verdict"] == "Lost"
+    cluster.spec["speculation"]["candidates"] = cluster.spec["speculation"]["candidates"][:1]  # only the loser
+    return cluster
+
+
+def with_signals(base: dict[str, Measurement], **values: float) -> dict[str, Measurement]:
+    return {**base, **{str(Signal(k)): m(Signal(k), v) for k, v in values.items()}}
+
+
+def evaluations_until_a_trial(cluster: Cluster, measurements: dict[str, Measurement], limit: int = 20) -> int | None:
+    for i in range(limit):
+        cluster.advance(1)
+        outcome = cluster.evaluate(measurements)
+        assert outcome.decision, "an evaluation ran"
+        if cluster.status["trial"]["phase"] == "Running":
+            return i
+    return None
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "reopened"),
+    [
+        ({}, {}, False),  # the same traffic: the loser stays a loser
+        ({}, {"acceptance_rate": 0.62}, False),  # drift within ACCEPTANCE_SHIFT
+        ({}, {"acceptance_rate": 0.45}, True),  # acceptance fell by 0.25 under the same incumbent config
+        ({"output_tokens_p50": 200}, {"output_tokens_p50": 260}, False),
+        ({"output_tokens_p50": 200}, {"output_tokens_p50": 60}, True),  # much shorter answers
+        ({"mean_prompt_tokens": 500}, {"mean_prompt_tokens": 2400}, True),  # much longer prompts
+    ],
+)
+def test_a_loser_is_tried_again_only_when_the_traffic_shifts(
+    before: dict[str, float], after: dict[str, float], reopened: bool
+) -> None:
+    cluster = lost_on_traffic(**before)
+    started = evaluations_until_a_trial(cluster, with_signals(HEALTHY, **{**before, **after}))
+    assert (started is not None) is reopened, cluster.status["candidates"][0]
+    if reopened:
+        assert cluster.status["candidates"][0]["trials"] == 2
+        started_event = [e for e in cluster.events if e.reason == "TrialStarted"][-1]
+        assert "re-opened: the traffic shifted since its verdict" in started_event.message
+
+
 def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None:
     cluster = cluster_with()
     main_before = command(cluster.deployment)
@@ -212,21 +263,82 @@ def test_a_candidate_within_the_noise_is_inconclusive_and_not_promoted() -> None
 @pytest.mark.parametrize(
     ("replicas", "mode", "rollout", "reason"),
     [
-        (3, "Recommend", {}, drafters.NEEDS_AUTO),
+        (3, "Off", {}, drafters.NEEDS_MODE),
         (1, "Auto", {}, drafters.NEEDS_SPARE_POD),
+        (1, "Recommend", {}, drafters.NEEDS_SPARE_POD),  # one replica without surge: recommend-only, nothing measured
     ],
 )
 def test_no_trial_pod_where_trials_cannot_run(replicas: int, mode: str, rollout: dict[str, Any], reason: str) -> None:
     cluster = cluster_with(replicas, mode, **rollout)
     for _ in range(3):
         cluster.advance(1)
-        outcome = cluster.evaluate(HEALTHY)
-        assert outcome.decision, "an evaluation ran"
+        cluster.evaluate(HEALTHY)
     assert cluster.canary is None
     assert "trial" not in cluster.status
     assert [c["verdict"] for c in cluster.status["candidates"]] == ["Untried", "Untried"]
     assert {c["reason"] for c in cluster.status["candidates"]} == {reason}
     assert "speedup" not in cluster.status["candidates"][0]  # no figures invented
+    assert "drafter" not in (cluster.status.get("recommendation") or {})  # nothing recommended without evidence
+
+
+@pytest.mark.parametrize(
+    ("mode", "replicas", "surge", "autotune_trial", "candidate_trial", "reason"),
+    [
+        ("Auto", 3, 0, True, True, None),
+        ("Auto", 1, 1, True, True, None),
+        ("Auto", 1, 0, False, False, drafters.NEEDS_SPARE_POD),
+        ("Recommend", 3, 0, False, True, None),  # autotune only recommends; a drafter's trial is a measurement
+        ("Recommend", 1, 1, False, True, None),
+        ("Recommend", 1, 0, False, False, drafters.NEEDS_SPARE_POD),
+        ("Off", 3, 0, False, False, drafters.NEEDS_MODE),
+    ],
+)
+def test_which_trials_may_run(
+    mode: str, replicas: int, surge: int, autotune_trial: bool, candidate_trial: bool, reason: str | None
+) -> None:
+    raw = copy.deepcopy(ROUND_TRIP_SPEC)
+    raw |= {"replicas": replicas, "rollout": {"maxSurge": surge, "maxUnavailable": 0 if surge else 1}}
+    raw["autotune"]["mode"] = mode
+    raw["speculation"]["candidates"] = copy.deepcopy(CANDIDATES)
+    spec = v1alpha1.parse_spec(raw)
+    assert trials.can_trial(spec) is autotune_trial
+    assert trials.can_trial_candidates(spec) is candidate_trial
+    assert drafters.untried_reason(spec) == reason
+
+
+def test_in_recommend_the_winner_is_recommended_not_promoted() -> None:
+    cluster = cluster_with(3, "Recommend")
+    main_before = command(cluster.deployment)
+    cluster.evaluate(HEALTHY)
+    assert cluster.status["trial"]["candidateName"] == "ngram"
+    assert '"method":"ngram"' in command(cluster.canary).replace(" ", "")
+    run_trial(cluster, 0.008)  # 11 ms / 8 ms: faster beyond the tolerance
+    won = cluster.status["candidates"][0]
+    assert won["verdict"] == "Won", won
+    assert cluster.status["trial"]["phase"] == "Recommended"
+    assert cluster.canary is None, "the trial pod is removed"
+    assert command(cluster.deployment) == main_before, "every pod keeps the declared drafter"
+    assert cluster.status["effective"]["drafter"] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert "drafter" not in cluster.status["autotune"]
+    recommendation = cluster.status["recommendation"]["drafter"]
+    assert (recommendation["name"], recommendation["method"], recommendation["speedup"]) == ("ngram", "ngram", 1.375)
+    reasons = [e.reason for e in cluster.events]
+    assert {"TrialRecommended", "CandidateWon"} <= set(reasons)
+    assert "TrialPromoted" not in reasons
+    condition = next(c for c in cluster.status["conditions"] if c["type"] == "Trial")
+    assert (condition["status"], condition["reason"]) == ("False", "TrialRecommended")
+
+    # the next candidate is measured against the declared drafter, loses, and the recommendation stays the winner
+    for _ in range(12):
+        cluster.advance(1)
+        cluster.evaluate(HEALTHY)
+        if cluster.status["trial"]["phase"] == "Running":
+            break
+    assert cluster.status["trial"]["candidateName"] == "big"
+    run_trial(cluster, 0.020)
+    assert cluster.status["candidates"][1]["verdict"] == "Lost"
+    assert cluster.status["recommendation"]["drafter"]["name"] == "ngram"
+    assert command(cluster.deployment) == main_before
 
 
 def test_trials_count_against_the_actuation_budget() -> None:
@@ -267,3 +379,31 @@ def test_a_removed_candidate_abandons_its_trial() -> None:
     cluster.advance(1)
     cluster.evaluate(HEALTHY)
     assert not cluster.status.get("candidates")
+
+
+def traffic(
+    config: str = "a", acceptance: float | None = 0.7, output: float | None = 200, prompt: float | None = 500
+) -> Any:
+    return v1alpha1.CandidateTraffic(
+        config_hash=config, acceptance_rate=acceptance, output_tokens_p50=output, mean_prompt_tokens=prompt
+    )
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "shift"),
+    [
+        (traffic(), traffic(), None),
+        (traffic(), traffic(acceptance=0.5), "acceptance 0.70 -> 0.50"),
+        (traffic(), traffic(acceptance=0.6), None),  # within 0.15
+        (traffic(), traffic(config="b", acceptance=0.2), None),  # another drafter runs: its acceptance says nothing
+        (traffic(), traffic(config="b", output=90), "median output 200 -> 90 tokens"),  # lengths do not depend on it
+        (traffic(), traffic(output=400), "median output 200 -> 400 tokens"),
+        (traffic(), traffic(prompt=260), None),
+        (traffic(), traffic(prompt=250), "mean prompt 500 -> 250 tokens"),
+        (traffic(acceptance=None, output=None), traffic(acceptance=0.1, output=10), None),  # nothing to compare with
+        (None, traffic(), None),  # a verdict from before traffic was kept
+        (traffic(), None, None),  # nothing measured now: no shift assumed
+    ],
+)
+def test_traffic_shift(then: Any, now: Any, shift: str | None) -> None:
+    assert drafters.traffic_shift(then, now) == shift

@@ -1260,7 +1260,7 @@ class CandidateVerdict(StrEnum):
     UNTRIED = "Untried"  # not run yet
     TRIALLING = "Trialling"  # one pod runs it now, measured against the incumbent pods
     WON = "Won"  # measured faster than the incumbent: promoted (Auto) or recommended (Recommend)
-    LOST = "Lost"  # measured slower: not tried again until the traffic changes
+    LOST = "Lost"  # measured slower: not tried again until the traffic changes (CandidateTraffic)
     INCONCLUSIVE = "Inconclusive"  # too few samples, or a difference within the noise
 
 
@@ -1285,6 +1285,7 @@ class TrialPhase(StrEnum):
     PROMOTED = "Promoted"  # the analysis was Successful: every pod rolls to the trial config
     ROLLED_BACK = "RolledBack"  # Failed, still Inconclusive after its one extension, or never ready: trial pod removed
     ABANDONED = "Abandoned"  # the config it tried is no longer wanted (spec edit, mode change, pin): trial pod removed
+    RECOMMENDED = "Recommended"  # a candidate drafter measured faster in Recommend: recommended, trial pod removed
 
 
 class TrialOutcome(StrEnum):
@@ -1312,7 +1313,9 @@ class TrialStatus(_Model):
         description="The spec.speculation.candidates[].name whose drafter the trial pod runs; absent when the trial "
         "carries an autotune change of the declared drafter.",
     )
-    phase: TrialPhase = Field(description="Running, Promoted, RolledBack or Abandoned.")
+    phase: TrialPhase = Field(
+        description="Running, Promoted, RolledBack, Abandoned, or Recommended (a candidate drafter won in Recommend)."
+    )
     started_at: str = Field(description="When the operator recorded the trial (before creating its pod).")
     ready_at: str | None = Field(None, description="When an evaluation first saw the trial pod ready.")
     analysis_at: str | None = Field(
@@ -1330,6 +1333,18 @@ class TrialStatus(_Model):
         None, description="Incumbent over trial mean time per output token at comparable batch (> 1: trial faster)."
     )
     reason: str | None = Field(None, description="The analysis or the end of the trial in words, for people.")
+
+
+class CandidateTraffic(_Model):
+    """The traffic a candidate's verdict was measured on, as the incumbent pods saw it over the analysis window.
+
+    Read back by the operator: a Lost or Inconclusive candidate is tried again when the traffic has shifted from this
+    (acceptance under the same incumbent config, or the prompt / output length mix)."""
+
+    config_hash: str = Field(description="The incumbent pods' config hash (acceptance is compared only under it).")
+    acceptance_rate: float | None = Field(None, description="The incumbent pods' acceptance rate.")
+    output_tokens_p50: float | None = Field(None, description="Median generated tokens per request.")
+    mean_prompt_tokens: float | None = Field(None, description="Mean prompt tokens per request.")
 
 
 class CandidateStatus(_Model):
@@ -1353,9 +1368,14 @@ class CandidateStatus(_Model):
     evidence_time: str | None = Field(None, description="When the figures behind the verdict were measured.")
     trials: int | None = Field(None, description="Trials run so far.")
     retry_after: str | None = Field(
-        None, description="Lost or Inconclusive: not tried again before this time (probeInterval after its trial)."
+        None,
+        description="Inconclusive: not tried again before this time (probeInterval after its trial) unless the "
+        "traffic shifts. A Lost candidate has none: only a traffic shift re-opens it.",
     )
     reason: str | None = Field(None, description="The verdict in words, for people.")
+    traffic: CandidateTraffic | None = Field(
+        None, description="The traffic of the verdict: a large shift from it re-opens a Lost or Inconclusive candidate."
+    )
 
 
 class SpeculativeDeploymentStatus(BaseModel):

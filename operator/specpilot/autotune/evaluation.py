@@ -369,7 +369,8 @@ def conclude(
         record = _announce_actuation(spec, status, decision, (current, promoted), now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
-    record, candidates, state, tried = _candidate_turn(spec, status, record, state, current, quiet, now, events)
+    turn = _CandidateTurn(current, measurements, quiet, now)
+    record, candidates, state, tried = _candidate_turn(spec, status, record, state, turn, events)
     actuations = [*actuations, *tried][-ACTUATION_HISTORY:]
     previous = list(status.get("conditions", []) or [])
     stored = status.get("autotune")
@@ -401,6 +402,9 @@ def conclude(
     conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
     if candidates or status.get("candidates"):  # none left in the spec: none in status either
         fields["candidates"] = drafters.to_status(candidates)
+    recommended = drafters.recommended(spec, candidates)
+    if recommended is not None:
+        fields["recommendation"]["drafter"] = recommended
     if record is not None:
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
@@ -438,39 +442,55 @@ def _with_trial(
     return record, decision, state
 
 
+@dataclass(frozen=True)
+class _CandidateTurn:
+    """What a candidate turn reads of this evaluation: the running config, the incumbent pods' measurements (their
+    traffic), whether something else is under way, and the time."""
+
+    current: SpeculationIntent
+    measurements: Mapping[str, Measurement]
+    quiet: bool
+    now: datetime
+
+
 def _candidate_turn(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
     record: v1alpha1.TrialStatus | None,
     state: PolicyState,
-    current: SpeculationIntent,
-    quiet: bool,
-    now: datetime,
+    turn: _CandidateTurn,
     events: list[Event],
 ) -> tuple[v1alpha1.TrialStatus | None, list[v1alpha1.CandidateStatus], PolicyState, list[dict[str, Any]]]:
-    """status.candidates after this evaluation: the verdict of a candidate trial that just ended, then, where nothing
-    else is under way (`quiet` is False, no trial running) and the budget allows, the next candidate's trial recorded.
+    """status.candidates after this evaluation: the verdict of a candidate trial that just ended (with the traffic it
+    was measured on), then, where nothing else is under way (`quiet` is False, no trial running) and the budget
+    allows, the next candidate's trial recorded: an Untried one, or a loser re-opened by a shift of the traffic.
     Returns the trial record, the candidates' records, the state and the status.actuations entry of a new trial."""
+    current, now = turn.current, turn.now
     records = drafters.reconcile_records(spec, status.get("candidates"))
     before = trials.running(status)
     if before is not None and before.candidate_name is not None and record is not None:
         index = drafters.find(records, before.candidate_name)
         if index is not None and record.phase is not v1alpha1.TrialPhase.RUNNING:
-            records[index] = _candidate_ended(records[index], record, spec, events)
-    if quiet or before is not None or (record is not None and record.phase is v1alpha1.TrialPhase.RUNNING):
+            traffic = drafters.traffic_of(turn.measurements, record.incumbent_config_hash)
+            records[index] = _candidate_ended(records[index], record, spec, traffic, events)
+    if turn.quiet or before is not None or (record is not None and record.phase is v1alpha1.TrialPhase.RUNNING):
         return record, records, state, []
-    index = drafters.next_candidate(records, now) if drafters.untried_reason(spec) is None else None
+    incumbent_hash = (status.get("effective") or {}).get("configHash")
+    traffic_now = drafters.traffic_of(turn.measurements, str(incumbent_hash)) if incumbent_hash else None
+    index = drafters.next_candidate(records, now, traffic_now) if drafters.untried_reason(spec) is None else None
     if index is None:
         return record, records, state, []
     candidate = spec.speculation.candidates[index]
+    shift = drafters.traffic_shift(records[index].traffic, traffic_now)
     target = drafters.trial_intent(current, candidate)
     allowed, why = budget_check(state, spec.autotune.budget, current, target, now)
-    incumbent_hash = (status.get("effective") or {}).get("configHash")
     if not allowed or not incumbent_hash:
         if records[index].verdict is v1alpha1.CandidateVerdict.UNTRIED and why:
             records[index] = records[index].model_copy(update={"reason": f"waiting for the actuation budget: {why}"})
         return record, records, state, []
     reason = f"candidate {candidate.name} ({candidate.drafter()}) on one pod beside the incumbent pods"
+    if shift is not None:
+        reason += f", re-opened: the traffic shifted since its verdict ({shift})"
     started = trials.start(
         intent=target,
         config_hash=trial_command(spec, target, candidate).config_hash,
@@ -496,13 +516,13 @@ def _candidate_turn(
 
 def _candidate_ended(
     record: v1alpha1.CandidateStatus, trial: v1alpha1.TrialStatus, spec: v1alpha1.SpeculativeDeploymentSpec,
-    events: list[Event],
+    traffic: v1alpha1.CandidateTraffic, events: list[Event],
 ) -> v1alpha1.CandidateStatus:  # fmt: skip
     """A candidate's record once its trial ended: Untried again when abandoned, else its verdict (event
     Candidate<verdict>)."""
     if trial.phase is v1alpha1.TrialPhase.ABANDONED:
         return record.model_copy(update={"verdict": v1alpha1.CandidateVerdict.UNTRIED, "reason": trial.reason})
-    done = drafters.concluded(record, trial, spec.autotune.latency.regression_tolerance)
+    done = drafters.concluded(record, trial, spec.autotune.latency.regression_tolerance, traffic)
     kind = "Warning" if done.verdict is v1alpha1.CandidateVerdict.LOST else "Normal"
     events.append(Event(kind, f"Candidate{done.verdict.value}", f"candidate {record.name}: {trial.reason}"))
     return done
@@ -567,7 +587,7 @@ def _trial_turn(
 ) -> tuple[v1alpha1.TrialStatus, PolicyState]:
     """One evaluation of a running trial: abandoned when its config is no longer wanted, else advanced (wait,
     analyse, promote or roll back). `slot` measures the one-pod slot (status.effective.canary's config hash)."""
-    wanted = trials.can_trial(spec) and _still_wanted(spec, state, trial)
+    wanted = trials.may_run(spec, trial) and _still_wanted(spec, state, trial)
     if not wanted:
         step = trials.abandon(trial, now, "its config is no longer the one autotune wants (spec, mode or pin changed)")
     else:
@@ -626,6 +646,7 @@ def trial_condition(trial: v1alpha1.TrialStatus) -> cond.ConditionUpdate:
         v1alpha1.TrialPhase.PROMOTED: "TrialPromoted",
         v1alpha1.TrialPhase.ROLLED_BACK: "TrialRolledBack",
         v1alpha1.TrialPhase.ABANDONED: "TrialAbandoned",
+        v1alpha1.TrialPhase.RECOMMENDED: "TrialRecommended",
     }
     if trial.phase is v1alpha1.TrialPhase.RUNNING:
         reason = "TrialInconclusive" if trial.extended else "TrialStarted"
@@ -696,8 +717,8 @@ def choose_intent(inputs: ReconcileInputs) -> ChosenIntent | None:
     if chosen.intent != on_trial or (trial.candidate_name is not None and candidate is None):
         return chosen
     # One pod first: the other pods keep the incumbent until the analysis promotes the trial. Where a trial may not
-    # run (no pod to spare, mode no longer Auto), no pod runs it; the next evaluation abandons it.
-    spare = trials.can_trial(spec)
+    # run (no pod to spare, a mode that runs no such trial), no pod runs it; the next evaluation abandons it.
+    spare = trials.may_run(spec, trial)
     return replace(
         chosen,
         intent=trials.incumbent_intent(trial),

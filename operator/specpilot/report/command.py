@@ -23,6 +23,7 @@ from specpilot.api.loading import STDIN, load_documents, printable, speculative_
 from specpilot.api.timestamps import parse_time
 from specpilot.autotune.signals.promql import Scope, Window
 from specpilot.report.analysis import Actuation, analyse, render_markdown
+from specpilot.report.candidates import candidate_records, render_candidates
 from specpilot.report.prometheus import RangeClient
 from specpilot.report.queries import build_range_queries
 from specpilot.vllm.metrics import metric_names_for
@@ -158,9 +159,12 @@ def run_report(args: argparse.Namespace, open_client: OpenClient) -> int:
 
     out_dir = args.output_dir or Path(f"specpilot-report-{namespace}-{name}")
     plots = draw_all(report, out_dir)
+    candidates = render_candidates(candidate_records(doc.get("status")))
     markdown = render_markdown(report, [p.name for p in plots])
-    (out_dir / "report.md").write_text(markdown)
+    (out_dir / "report.md").write_text(markdown + ("\n" + "\n".join(candidates) if candidates else ""))
     print(f"{report.verdict.headline}\n")
+    for line in candidates[4:]:  # the table and the notes, without the heading
+        print(printable(line))
     print(printable(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range "
                     f"queries, {(end_s - start_s) // step_s} windows of {step_s} s, "
                     f"{time.monotonic() - started:.1f} s)"))  # fmt: skip

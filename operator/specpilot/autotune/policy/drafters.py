@@ -3,27 +3,44 @@
 Each of spec.speculation.candidates is tried one at a time through the one-pod trial (trial.py): the trial pod runs
 the spec with the candidate's drafter in place of the declared one (v1alpha1.spec_running), beside the incumbent
 pods, and is analysed by the trial's gates. Its record is status.candidates[i] (v1alpha1.CandidateStatus); the
-operator reads back only each record's identity (name, method, drafter, K), verdict, trials and retryAfter.
+operator reads back only each record's identity (name, method, drafter, K), verdict, trials, retryAfter and traffic.
 
-The order is the spec's: the first candidate that is Untried, or Lost / Inconclusive with its retry wait over. A Won
-candidate is not tried again. A verdict needs a margin: Won when the trial pod's mean time per output token is faster
+Trials run in Auto and Recommend, where the deployment can spare a pod (trial.can_trial_candidates). A winner is
+promoted in Auto; in Recommend its trial ends Recommended (the pod removed, the incumbent config kept) and it is
+published as status.recommendation.drafter. One replica without surge runs no trial: every candidate stays Untried
+with the reason, and nothing is recommended without measurements.
+
+The order is the spec's: the first candidate that is Untried, or Lost / Inconclusive re-opened. A loser is remembered
+with its evidence and the traffic it was measured on (CandidateTraffic) and is not tried again until that traffic
+shifts (traffic_shift: acceptance under the same incumbent config, or the length mix); an Inconclusive candidate is
+also re-opened by its retry wait (probeInterval), since it lacked evidence rather than speed. A Won candidate is not
+tried again. A verdict needs a margin: Won when the trial pod's mean time per output token is faster
 than the incumbents' beyond spec.autotune.latency.regressionTolerance, Lost when slower beyond it (or its pod never
 became ready), Inconclusive otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from specpilot.api import v1alpha1
 from specpilot.api.timestamps import format_time, parse_time
-from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, SpeculationCandidate, TrialOutcome, TrialStatus
+from specpilot.api.v1alpha1 import (
+    CandidateStatus,
+    CandidateTraffic,
+    CandidateVerdict,
+    SpeculationCandidate,
+    TrialOutcome,
+    TrialStatus,
+)
 from specpilot.autotune.policy import trial as trials
+from specpilot.autotune.signals.measurements import Measurement, valid_value
+from specpilot.autotune.signals.promql import Signal
 from specpilot.vllm.intent import SpeculationIntent
 
-NEEDS_AUTO = "not tried: trials of candidate drafters run in spec.autotune.mode Auto only"
+NEEDS_MODE = "not tried: trials of candidate drafters run in spec.autotune.mode Auto or Recommend, not Off"
 NEEDS_SPARE_POD = (
     "not tried: a trial needs a pod to spare (spec.replicas >= 2, or spec.rollout.maxSurge >= 1); "
     "one replica without surge is recommend-only"
@@ -32,9 +49,9 @@ NEEDS_SPARE_POD = (
 
 def untried_reason(spec: v1alpha1.SpeculativeDeploymentSpec) -> str | None:
     """Why no candidate can be tried on this deployment; None when trials can run."""
-    if spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO:
-        return NEEDS_AUTO
-    if not trials.can_trial(spec):
+    if spec.autotune.mode is v1alpha1.AutotuneMode.OFF:
+        return NEEDS_MODE
+    if not trials.spare_pod(spec):
         return NEEDS_SPARE_POD
     return None
 
@@ -82,13 +99,61 @@ def reconcile_records(spec: v1alpha1.SpeculativeDeploymentSpec, stored: Any) -> 
     return records
 
 
-def next_candidate(records: Sequence[CandidateStatus], now: datetime) -> int | None:
-    """The index of the candidate to try now: the first Untried, or Lost / Inconclusive past its retryAfter."""
+# A shift in the traffic that re-opens a Lost or Inconclusive candidate: acceptance (under the same incumbent config)
+# moved by at least ACCEPTANCE_SHIFT (absolute), or the median output or mean prompt length changed by LENGTH_SHIFT
+# times or more either way. Smaller moves are the ordinary drift of one window to the next.
+ACCEPTANCE_SHIFT = 0.15
+LENGTH_SHIFT = 2.0
+
+
+def traffic_of(measurements: Mapping[str, Measurement], config_hash: str) -> CandidateTraffic:
+    """The traffic the incumbent pods (running `config_hash`) measured over one window."""
+    return CandidateTraffic(
+        config_hash=config_hash,
+        acceptance_rate=valid_value(measurements, Signal.ACCEPTANCE_RATE),
+        output_tokens_p50=valid_value(measurements, Signal.OUTPUT_TOKENS_P50),
+        mean_prompt_tokens=valid_value(measurements, Signal.MEAN_PROMPT_TOKENS),
+    )
+
+
+def _length_shift(what: str, then: float | None, now: float | None) -> str | None:
+    if then is None or now is None or then <= 0 or now <= 0:
+        return None
+    if max(then, now) / min(then, now) >= LENGTH_SHIFT:
+        return f"{what} {then:.0f} -> {now:.0f} tokens"
+    return None
+
+
+def traffic_shift(then: CandidateTraffic | None, now: CandidateTraffic | None) -> str | None:
+    """How the traffic moved since a verdict, in words, when the move re-opens the candidate; None otherwise
+    (also when either side was not measured: no shift is assumed from missing data)."""
+    if then is None or now is None:
+        return None
+    before, after = then.acceptance_rate, now.acceptance_rate
+    same_config = then.config_hash == now.config_hash
+    if same_config and before is not None and after is not None and abs(after - before) >= ACCEPTANCE_SHIFT:
+        return f"acceptance {before:.2f} -> {after:.2f}"
+    output = _length_shift("median output", then.output_tokens_p50, now.output_tokens_p50)
+    return output or _length_shift("mean prompt", then.mean_prompt_tokens, now.mean_prompt_tokens)
+
+
+def reopened(record: CandidateStatus, now: datetime, traffic: CandidateTraffic | None) -> bool:
+    """Whether a Lost or Inconclusive candidate may be tried again: the traffic shifted since its verdict, or (an
+    Inconclusive one) its retry wait is over."""
+    if record.verdict not in (CandidateVerdict.LOST, CandidateVerdict.INCONCLUSIVE):
+        return False
+    if traffic_shift(record.traffic, traffic) is not None:
+        return True
+    return record.retry_after is not None and now >= parse_time(record.retry_after)
+
+
+def next_candidate(
+    records: Sequence[CandidateStatus], now: datetime, traffic: CandidateTraffic | None = None
+) -> int | None:
+    """The index of the candidate to try now: the first Untried, or the first Lost / Inconclusive re-opened by a
+    traffic shift (or, Inconclusive, by its retry wait). A Won or Trialling candidate is not tried."""
     for index, record in enumerate(records):
-        if record.verdict is CandidateVerdict.UNTRIED:
-            return index
-        waited = record.retry_after is None or now >= parse_time(record.retry_after)
-        if record.verdict in (CandidateVerdict.LOST, CandidateVerdict.INCONCLUSIVE) and waited:
+        if record.verdict is CandidateVerdict.UNTRIED or reopened(record, now, traffic):
             return index
     return None
 
@@ -124,8 +189,11 @@ def verdict_of(trial: TrialStatus, tolerance: float) -> CandidateVerdict:
     return CandidateVerdict.INCONCLUSIVE
 
 
-def concluded(record: CandidateStatus, trial: TrialStatus, tolerance: float) -> CandidateStatus:
-    """The record after its trial ended: verdict, both sides' figures, the evidence time and the retry wait."""
+def concluded(
+    record: CandidateStatus, trial: TrialStatus, tolerance: float, traffic: CandidateTraffic | None = None
+) -> CandidateStatus:
+    """The record after its trial ended: verdict, both sides' figures, the evidence time, the traffic they were
+    measured on, and (Inconclusive) the retry wait."""
     verdict = verdict_of(trial, tolerance)
     return record.model_copy(
         update={
@@ -134,10 +202,31 @@ def concluded(record: CandidateStatus, trial: TrialStatus, tolerance: float) -> 
             "incumbent": trial.incumbent,
             "speedup": trial.speedup,
             "evidence_time": trial.ended_at,
-            "retry_after": None if verdict is CandidateVerdict.WON else trial.retry_after,
+            "retry_after": trial.retry_after if verdict is CandidateVerdict.INCONCLUSIVE else None,
             "reason": trial.reason,
+            "traffic": traffic,
         }
     )
+
+
+def recommended(spec: v1alpha1.SpeculativeDeploymentSpec, records: Sequence[CandidateStatus]) -> dict[str, Any] | None:
+    """In Recommend, the drafter to switch to (status.recommendation.drafter): the Won candidate measured fastest
+    against the incumbents. None in Auto (a winner is promoted instead) or when no candidate won."""
+    if spec.autotune.mode is not v1alpha1.AutotuneMode.RECOMMEND:
+        return None
+    won = [r for r in records if r.verdict is CandidateVerdict.WON]
+    if not won:
+        return None
+    best = max(won, key=lambda r: r.speedup or 0.0)
+    return {
+        "name": best.name,
+        "method": best.method,
+        "drafter": best.drafter,
+        "numSpeculativeTokens": best.num_speculative_tokens,
+        "speedup": best.speedup,
+        "evidenceTime": best.evidence_time,
+        "reason": f"set spec.speculation to candidate {best.name}: {best.reason}",
+    }
 
 
 def to_status(records: Sequence[CandidateStatus]) -> list[dict[str, Any]]:

@@ -9,6 +9,8 @@ Its life is a small state machine over `status.trial` (the typed record; the ope
 hashes, times, phase and `extended`):
 
     Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it)
+                                                               --Successful, a candidate drafter in Recommend-->
+                                                                                 Recommended (trial pod removed)
                                                                --Failed--------> RolledBack (trial pod removed)
                                                                --Inconclusive--> extended once by the same span,
                                                                                  then RolledBack
@@ -181,11 +183,27 @@ def readiness_deadline(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
     return timedelta(seconds=manifests.rollout_budget_seconds(spec, 1))
 
 
+def spare_pod(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
+    """Whether one pod can run a trial beside the others: two replicas or more, or surge. One replica without surge
+    keeps the all-at-once rollout (an outage, docs/rollout.md)."""
+    return spec.replicas >= 2 or (spec.replicas >= 1 and rollout.max_surge(spec) >= 1)
+
+
 def can_trial(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
-    """Progressive actuation needs a pod to spare: two replicas or more, or surge. Auto only: Recommend and Off never
-    create trial pods. One replica without surge keeps the all-at-once rollout (an outage, docs/rollout.md)."""
-    spare = spec.replicas >= 2 or (spec.replicas >= 1 and rollout.max_surge(spec) >= 1)
-    return spec.autotune.mode is v1alpha1.AutotuneMode.AUTO and spare
+    """Progressive actuation of an autotune change: Auto only, with a pod to spare."""
+    return spec.autotune.mode is v1alpha1.AutotuneMode.AUTO and spare_pod(spec)
+
+
+def can_trial_candidates(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
+    """Trials of candidate drafters: Auto (the winner is promoted) and Recommend (the winner is recommended, its pod
+    removed), with a pod to spare. Off runs none."""
+    return spec.autotune.mode is not v1alpha1.AutotuneMode.OFF and spare_pod(spec)
+
+
+def may_run(spec: v1alpha1.SpeculativeDeploymentSpec, trial: TrialStatus) -> bool:
+    """Whether `trial` may keep its pod under this spec: a candidate drafter's by can_trial_candidates, an autotune
+    change's by can_trial."""
+    return can_trial_candidates(spec) if trial.candidate_name is not None else can_trial(spec)
 
 
 def read_trial(status: Mapping[str, Any]) -> TrialStatus | None:
@@ -288,6 +306,14 @@ def advance(
         # A drafter replaces the running one only when measured faster: within the noise the incumbent stays.
         why = f"candidate {candidate} not faster beyond {tolerance:.0%}: {verdict.reason}"
         return _rolled_back(trial, spec, now, why)
+    recommend_only = candidate is not None and spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO
+    if verdict.outcome is TrialOutcome.SUCCESSFUL and recommend_only:
+        done = trial.model_copy(update={"phase": TrialPhase.RECOMMENDED, "ended_at": stamp})
+        message = (
+            f"candidate {candidate} recommended, not promoted (spec.autotune.mode {spec.autotune.mode.value}); "
+            f"its pod is removed and the incumbent config stays: {verdict.reason}"
+        )
+        return Step(done, TrialPhase.RECOMMENDED, ("Normal", "TrialRecommended", message))
     if verdict.outcome is TrialOutcome.SUCCESSFUL:
         done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
         return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))
