@@ -131,7 +131,7 @@ def scrape_job(name: str, server: VllmServer) -> dict[str, Any]:
 def measured(prometheus: PrometheusServer, spec: Any, config_hash: str, at: datetime) -> dict[str, Measurement]:
     scope = Scope(namespace=NAMESPACE, deployment=DEPLOYMENT, config_hash=config_hash)
     with PrometheusClient(PrometheusConnection(prometheus.url, timeout_s=10, allow_plain_http=True)) as client:
-        return measure(spec, scope, client, at)
+        return dict(measure(spec, scope, client, at))
 
 
 def run_trial(spec: Any, candidate: Mapping[str, Measurement], incumbent: Mapping[str, Measurement]) -> Any:
