@@ -275,7 +275,8 @@ def closed_loop_spec(
     return bench_spec(preset_for(scenario), scenario.method, scenario.num_speculative_tokens,
                       scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
                       speculation_enabled=scenario.speculation_enabled, replicas=replicas,
-                      max_surge=max_surge, time_scale=scenario.time_scale)  # fmt: skip
+                      max_surge=max_surge, time_scale=scenario.time_scale,
+                      objective=scenario.objective)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
