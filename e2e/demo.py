@@ -15,12 +15,14 @@
    4xH100 (the simulator started from the pod's own command line, scraped by the same Prometheus) under a load ramp;
    past the crossover the operator installs a batch-size schedule, the table's threshold and schedule columns change.
 
-Everything listens on 127.0.0.1 and stops at the end (the cluster too, if the demo started it). Bounded: about 8
-minutes after the toolchain and the vLLM environment are installed.
+Everything listens on 127.0.0.1 and stops at the end; the cluster is shared with the test sessions
+(e2e/cluster/fixture.py: the last user of a cluster one of them started stops it). Bounded: about 8 minutes after the
+toolchain and the vLLM environment are installed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e import demo_load, demo_sim
+from e2e.cluster.fixture import cluster_session
 from e2e.install import install_operator  # issue 11: the operator runs as the chart's pod
 from e2e.podrunner import PodRunner, file_sd_scrape_config
 from e2e.prometheus.fixture import PrometheusServer, find_prometheus
@@ -41,7 +44,6 @@ from e2e.stack import (
     SWITCHABLE_DRAFT,
     TARGET_MODEL,
     apply,
-    cluster_up,
     get_json,
     graded_draft,
     kubectl,
@@ -78,7 +80,8 @@ def load_forever(runner: PodRunner, stop: threading.Event, folder: Path) -> None
             jobs = [pool.submit(demo_load.run_slice, p, url, TARGET_MODEL, path, stop) for p, url in servers.items()]
             runs = [job.result() for job in jobs]
         for run in runs:
-            print(run.line(), flush=True)
+            if run.summary is not None or not stop.is_set():  # a slice cut short by the demo's end says nothing
+                print(run.line(), flush=True)
 
 
 def show(bin_dir: Path, kubeconfig: Path, *args: str) -> None:
@@ -99,7 +102,9 @@ def summary(obj: dict[str, Any]) -> str:
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="specpilot-demo-"))
     say("Local Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes)")
-    kubeconfig, bin_dir, started_cluster = cluster_up()
+    cluster = contextlib.ExitStack()  # shared with the test sessions: the last user of a cluster it started stops it
+    kube = cluster.enter_context(cluster_session())
+    kubeconfig, bin_dir = kube.kubeconfig, kube.bin_dir
     print(kubectl(bin_dir, kubeconfig, "get", "nodes", "-L", "nvidia.com/gpu.product"), end="")
     kubectl(bin_dir, kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     for namespace in (NAMESPACE, demo_sim.SIM_NAMESPACE):
@@ -242,8 +247,7 @@ def main() -> int:
         runner.stop()
         operator.stop()
         prometheus.stop()
-        if started_cluster:
-            subprocess.run([str(ROOT / "e2e/cluster/down.sh")], check=False, capture_output=True)
+        cluster.close()
 
 
 if __name__ == "__main__":
