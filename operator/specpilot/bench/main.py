@@ -273,6 +273,8 @@ def main(args: argparse.Namespace) -> int:
                     print(f"   {layout.replicas} replicas behind {layout.balancer.value}, arrivals x{layout.replicas};"
                           f" rollouts: maxSurge {layout.max_surge}, maxUnavailable {layout.max_unavailable},"
                           f" drain {layout.drain_s:g} s")  # fmt: skip
+                if scenario.objective is not AutotuneObjective.THROUGHPUT:
+                    print(f"   specpilot's CR: spec.autotune.objective {scenario.objective.value}")
                 if scenario.client_timeout_s is not None:
                     print(f"   clients hang up after {scenario.client_timeout_s:g} s without a first token")
                 print(report.table(scenario_rows))

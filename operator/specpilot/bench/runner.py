@@ -647,6 +647,7 @@ def run_scenario(
         "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
         "window_s": scenario.window_s,
         "client_timeout_s": scenario.client_timeout_s,
+        "objective": scenario.objective.value,
         **({"replicas": layout.replicas, "balancer": layout.balancer.value, "max_surge": layout.max_surge,
             "max_unavailable": layout.max_unavailable, "drain_s": layout.drain_s} if not layout.outage else {}),
     }  # fmt: skip
