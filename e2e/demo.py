@@ -6,29 +6,35 @@
 3. two SpeculativeDeployments of a tiny model: one with a draft that agrees with the target (acceptance 1.0,
    Recommend mode) and one, in Auto mode, whose drafter degrades and recovers (the pod runner maps its draft name to
    drafts of graded quality: the target's weights plus noise);
-4. traffic, and the autotuner's reaction: keep the good draft; when the flaky drafter's acceptance collapses, switch
-   speculation off (one rollout, one event); when it has recovered, a probe switches it back on with the same K and
-   schedule (one rollout, one event), and keeps it once acceptance clears enableAbove;
+4. traffic, the shipped Azure conversation trace scaled down for the tiny CPU model and replayed by `specpilot loadgen`
+   (e2e/demo_load.py; each slice's TTFT/TPOT/E2E percentiles printed), and the autotuner's reaction: keep the good
+   draft; when the flaky drafter's acceptance collapses, switch speculation off (one rollout, one event); when it has
+   recovered, a probe switches it back on with the same K and schedule (one rollout, one event), and keeps it once
+   acceptance clears enableAbove;
 5. beside it, the batch-threshold story no CPU can serve for real (e2e/demo_sim.py): a simulated Llama-3.3-70B on
    4xH100 (the simulator started from the pod's own command line, scraped by the same Prometheus) under a load ramp;
    past the crossover the operator installs a batch-size schedule, the table's threshold and schedule columns change.
 
-Everything listens on 127.0.0.1 and stops at the end (the cluster too, if the demo started it). Bounded: about 8
-minutes after the toolchain and the vLLM environment are installed.
+Everything listens on 127.0.0.1 and stops at the end; the cluster is shared with the test sessions
+(e2e/cluster/fixture.py: the last user of a cluster one of them started stops it). Bounded: about 8 minutes after the
+toolchain and the vLLM environment are installed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from e2e import demo_sim
+from e2e import demo_load, demo_sim
+from e2e.cluster.fixture import cluster_session
 from e2e.install import install_operator  # issue 11: the operator runs as the chart's pod
 from e2e.podrunner import PodRunner, file_sd_scrape_config
 from e2e.prometheus.fixture import PrometheusServer, find_prometheus
@@ -38,14 +44,12 @@ from e2e.stack import (
     SWITCHABLE_DRAFT,
     TARGET_MODEL,
     apply,
-    cluster_up,
     get_json,
     graded_draft,
     kubectl,
     model_map,
     tiny_speculative_deployment,
 )
-from e2e.vllm.load import run_load
 from e2e.vllm.make_models import ensure_graded_drafts
 from e2e.vllm.venvs import ensure_tiny_models, venv_python
 
@@ -61,17 +65,23 @@ def say(text: str) -> None:
 ONLY: list[str] = []  # when set, load goes to this deployment only (the others' pods would starve its restart)
 
 
-def load_forever(runner: PodRunner, stop: threading.Event) -> None:
-    """Greedy completions to every ready vLLM server (the demo's stand-in for clients of the Services)."""
+def load_forever(runner: PodRunner, stop: threading.Event, folder: Path) -> None:
+    """The shipped Azure conversation trace, scaled down for the tiny CPU model, replayed by `specpilot loadgen`
+    against every ready vLLM server at once (the demo's stand-in for clients of the Services), one slice at a time
+    (e2e/demo_load.py); each slice's TTFT/TPOT/E2E percentiles are printed as it ends."""
+    trace = demo_load.slices(demo_load.scaled_requests(), folder)
     while not stop.is_set():
-        urls = list(runner.endpoints(ONLY[0] if ONLY else None).values())
-        if not urls:
+        servers = runner.endpoints(ONLY[0] if ONLY else None)
+        if not servers:
             stop.wait(1)
-        for url in urls:
-            try:
-                run_load(url, model=TARGET_MODEL, n=4, concurrency=2, temperature=0.0, max_tokens=48, time_limit_s=30)
-            except Exception:  # servers come and go during rollouts
-                stop.wait(0.5)
+            continue
+        path = next(trace)
+        with ThreadPoolExecutor(len(servers)) as pool:
+            jobs = [pool.submit(demo_load.run_slice, p, url, TARGET_MODEL, path, stop) for p, url in servers.items()]
+            runs = [job.result() for job in jobs]
+        for run in runs:
+            if run.summary is not None or not stop.is_set():  # a slice cut short by the demo's end says nothing
+                print(run.line(), flush=True)
 
 
 def show(bin_dir: Path, kubeconfig: Path, *args: str) -> None:
@@ -92,7 +102,9 @@ def summary(obj: dict[str, Any]) -> str:
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="specpilot-demo-"))
     say("Local Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes)")
-    kubeconfig, bin_dir, started_cluster = cluster_up()
+    cluster = contextlib.ExitStack()  # shared with the test sessions: the last user of a cluster it started stops it
+    kube = cluster.enter_context(cluster_session())
+    kubeconfig, bin_dir = kube.kubeconfig, kube.bin_dir
     print(kubectl(bin_dir, kubeconfig, "get", "nodes", "-L", "nvidia.com/gpu.product"), end="")
     kubectl(bin_dir, kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     for namespace in (NAMESPACE, demo_sim.SIM_NAMESPACE):
@@ -136,7 +148,7 @@ def main() -> int:
     # --- end issue 11 ---
     print(f"operator: metrics http://127.0.0.1:{operator.metrics_port}/metrics, log {operator.log_path}")
     stop_load = threading.Event()
-    loader = threading.Thread(target=load_forever, args=(runner, stop_load), daemon=True)
+    loader = threading.Thread(target=load_forever, args=(runner, stop_load, work / "trace"), daemon=True)
     runner.start()
     sim_runner.start()
     try:
@@ -164,7 +176,10 @@ def main() -> int:
         if runner.failures():
             print(f"vLLM servers failed: {runner.failures()}")
             return 1
-        say("Both pods serve through real vLLM; sending greedy traffic to both")
+        say(
+            "Both pods serve through real vLLM; `specpilot loadgen` replays the Azure conversation trace (scaled "
+            f"down: lengths / {demo_load.LENGTH_SCALE}) to both, {demo_load.SLICE_S:g} s slices"
+        )
         show(bin_dir, kubeconfig, "get", "pods", "-o", "wide")
         generations = [get_json(bin_dir, kubeconfig, NAMESPACE, "deployment", FLAKY)["metadata"]["generation"]]
         loader.start()
@@ -232,8 +247,7 @@ def main() -> int:
         runner.stop()
         operator.stop()
         prometheus.stop()
-        if started_cluster:
-            subprocess.run([str(ROOT / "e2e/cluster/down.sh")], check=False, capture_output=True)
+        cluster.close()
 
 
 if __name__ == "__main__":

@@ -211,11 +211,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[KubeCluster]:
-    """Start the local cluster once per session (or reuse a running one)."""
-    if os.environ.get(SKIP_ENV) == "1":
-        pytest.skip(f"{SKIP_ENV}=1: cluster tests deliberately skipped")
+@contextlib.contextmanager
+def cluster_session() -> Iterator[KubeCluster]:
+    """The local cluster for one user (a pytest session, `make demo`): started unless one is up, registered under
+    ``<state>/sessions`` while in use, and stopped at the end by the last user of a cluster a user started (never one
+    started by hand with ``up.sh``)."""
     workdir = _workdir()
     owned_marker = workdir / "fixture-owned"
     session = workdir / "sessions" / str(os.getpid())
@@ -240,6 +240,15 @@ def kube_cluster() -> Iterator[KubeCluster]:
                 _alive(int(p.name)) for p in session.parent.iterdir() if p.name.isdigit()
             ):
                 subprocess.run([str(DOWN)], timeout=120, check=False)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """Start the local cluster once per session (or reuse a running one)."""
+    if os.environ.get(SKIP_ENV) == "1":
+        pytest.skip(f"{SKIP_ENV}=1: cluster tests deliberately skipped")
+    with cluster_session() as cluster:
+        yield cluster
 
 
 def _namespace_name(node_name: str) -> str:

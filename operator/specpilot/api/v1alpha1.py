@@ -227,6 +227,13 @@ class LatencyMetric(StrEnum):
     E2E = "e2e"
 
 
+class AutotuneObjective(StrEnum):
+    """What the schedule fit ranks first where the cost model cannot tell two K apart (docs/design/decisions.md)."""
+
+    THROUGHPUT = "Throughput"
+    LATENCY = "Latency"
+
+
 class AcceptanceMethod(StrEnum):
     """How the target verifies draft tokens, by intent; vllm/acceptance.py compiles it per vLLM version."""
 
@@ -635,6 +642,15 @@ class AutotuneSpec(_Spec):
     scrape_interval: Duration = _duration("15s", "Prometheus scrape interval of the vLLM pods.")
     acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
     latency: LatencySpec = Field(default_factory=LatencySpec)
+    objective: AutotuneObjective = Field(
+        AutotuneObjective.THROUGHPUT,
+        description="How the schedule fit chooses K per batch size among the K whose predicted tokens/s are within "
+        "1% of the best (a tie at goodput, below the cost model's error). Throughput (default): the smallest of them, "
+        "the least drafter work and verify tokens per step, which leaves the step's token budget to prefills and "
+        "narrows P99. Latency: the one with the lowest predicted mean time per output token. Outside such ties both "
+        "take the fastest K.",
+        strict=False,
+    )
     batch_threshold: BatchThresholdSpec = Field(default_factory=BatchThresholdSpec)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     min_samples: MinSamplesSpec = Field(default_factory=MinSamplesSpec)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.api.durations import parse_duration
+from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.bench import report
 from specpilot.bench.layout import Balancer
 from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
@@ -73,6 +74,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=(0, 1),
         default=0,
         help="spec.rollout.maxSurge: 1 starts each new pod before an old one drains (maxUnavailable then 0)",
+    )
+    p.add_argument(
+        "--objective",
+        choices=[o.value for o in AutotuneObjective],
+        default=AutotuneObjective.THROUGHPUT.value,
+        help="spec.autotune.objective of specpilot's CR in every scenario (the oracles do not read it)",
     )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
@@ -207,6 +214,12 @@ def with_true_profile(scenario: Scenario, variant: str) -> Scenario:
     return replace(scenario, preset=name if name in TRUE_PROFILES else scenario.preset, previous=previous)
 
 
+def with_objective(scenario: Scenario, objective: AutotuneObjective) -> Scenario:
+    """The scenario with specpilot's CR under another spec.autotune.objective, the scenario before it too."""
+    previous = None if scenario.previous is None else with_objective(scenario.previous, objective)
+    return replace(scenario, objective=objective, previous=previous)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.calibration:
         from specpilot.bench.calibration import calibration_rows, format_rows
@@ -231,6 +244,8 @@ def main(args: argparse.Namespace) -> int:
         chosen = [s.scaled(0.1) for s in chosen]
     if args.true_profile != "calibrated":
         chosen = [with_true_profile(s, args.true_profile) for s in chosen]
+    if args.objective != AutotuneObjective.THROUGHPUT.value:
+        chosen = [with_objective(s, AutotuneObjective(args.objective)) for s in chosen]
     if args.client_timeout is not None:
         chosen = [replace(s, client_timeout_s=args.client_timeout) for s in chosen]
     rows: list[dict[str, Any]] = []
@@ -258,6 +273,8 @@ def main(args: argparse.Namespace) -> int:
                     print(f"   {layout.replicas} replicas behind {layout.balancer.value}, arrivals x{layout.replicas};"
                           f" rollouts: maxSurge {layout.max_surge}, maxUnavailable {layout.max_unavailable},"
                           f" drain {layout.drain_s:g} s")  # fmt: skip
+                if scenario.objective is not AutotuneObjective.THROUGHPUT:
+                    print(f"   specpilot's CR: spec.autotune.objective {scenario.objective.value}")
                 if scenario.client_timeout_s is not None:
                     print(f"   clients hang up after {scenario.client_timeout_s:g} s without a first token")
                 print(report.table(scenario_rows))

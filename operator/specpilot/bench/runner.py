@@ -275,7 +275,8 @@ def closed_loop_spec(
     return bench_spec(preset_for(scenario), scenario.method, scenario.num_speculative_tokens,
                       scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
                       speculation_enabled=scenario.speculation_enabled, replicas=replicas,
-                      max_surge=max_surge, time_scale=scenario.time_scale)  # fmt: skip
+                      max_surge=max_surge, time_scale=scenario.time_scale,
+                      objective=scenario.objective)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
@@ -646,6 +647,7 @@ def run_scenario(
         "windows_p99_tpot_ms": {r.policy: window_p99(r.outcomes, scenario.window_s, scenario.duration_s) for r in runs},
         "window_s": scenario.window_s,
         "client_timeout_s": scenario.client_timeout_s,
+        "objective": scenario.objective.value,
         **({"replicas": layout.replicas, "balancer": layout.balancer.value, "max_surge": layout.max_surge,
             "max_unavailable": layout.max_unavailable, "drain_s": layout.drain_s} if not layout.outage else {}),
     }  # fmt: skip

@@ -20,6 +20,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from specpilot.api.v1alpha1 import AutotuneObjective
+
 Points = tuple[tuple[float, float], ...]  # (seconds, value), piecewise linear, flat outside
 
 
@@ -127,6 +129,8 @@ class Scenario:
     # too, so a compressed scenario is a miniature of the full one rather than a full-speed controller in a short run.
     # Requests are not compressed (tokens take as long to generate), so neither is the drain that lets them finish.
     time_scale: float = 1.0
+    # spec.autotune.objective of the CR; `specpilot bench --objective` sets it for every scenario
+    objective: AutotuneObjective = AutotuneObjective.THROUGHPUT
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""

@@ -75,6 +75,7 @@ def bench_spec(
     replicas: int = 1,
     max_surge: int = 0,
     time_scale: float = 1.0,
+    objective: v1alpha1.AutotuneObjective = v1alpha1.AutotuneObjective.THROUGHPUT,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
@@ -86,6 +87,7 @@ def bench_spec(
     defaults). `replicas` and `max_surge`: spec.replicas and spec.rollout.maxSurge (the other rollout fields keep
     their defaults). `time_scale`: the scenario's clock (Scenario.time_scale); below 1 every duration the bench
     configures is the default's times it (time_constants_on) and the minimum samples shrink with the window.
+    `objective`: spec.autotune.objective, written only when it is not the default.
     """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k, "enabled": speculation_enabled}
     if method in DRAFT_MODELS:
@@ -115,6 +117,8 @@ def bench_spec(
             "autotune": {"mode": "Auto", "prometheus": {"url": "http://simulated-prometheus:9090"},
                          "batchThreshold": {"tune": True, "min": 8, "max": max_num_seqs},
                          **({"acceptance": acceptance} if acceptance else {}),
+                         **({"objective": objective.value}
+                            if objective is not v1alpha1.AutotuneObjective.THROUGHPUT else {}),
                          **({"latency": {"ttftDeadline": f"{round(ttft_slo_s * 1000)}ms"}} if ttft_slo_s else {})},
         },
     }  # fmt: skip

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.autotune.model.k0tax import DrafterMemory, OffComparison, compare_with_off
 from specpilot.autotune.model.stepcost import (
     LLAMA8B_H100,
@@ -65,6 +66,7 @@ def fit_schedule(
     max_num_seqs: int,
     bounds: tuple[int, int],
     prefer_within: float = 0.01,
+    objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
 ) -> Fit:
     """K per batch size for vLLM >= 0.24 `num_speculative_tokens_per_batch_size`.
 
@@ -72,13 +74,14 @@ def fit_schedule(
     removes ties that would otherwise split ranges. The threshold (first K = 0) is kept inside the user's
     batchThreshold bounds: below `min` the smallest K (1) is used instead of 0, above `max` K drops to 0 at `max`.
     K = 0 is priced with the K = 0 tax (one drafter forward per step, `k0_step_ms`): a dynamic-SD engine pays it in
-    every step of a K = 0 range, so K = 0 wins only where it beats K >= 1 with the tax included.
+    every step of a K = 0 range, so K = 0 wins only where it beats K >= 1 with the tax included. `objective`
+    (spec.autotune.objective) breaks ties within `prefer_within` (objective.choose_k).
     """
     low, high = bounds
     ks: list[int] = []
     ceiling = min(max_k, profile.max_k)
     for batch in range(1, max_num_seqs + 1):
-        k = min(best_k(profile, model, batch, ceiling, prefer_within, schedule_tokens_per_ms), ceiling)
+        k = min(best_k(profile, model, batch, ceiling, prefer_within, schedule_tokens_per_ms, objective), ceiling)
         ks.append(k)
         ceiling = k
     threshold = next((b for b, k in enumerate(ks, start=1) if k == 0), None)
@@ -449,6 +452,7 @@ def plan_threshold(
     forgone_s: float = 0.0,
     forecast: Forecast | None = None,
     anchor: SpeculationIntent | None = None,
+    objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
 
@@ -464,6 +468,7 @@ def plan_threshold(
     `anchor`: the refit an agreement streak began with (agreement.agree_by_effect); the proposal is priced against it
     at every batch size where their K differ (`vsAnchor`), so the streak can tell a boundary that moved where two K
     tie from a decision that changed.
+    `objective`: spec.autotune.objective, which of the Ks that tie at goodput the schedule fit takes.
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
@@ -477,6 +482,7 @@ def plan_threshold(
         "load": {str(b): round(w, 1) for b, w in sorted(load.items())},
         "batchNow": round(batch_now, 2),
         "settings": settings.to_dict(),
+        "objective": objective.value,
     }
 
     off: OffComparison | None = None
@@ -516,7 +522,13 @@ def plan_threshold(
 
     if support is ThresholdSupport.SCHEDULE:
         fit = fit_schedule(
-            profile, model, max_k=max_k, max_num_seqs=max_num_seqs, bounds=bounds, prefer_within=settings.prefer_within
+            profile,
+            model,
+            max_k=max_k,
+            max_num_seqs=max_num_seqs,
+            bounds=bounds,
+            prefer_within=settings.prefer_within,
+            objective=objective,
         )
         proposed = replace(current, batch_schedule=fit.schedule, disable_above_batch_size=fit.threshold)
         shown = f"schedule {schedule_text(fit.schedule)}"

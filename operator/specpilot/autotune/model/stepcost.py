@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from specpilot.api.v1alpha1 import AutotuneObjective
+from specpilot.autotune.model.objective import choose_k
 from specpilot.sim import presets
 from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent
@@ -393,15 +395,15 @@ def best_k(
     max_k: int,
     prefer_within: float,
     rate: Rate = tokens_per_ms,
+    objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
 ) -> int:
-    """argmax_k E_k/T(B,k); among Ks within `prefer_within` of the best, the smallest (larger K widens P99).
+    """argmax_k E_k/T(B,k); Ks within `prefer_within` of the best tie, and `objective` breaks the tie
+    (objective.choose_k: Throughput the smallest, Latency the lowest mean TPOT).
 
     `rate` prices K = 0: plain speculation-configured steps by default, `schedule_tokens_per_ms` under a schedule.
     """
     top = min(max_k, profile.max_k)
-    rates = [rate(profile, model, batch, k) for k in range(top + 1)]
-    best = max(rates)
-    return next(k for k, rate in enumerate(rates) if rate >= best * (1 - prefer_within))
+    return choose_k([rate(profile, model, batch, k) for k in range(top + 1)], objective, prefer_within)
 
 
 def k_for_batch(intent: SpeculationIntent, batch: int, max_k: int) -> int:

@@ -1209,6 +1209,7 @@ def _plan(
         forgone_s=state.forgone_s,
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
         anchor=None if state.streak is None else anchor_intent(state.streak.key, Action.CHANGE_THRESHOLD.value),
+        objective=at.objective,
     )
 
 
