@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +88,43 @@ def test_nothing_listening_is_a_connection_error(tmp_path: Path, capsys: pytest.
     assert json.loads(capsys.readouterr().out)["errors"]["connection"]["count"] == 1
     assert cli_main(["loadgen", "--trace", str(trace), "--url", url]) == 2  # no --model, no /v1/models
     assert capsys.readouterr().err.startswith(f"error: {url}/v1/models: ConnectError")
+
+
+@pytest.fixture
+def cutting_server() -> Iterator[str]:
+    """A server that streams two token events of a completion, then closes the connection without [DONE] (as a
+    vLLM that aborts its requests on SIGTERM does); one request per connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    event = json.dumps({"choices": [{"index": 0, "text": "x"}]})
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                conn.sendall(head + f"data: {event}\n\ndata: {event}\n\n".encode())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def test_a_stream_cut_before_done_is_a_failure_not_a_completion(
+    cutting_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tokens of twenty, then the connection closes: a failed request, never one completed at the forced length."""
+    trace = tmp_path / "one.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 20}\n')
+    code = cli_main(["loadgen", "--trace", str(trace), "--url", cutting_server, "--model", "m", "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert (out["sent"], out["completed"], out["failed"]) == (1, 0, 1)
+    assert out["errors"]["stream cut"]["count"] == 1, out["errors"]
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from specpilot.bench.main import positive
 from specpilot.bench.trace import TraceError, TraceRequest, read_trace
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a 16k-token stream is ~3 MB of events
@@ -72,7 +73,8 @@ class _Failure(Exception):
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON events of a server-sent event stream, bounded in total bytes and per line, until [DONE]."""
+    """The JSON events of a server-sent event stream, bounded in total bytes and per line, until [DONE]; a stream
+    that ends without [DONE] was cut (the server aborted it, e.g. a pod stopped without drain) and is a failure."""
     total = 0
     pending = b""
     async for chunk in response.aiter_bytes():
@@ -96,6 +98,7 @@ async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             if not isinstance(event, dict):
                 raise _Failure(f"bad stream: an event is not a JSON object: {data[:80]!r}")
             yield event
+    raise _Failure("stream cut: the response ended before [DONE]")
 
 
 async def _send(client: httpx.AsyncClient, model: str, index: int, r: TraceRequest, seed: int) -> Result:
@@ -105,6 +108,7 @@ async def _send(client: httpx.AsyncClient, model: str, index: int, r: TraceReque
     started = time.perf_counter()
     first: float | None = None
     usage: int | None = None
+    streamed = 0
     async with client.stream("POST", "/v1/completions", json=body) as response:
         if response.status_code != 200:
             raise _Failure(f"HTTP {response.status_code}: {await _error_message(response)}")
@@ -112,15 +116,17 @@ async def _send(client: httpx.AsyncClient, model: str, index: int, r: TraceReque
             if "error" in event:
                 raise _Failure(f"server error: {str(event['error'])[:200]}")
             choices = event.get("choices")
-            if first is None and isinstance(choices, list) and choices:  # a token came, even one with no text yet
-                first = time.perf_counter()
+            if isinstance(choices, list) and choices:  # a token came, even one with no text yet
+                streamed += 1
+                if first is None:
+                    first = time.perf_counter()
             counted = event.get("usage")
             if isinstance(counted, dict) and isinstance(counted.get("completion_tokens"), int):
                 usage = counted["completion_tokens"]
     end = time.perf_counter()
     if first is None:
         raise _Failure("empty response: no token streamed")
-    tokens = usage if usage is not None else r.output_tokens  # without usage: the forced length
+    tokens = usage if usage is not None else streamed  # without usage: the token events that arrived
     tpot = (end - first) / (tokens - 1) if tokens > 1 else None
     return Result(index, 0.0, True, first - started, tpot, end - started, tokens, r.output_tokens)
 
@@ -226,36 +232,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Azure LLM inference CSV, BurstGPT CSV or Mooncake JSONL (.gz read compressed)")  # fmt: skip
     p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="model name to send (default: the first one /v1/models lists)")
-    p.add_argument("--time-scale", type=_positive, default=1.0, metavar="FACTOR",
+    p.add_argument("--time-scale", type=positive(float), default=1.0, metavar="FACTOR",
                    help="multiply arrival times (0.1: ten times the trace's rate; default 1)")  # fmt: skip
-    p.add_argument("--duration", type=_positive, metavar="SECONDS",
+    p.add_argument("--duration", type=positive(float), metavar="SECONDS",
                    help="send only the requests due in the first SECONDS (after time scaling)")  # fmt: skip
-    p.add_argument("--requests", type=_count, metavar="N", help="send only the first N requests")
-    p.add_argument("--concurrency", type=_count, default=64, help="requests in flight at most (default 64)")
-    p.add_argument("--timeout", type=_positive, default=300.0, metavar="SECONDS",
+    p.add_argument("--requests", type=positive(int), metavar="N", help="send only the first N requests")
+    p.add_argument("--concurrency", type=positive(int), default=64, help="requests in flight at most (default 64)")
+    p.add_argument("--timeout", type=positive(float), default=300.0, metavar="SECONDS",
                    help="a request's whole response must arrive within this (default 300)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt token ids")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return value
 
 
 def main(args: argparse.Namespace) -> int:
