@@ -22,26 +22,41 @@ from specpilot.bench.queries import ScrapeHistory, SimQueryClient, histogram_qua
 from specpilot.bench.runner import (
     RESTART_CONTROLS,
     PolicyRun,
+    Replica,
     _restart_controls,
     _static_job,
+    batch_size_support,
     closed_loop_spec,
     earliest_refit_s,
     restart_times,
     run_restarted,
     run_scenario,
+    run_specpilot,
     run_static,
     run_switch,
     same_as_static,
     spec_config,
     summarize,
 )
-from specpilot.bench.scenarios import SCENARIOS, Scenario, arrivals, at, scenario_named
+from specpilot.bench.scenarios import (
+    CLIENT_TIMEOUT_S,
+    NO_SD_CAPACITY_QPS,
+    ONOFF_ONLY_VERSION,
+    SCENARIOS,
+    SHAREGPT,
+    VLLM_VERSION,
+    Scenario,
+    arrivals,
+    at,
+    scenario_named,
+)
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime, to_seconds, window_budget
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100
+from specpilot.vllm.dialects import ThresholdSupport
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.metrics import metric_names_for
-from specpilot.vllm.versions import VllmVersion
+from specpilot.vllm.versions import DISABLE_BY_BATCH_SIZE_REJECTED, DYNAMIC_SPECULATION, VllmVersion
 from tests import policy_fit
 
 
@@ -51,6 +66,25 @@ from tests import policy_fit
 )
 def test_piecewise_linear(points: tuple[tuple[float, float], ...], t: float, value: float) -> None:
     assert at(points, t) == value
+
+
+def test_every_scenario_has_clients_that_hang_up() -> None:
+    """The headline runs count a request whose client gave up as failed: every scenario has the gateway timeout."""
+    assert CLIENT_TIMEOUT_S == 60.0
+    assert all(s.client_timeout_s == CLIENT_TIMEOUT_S for s in SCENARIOS)
+
+
+def test_the_24_hour_day_has_a_thin_night_and_a_peak_past_capacity() -> None:
+    """diurnal-24h: a night where a 5-minute window holds fewer than 50 requests, a peak above the capacity without
+    speculation, a whole day long; the quick version keeps the shape at a tenth of the time."""
+    day = scenario_named("diurnal-24h")
+    capacity = NO_SD_CAPACITY_QPS[("llama8b-h100", SHAREGPT, 256, 8192)]
+    assert day.duration_s == 24 * 3600
+    assert at(day.qps, 3 * 3600) * 300 < 50
+    assert at(day.qps, 13 * 3600) > capacity
+    assert at(day.qps, 23.9 * 3600) * 300 < 50
+    quick = day.scaled(0.1)
+    assert [at(quick.qps, t * 0.1) for t in (3 * 3600, 13 * 3600)] == [at(day.qps, t) for t in (3 * 3600, 13 * 3600)]
 
 
 def test_arrivals_are_poisson_at_the_scenario_rate_and_repeatable() -> None:
@@ -353,7 +387,7 @@ def test_tiny_benchmark_runs_every_policy() -> None:
         else:
             assert rows[control]["config"] == best
             assert rows[control]["goodput"] == rows["best-static"]["goodput"]
-    assert len(SCENARIOS) == 11
+    assert len(SCENARIOS) == 13
 
 
 def test_the_reachable_reference_restarts_once_at_the_earliest_refit_the_spec_allows() -> None:
@@ -458,6 +492,49 @@ def test_theta_starts_with_every_static_k_and_two_thresholds() -> None:
     theta = [oracles.label(i) for i in oracles.candidates(3, 256)]
     assert theta == ["off", "K1", "K2", "K3", "K3@1/0@32", "K3@1/0@128"]
     assert [oracles.label(i) for i in oracles.candidates(4, 64)] == ["off", "K1", "K2", "K3", "K4", "K4@1/0@32"]
+    assert [oracles.label(i) for i in oracles.candidates(3, 256, thresholds=False)] == ["off", "K1", "K2", "K3"]
+
+
+@pytest.mark.parametrize(
+    ("version", "support"),
+    [(VLLM_VERSION, ThresholdSupport.BATCH_SCHEDULE), (ONOFF_ONLY_VERSION, ThresholdSupport.UNSUPPORTED)],
+)
+def test_what_a_scenarios_version_can_express_is_the_renderers_answer(version: str, support: ThresholdSupport) -> None:
+    """The on/off-only release lies between the boundaries where disable_by_batch_size is refused and the
+    per-batch-size schedule arrives; the CR, the engines and the oracle's Theta all run the scenario's version."""
+    scenario = replace(scenario_named("steady-low"), vllm_version=version)
+    assert batch_size_support(scenario) is support
+    assert closed_loop_spec(scenario).engine.version == version
+    assert Replica(scenario, LLAMA8B_H100, oracles.static(3), 1).engine.config.version == VllmVersion.parse(version)
+    assert scenario_named("onoff-only-version").vllm_version == ONOFF_ONLY_VERSION
+    assert DISABLE_BY_BATCH_SIZE_REJECTED <= VllmVersion.parse(ONOFF_ONLY_VERSION) < DYNAMIC_SPECULATION
+
+
+def test_the_oracle_of_an_onoff_only_version_searches_what_it_runs() -> None:
+    """The tiny scenario on a release without a batch-size threshold: Theta is off and the static Ks, no threshold
+    or schedule is searched and there is no static-threshold row; on the default release the same scenario has both
+    (test_tiny_benchmark_runs_every_policy)."""
+    tiny = replace(tiny_scenario(), vllm_version=ONOFF_ONLY_VERSION)
+    runs, meta = run_scenario(tiny, seed=1)
+    assert set(meta["static_goodput"]) == {"off", "K1", "K2", "K3"}
+    assert meta["searched_schedules"] == []
+    assert "static-threshold" not in {run.policy for run in runs}
+    assert {config for run in runs for _, config in run.timeline} <= {"off", "K1", "K2", "K3"}
+
+
+@pytest.mark.parametrize(("version", "schedule"), [(ONOFF_ONLY_VERSION, False), (VLLM_VERSION, True)])
+def test_on_an_onoff_only_version_the_closed_loop_only_switches_speculation(version: str, schedule: bool) -> None:
+    """A drafter at 0.45x its acceptance at 8 QPS for 12 minutes: on the default release the closed loop installs a
+    per-batch-size schedule; on the on/off-only release the same evidence can only switch speculation off."""
+    slow = replace(tiny_scenario(), vllm_version=version, qps=((0.0, 8.0),), duration_s=720.0,
+                   alpha_multiplier=((0.0, 0.45),))  # fmt: skip
+    replica, _ = run_specpilot(slow, 1, arrivals(slow, 1))
+    configs = [config for _, config in replica.timeline[1:]]
+    assert configs, "the closed loop acted"
+    if schedule:
+        assert any("@" in config for config in configs), configs
+    else:
+        assert set(configs) <= {"off", "K3"}, configs
 
 
 @pytest.mark.parametrize(
@@ -526,7 +603,9 @@ def test_clients_past_their_timeout_leave_a_queue_past_capacity() -> None:
     """--client-timeout: a request queued longer than the timeout without a first token is aborted (its client hung
     up). Two minutes at twice K = 3's capacity: without a timeout every request is served, late; with 20 s the queue
     holds at most 20 s of arrivals, no request starts later than that, and the abandoned ones count as failed."""
-    crowd = replace(tiny_scenario(), name="crowd", duration_s=120.0, qps=((0.0, 30.0),), max_num_seqs=16)
+    crowd = replace(
+        tiny_scenario(), name="crowd", duration_s=120.0, qps=((0.0, 30.0),), max_num_seqs=16, client_timeout_s=None
+    )
     items = arrivals(crowd, 1)
     patient = run_static(crowd, oracles.static(3), 1, items)
     assert max(o.ttft or 0.0 for o in patient.outcomes) > 40.0  # the queue grew past the timeout
@@ -535,6 +614,9 @@ def test_clients_past_their_timeout_leave_a_queue_past_capacity() -> None:
         in_engine = len(run.engine.waiting) + len(run.engine.running)
         assert len(run.outcomes) + in_engine + len(items) - run.next_arrival == len(items)
     assert len(impatient.engine.waiting) < len(patient.engine.waiting) / 2
+    assert summarize(PolicyRun("crowd", "K3", "K3", impatient.outcomes, 0, [], [], 120.0, 0.0), crowd)[
+        "timed_out"
+    ] == sum(1 for o in impatient.outcomes if o.failed)  # nothing else fails here: no restart
     started = [o for o in impatient.outcomes if o.ttft is not None]
     assert started
     gave_up = [o for o in impatient.outcomes if o.failed]

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from specpilot.bench import report
-from specpilot.bench.main import client_timeout, seed_list
+from specpilot.bench.main import add_arguments, client_timeout, seed_list, with_client_timeout
 from specpilot.bench.runner import rows_of, run_scenario
+from specpilot.bench.scenarios import scenario_named
 from tests.unit.test_bench import tiny_scenario
 
 
@@ -182,6 +183,29 @@ def test_a_client_timeout_is_a_duration(text: str, seconds: float) -> None:
 def test_a_bad_client_timeout_says_what_is_allowed(text: str, says: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=says):
         client_timeout(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "seconds"), [([], 60.0), (["--client-timeout", "2m"], 120.0), (["--no-client-timeout"], None)]
+)  # fmt: skip
+def test_clients_hang_up_after_60_s_unless_told_otherwise(argv: list[str], seconds: float | None) -> None:
+    """The headline runs have the gateway's 60 s; --no-client-timeout gives patient clients, also to what a changed
+    CR ran before."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    chosen = parser.parse_args(argv).client_timeout
+    assert chosen == seconds
+    changed = with_client_timeout(scenario_named("target-change"), chosen)
+    assert changed.previous is not None
+    assert (changed.client_timeout_s, changed.previous.client_timeout_s) == (seconds, seconds)
+
+
+def test_a_client_timeout_and_patient_clients_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--client-timeout", "30s", "--no-client-timeout"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_verdicts_print_specpilot_against_the_oracle_and_each_reference() -> None:

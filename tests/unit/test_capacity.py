@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.bench.capacity import capacity_qps
-from specpilot.bench.scenarios import NO_SD_CAPACITY_QPS, SHAREGPT, Lengths, share_of_capacity
-from specpilot.bench.specpilot_policy import VERSION
+from specpilot.bench.scenarios import NO_SD_CAPACITY_QPS, SHAREGPT, VLLM_VERSION, Lengths, share_of_capacity
 from specpilot.sim.presets import preset_named
 
 
@@ -14,7 +13,7 @@ from specpilot.sim.presets import preset_named
 def test_the_capacity_table_is_the_models(preset: str, lengths: Lengths, max_num_seqs: int, max_model_len: int) -> None:
     """A refit of a preset that moves its capacity fails here until the table (and so every rate) follows it."""
     measured = capacity_qps(
-        preset_named(preset), lengths, version=VERSION, max_num_seqs=max_num_seqs, max_model_len=max_model_len
+        preset_named(preset), lengths, version=VLLM_VERSION, max_num_seqs=max_num_seqs, max_model_len=max_model_len
     )
     assert measured == pytest.approx(NO_SD_CAPACITY_QPS[(preset, lengths, max_num_seqs, max_model_len)], rel=0.01)
 
@@ -37,7 +36,7 @@ def test_shares_become_rates(
 def test_a_faster_preset_has_more_capacity() -> None:
     """The measurement answers to the cost model: the 8B preset out-serves the 70B one on the same lengths."""
     small, large = (
-        capacity_qps(preset_named(p), SHAREGPT, version=VERSION, max_num_seqs=64, max_model_len=8192)
+        capacity_qps(preset_named(p), SHAREGPT, version=VLLM_VERSION, max_num_seqs=64, max_model_len=8192)
         for p in ("llama8b-h100", "llama70b-4xh100")
     )
     assert small > 1.2 * large

@@ -16,7 +16,7 @@ from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.bench import report
 from specpilot.bench.layout import Balancer
-from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
+from specpilot.bench.scenarios import CLIENT_TIMEOUT_S, SCENARIOS, Scenario, scenario_named
 from specpilot.bench.trace import TraceError, read_trace
 from specpilot.sim.presets import PERTURBATIONS, TRUE_PROFILES
 
@@ -37,14 +37,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time-compressed scenarios (x0.1), the controller's time constants and the simulator's restarts with them",
     )
-    p.add_argument(
+    patience = p.add_mutually_exclusive_group()
+    patience.add_argument(
         "--client-timeout",
         type=client_timeout,
-        default=None,
+        default=CLIENT_TIMEOUT_S,
         metavar="DURATION",
-        help="clients hang up after this long without a first token and vLLM aborts their requests (e.g. 60s, the "
-        "default read timeout of ingress-nginx and AWS ALB); unset, clients wait forever. A sensitivity run: it "
-        "applies to every policy of every scenario",
+        help=f"clients hang up after this long without a first token and vLLM aborts their requests, which count as "
+        f"failed in every policy's row (default {CLIENT_TIMEOUT_S:g}s, the default read timeout of ingress-nginx and "
+        "AWS ALB)",
+    )
+    patience.add_argument(
+        "--no-client-timeout",
+        dest="client_timeout",
+        action="store_const",
+        const=None,
+        help="clients wait forever for their first token (a sensitivity run: past capacity the queue grows without "
+        "bound)",
     )
     add_trace_arguments(p)
     p.add_argument(
@@ -220,6 +229,12 @@ def with_objective(scenario: Scenario, objective: AutotuneObjective) -> Scenario
     return replace(scenario, objective=objective, previous=previous)
 
 
+def with_client_timeout(scenario: Scenario, seconds: float | None) -> Scenario:
+    """The scenario (and what its CR ran before) with clients that hang up after `seconds` (None: never)."""
+    previous = None if scenario.previous is None else with_client_timeout(scenario.previous, seconds)
+    return replace(scenario, client_timeout_s=seconds, previous=previous)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.calibration:
         from specpilot.bench.calibration import calibration_rows, format_rows
@@ -246,8 +261,7 @@ def main(args: argparse.Namespace) -> int:
         chosen = [with_true_profile(s, args.true_profile) for s in chosen]
     if args.objective != AutotuneObjective.THROUGHPUT.value:
         chosen = [with_objective(s, AutotuneObjective(args.objective)) for s in chosen]
-    if args.client_timeout is not None:
-        chosen = [replace(s, client_timeout_s=args.client_timeout) for s in chosen]
+    chosen = [with_client_timeout(s, args.client_timeout) for s in chosen]
     rows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     several = len(args.seed) > 1
@@ -275,8 +289,9 @@ def main(args: argparse.Namespace) -> int:
                           f" drain {layout.drain_s:g} s")  # fmt: skip
                 if scenario.objective is not AutotuneObjective.THROUGHPUT:
                     print(f"   specpilot's CR: spec.autotune.objective {scenario.objective.value}")
-                if scenario.client_timeout_s is not None:
-                    print(f"   clients hang up after {scenario.client_timeout_s:g} s without a first token")
+                patience = scenario.client_timeout_s
+                print(f"   clients hang up after {patience:g} s without a first token" if patience is not None
+                      else "   clients wait forever for a first token (--no-client-timeout)")  # fmt: skip
                 print(report.table(scenario_rows))
                 for line in meta["verdicts"]:
                     print(f"   {line}")

@@ -47,11 +47,12 @@ def label(intent: SpeculationIntent) -> str:
     return f"K{k}"
 
 
-def candidates(k_max: int, max_num_seqs: int) -> tuple[SpeculationIntent, ...]:
-    """The first stage of Theta: off, every static K from 1 to k_max, and k_max with thresholds 32 and 128."""
+def candidates(k_max: int, max_num_seqs: int, *, thresholds: bool = True) -> tuple[SpeculationIntent, ...]:
+    """The first stage of Theta: off, every static K from 1 to k_max, and k_max with thresholds 32 and 128 where the
+    engine can stop speculating at a batch size (`thresholds`)."""
     out: list[SpeculationIntent] = [off(), *(static(k) for k in range(1, k_max + 1))]
     for t in (32, 128):
-        if t < max_num_seqs:
+        if thresholds and t < max_num_seqs:
             out.append(threshold(k_max, t, max_num_seqs))
     return tuple(out)
 
@@ -107,6 +108,7 @@ class Outcome:
     e2e: float | None
     tokens: int
     failed: bool
+    timed_out: bool = False  # failed because its client hung up before the first token (Scenario.client_timeout_s)
 
 
 def meets_slo(o: Outcome, tpot_slo_s: float, ttft_slo_s: float) -> bool:

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specpilot.bench.capacity import capacity_qps
-from specpilot.bench.scenarios import Replay, Scenario
-from specpilot.bench.specpilot_policy import VERSION
+from specpilot.bench.scenarios import VLLM_VERSION, Replay, Scenario
 from specpilot.bench.trace import Trace, read_trace
 from specpilot.sim.presets import preset_named
 
@@ -55,7 +54,7 @@ def trace_capacity_qps(trace: Trace, preset: str, max_num_seqs: int = 256) -> fl
     """The preset's no-speculation capacity at this trace's lengths (requests per second; a closed-loop run)."""
     pairs = [(r.prompt_tokens, r.output_tokens) for r in trace.requests]
     return capacity_qps(
-        preset_named(preset), pairs, version=VERSION, max_num_seqs=max_num_seqs, max_model_len=model_len_for(trace)
+        preset_named(preset), pairs, version=VLLM_VERSION, max_num_seqs=max_num_seqs, max_model_len=model_len_for(trace)
     )
 
 

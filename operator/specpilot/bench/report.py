@@ -11,7 +11,7 @@ from typing import Any
 from specpilot.bench.runner import RESTART_CONTROLS, PolicyRun
 
 COLUMNS = ("scenario", "policy", "config", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p50_ttft_ms",
-           "p99_ttft_ms", "p99_e2e_ms", "actuations", "failed", "replicas")  # fmt: skip
+           "p99_ttft_ms", "p99_e2e_ms", "actuations", "failed", "timed_out", "replicas")  # fmt: skip
 LATENCIES = (("p50_tpot_ms", "P50 TPOT"), ("p99_tpot_ms", "P99 TPOT"), ("p50_ttft_ms", "P50 TTFT"),
              ("p99_ttft_ms", "P99 TTFT"), ("p99_e2e_ms", "P99 E2E"))  # fmt: skip
 

@@ -38,9 +38,10 @@ from specpilot.bench.oracles import Outcome
 from specpilot.bench.prometheus import ScrapeClock
 from specpilot.bench.queries import ScrapeHistory, snapshot
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, batched_tokens
-from specpilot.bench.specpilot_policy import VERSION, SpecpilotController, bench_spec, window_budget
+from specpilot.bench.specpilot_policy import SpecpilotController, bench_spec, window_budget
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import Preset, preset_named
+from specpilot.vllm.dialects import ThresholdSupport, threshold_support_for
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.versions import DYNAMIC_SPECULATION, VllmVersion
 
@@ -99,7 +100,7 @@ class Replica:
     generation: int = 0
 
     def __post_init__(self) -> None:
-        self.version = VllmVersion.parse(VERSION)
+        self.version = VllmVersion.parse(self.scenario.vllm_version)
         self.engine = Engine(self._config(self.intent), seed=self.seed)
         self.timeline.append((0.0, oracles.label(self.intent)))
         scale = self.scenario.time_scale
@@ -183,7 +184,7 @@ class Replica:
             timeout = self.scenario.client_timeout_s
             if timeout is not None:
                 for r in e.abandon_waiting(e.now - timeout):
-                    self.outcomes.append(Outcome(r.arrival, None, None, None, r.generated, True))
+                    self.outcomes.append(Outcome(r.arrival, None, None, None, r.generated, True, timed_out=True))
             report = e.step()
             if report.duration == 0:  # nothing fits (a prompt larger than the cache): let time pass
                 e.advance_idle(e.now + 0.01)
@@ -276,7 +277,7 @@ def closed_loop_spec(
                       scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
                       speculation_enabled=scenario.speculation_enabled, replicas=replicas,
                       max_surge=max_surge, time_scale=scenario.time_scale,
-                      objective=scenario.objective)  # fmt: skip
+                      objective=scenario.objective, version=scenario.vllm_version)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
@@ -425,6 +426,7 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
         "actuations": run.actuations,
         "requests": len(run.outcomes),
         "failed": sum(1 for o in run.outcomes if o.failed),
+        "timed_out": sum(1 for o in run.outcomes if o.timed_out),
         "replicas": run.replicas,
         "wall_s": round(run.wall_s, 1),
     }
@@ -468,7 +470,7 @@ def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: Pol
     """Whether a K-per-batch-size table would have run exactly like the static K run: it gives that K at every batch
     size the static run reached (same seed, same arrivals, so the same steps; the table only changes K beyond).
     `k`: the static run's K (default the scenario's)."""
-    version = VllmVersion.parse(VERSION)
+    version = VllmVersion.parse(scenario.vllm_version)
     static_k = oracles.static(k or scenario.num_speculative_tokens)
     fixed = spec_config(static_k, scenario.method, version, scenario.max_num_seqs)
     tuned = spec_config(table, scenario.method, version, scenario.max_num_seqs)
@@ -581,6 +583,13 @@ def _restart_controls(
     return [out[policy] for policy, _ in RESTART_CONTROLS]
 
 
+def batch_size_support(scenario: Scenario) -> ThresholdSupport:
+    """How the scenario's CR can stop speculating at a batch size on its vLLM version, as the operator's renderer
+    answers it (dialects.threshold_support_for): the oracle's Theta holds only configurations the version runs, so a
+    per-batch-size schedule needs BATCH_SCHEDULE, a threshold anything but UNSUPPORTED."""
+    return threshold_support_for(closed_loop_spec(scenario))[0]
+
+
 def run_scenario(
     scenario: Scenario,
     seed: int = 1,
@@ -598,10 +607,12 @@ def run_scenario(
     items = arrivals(scenario, seed)
     k = scenario.num_speculative_tokens
     preset = preset_for(scenario)
-    theta = oracles.candidates(k, scenario.max_num_seqs)
+    support = batch_size_support(scenario)
+    theta = oracles.candidates(k, scenario.max_num_seqs, thresholds=support is not ThresholdSupport.UNSUPPORTED)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)
-    searched = _band_search(scenario, seed, statics, workers, say, layout)
+    searched = (_band_search(scenario, seed, statics, workers, say, layout)
+                if support is ThresholdSupport.BATCH_SCHEDULE else {})  # fmt: skip
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     best = oracles.best_static(scores)
@@ -615,7 +626,8 @@ def run_scenario(
     runs.append(replace(statics["off"], policy="off"))
     runs.append(replace(statics[oracles.label(oracles.static(k))], policy="always-on"))
     threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
-    runs.append(replace(statics[threshold_32], policy="static-threshold"))
+    if threshold_32 in statics:  # a version that cannot stop speculating at a batch size has no such row
+        runs.append(replace(statics[threshold_32], policy="static-threshold"))
     runs.append(replace(statics[best], policy="best-static"))
     oracle, budgeted = refs.oracle, refs.budgeted
     oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(refs.oracle_plan)), oracle.outcomes,

@@ -58,6 +58,16 @@ NO_SD_CAPACITY_QPS: dict[tuple[str, Lengths, int, int], float] = {
 }
 
 
+# The vLLM release every scenario's engines and CR run unless the scenario names another (Scenario.vllm_version).
+VLLM_VERSION = "0.32.0"
+# Seconds a client waits for its first token before it hangs up: the default read timeout of ingress-nginx
+# (proxy-read-timeout) and an AWS ALB (idle timeout). Real clients are impatient, so every scenario has them.
+CLIENT_TIMEOUT_S = 60.0
+# A release between DISABLE_BY_BATCH_SIZE_REJECTED (0.17.0) and DYNAMIC_SPECULATION (0.24.0) of vllm/versions.py:
+# nothing in its speculative config stops speculating at a batch size, so a configuration is on (at a K) or off.
+ONOFF_ONLY_VERSION = "0.18.0"
+
+
 def batched_tokens(max_model_len: int) -> int:
     """max_num_batched_tokens of the benchmark's engines: vLLM's 8192, raised to fit a longer max_model_len (to 16k)."""
     return max(8192, min(max_model_len, 16384))
@@ -111,9 +121,9 @@ class Scenario:
     ttft_slo_s: float = 2.0
     window_s: float = 300.0
     dynamic: bool = True  # the "10% over best static" target applies
-    # Seconds a client waits for its first token before it hangs up and vLLM aborts the request; None: clients wait
-    # forever (the headline runs). `specpilot bench --client-timeout` sets it for every scenario, as a sensitivity run.
-    client_timeout_s: float | None = None
+    # Seconds a client waits for its first token before it hangs up and vLLM aborts the request (counted as failed);
+    # None: clients wait forever. `specpilot bench --client-timeout` / `--no-client-timeout` set it for every scenario.
+    client_timeout_s: float | None = CLIENT_TIMEOUT_S
     # Recorded arrivals and lengths replayed exactly instead of drawn from qps and lengths (temperatures and the
     # drift multiplier still come from the mix at each arrival time).
     replay: Replay | None = None
@@ -131,6 +141,9 @@ class Scenario:
     time_scale: float = 1.0
     # spec.autotune.objective of the CR; `specpilot bench --objective` sets it for every scenario
     objective: AutotuneObjective = AutotuneObjective.THROUGHPUT
+    # spec.engine.version of the CR and the release the simulated engines run: what the configuration can express
+    # (a per-batch-size schedule from 0.24.0, none from 0.10.0 to 0.23.x) follows it, for every policy and the oracle.
+    vllm_version: str = VLLM_VERSION
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""
@@ -374,6 +387,39 @@ SCENARIOS += (
             ((0.0, 0.2),),
             speculation_enabled=False,
         ),
+    ),
+)
+
+
+# A day at full length, and a CR on a vLLM release that can only switch speculation as a whole. Rates are shares of
+# capacity, as in the first set.
+_DAY: Points = ((0.0, 0.01), (6 * H, 0.01), (9 * H, 0.4), (12 * H, 1.05), (14 * H, 1.05), (17 * H, 0.3),
+                 (20 * H, 0.05), (24 * H, 0.01))  # fmt: skip
+SCENARIOS += (
+    Scenario(
+        "diurnal-24h",
+        "8B/H100 EAGLE-3 K=3 over 24 h: a night at 1% of no-SD capacity (0.13 QPS) to 06:00, a morning ramp to a"
+        " peak of 105% (13.8 QPS) from 12:00 to 14:00, an evening fall to 5% by 20:00 and 1% by 24:00",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        24 * H,
+        share_of_capacity("llama8b-h100", _DAY),
+        ((0.0, 0.2),),
+        tpot_slo_ms=15.0,
+    ),
+    Scenario(
+        "onoff-only-version",
+        f"8B/H100 EAGLE-3 K=3 on vLLM {ONOFF_ONLY_VERSION}, which has no per-batch-size schedule and refuses"
+        " disable_by_batch_size: load 20% -> 100% -> 20% of no-SD capacity over 1.5 h, speculation on or off only",
+        "llama8b-h100",
+        "eagle3",
+        3,
+        1.5 * H,
+        share_of_capacity("llama8b-h100", ((0.0, 0.20), (0.75 * H, 1.0), (1.5 * H, 0.20))),
+        ((0.0, 0.2),),
+        tpot_slo_ms=15.0,
+        vllm_version=ONOFF_ONLY_VERSION,
     ),
 )
 

@@ -4,8 +4,8 @@ It does per evaluation what operator/specpilot/autotune/evaluation.py does in th
 `evaluate.measure` (here against the simulated Prometheus of bench.queries), build PolicyInputs with the running
 intent, the rollout state and the config's start time, call `decision.decide`, and when the decision actuates,
 `decision.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
-(interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), vLLM 0.32.0, and
-the scenario's TTFT SLO as latency.ttftDeadline.
+(interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), the scenario's
+vLLM version (0.32.0 unless it names another), and the scenario's TTFT SLO as latency.ttftDeadline.
 
 The controller is not handed the simulator's hardware: the CR states what a user states on a real cluster (the target,
 tensor parallelism, GPU memory and the GPU product node label of the simulated set-up), and the cost profile and restart
@@ -37,13 +37,13 @@ from specpilot.autotune.policy.decision import (
 from specpilot.autotune.signals.promql import Scope
 from specpilot.bench.oracles import WindowBudget, label
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
+from specpilot.bench.scenarios import VLLM_VERSION
 from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent, intent_from_spec
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-VERSION = "0.32.0"
 DRAFT_MODELS = {"eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle": "yuhuili/EAGLE-LLaMA3-Instruct-70B",
                 "draft_model": "meta-llama/Llama-3.2-1B-Instruct"}  # fmt: skip
 
@@ -76,6 +76,7 @@ def bench_spec(
     max_surge: int = 0,
     time_scale: float = 1.0,
     objective: v1alpha1.AutotuneObjective = v1alpha1.AutotuneObjective.THROUGHPUT,
+    version: str = VLLM_VERSION,
 ) -> Any:
     """The SpeculativeDeployment the closed loop runs: defaults, mode Auto, batch threshold tuning on.
 
@@ -87,7 +88,8 @@ def bench_spec(
     defaults). `replicas` and `max_surge`: spec.replicas and spec.rollout.maxSurge (the other rollout fields keep
     their defaults). `time_scale`: the scenario's clock (Scenario.time_scale); below 1 every duration the bench
     configures is the default's times it (time_constants_on) and the minimum samples shrink with the window.
-    `objective`: spec.autotune.objective, written only when it is not the default.
+    `objective`: spec.autotune.objective, written only when it is not the default. `version`: spec.engine.version
+    and the image tag.
     """
     speculation: dict[str, Any] = {"method": method, "numSpeculativeTokens": k, "enabled": speculation_enabled}
     if method in DRAFT_MODELS:
@@ -100,8 +102,8 @@ def bench_spec(
             **({"replicas": replicas} if replicas != 1 else {}),
             **({"rollout": {"maxSurge": max_surge}} if max_surge else {}),
             "engine": {
-                "image": f"vllm/vllm-openai:v{VERSION}",
-                "version": VERSION,
+                "image": f"vllm/vllm-openai:v{version}",
+                "version": version,
                 "maxModelLen": max_model_len,
                 "maxNumSeqs": max_num_seqs,
             },
