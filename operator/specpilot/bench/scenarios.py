@@ -121,6 +121,14 @@ class Scenario:
     # controller lives through it (its records carry over, as status.autotune does), every policy is judged from the
     # change on. The change itself is the user's edit, which every policy rolls out at time 0.
     previous: Scenario | None = None
+    # spec.speculation.candidates of the CR: simulator drafters (keys of the preset's drafters, as `method` is) the
+    # operator may try one pod at a time in place of the declared one; the oracle searches each of them too.
+    candidates: tuple[str, ...] = ()
+
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The declared drafter and the candidates: every drafter the references search."""
+        return (self.method, *self.candidates)
 
     def scaled(self, factor: float) -> Scenario:
         """The same shape compressed in time (the quick version `make test` runs)."""
@@ -363,6 +371,39 @@ SCENARIOS += (
             ((0.0, 0.2),),
             speculation_enabled=False,
         ),
+    ),
+)
+
+
+# The drafter choice : the CR declares one drafter and lists another in
+# spec.speculation.candidates; the operator tries the candidate on one pod (trials need >= 2 replicas: these scenarios
+# run at `--replicas 2`) and keeps the faster. The TPOT SLO is an interactive one at which the drafter decides how
+# many requests meet it; the load is half of one pod's no-speculation capacity per pod.
+_DRAFT_CHOICE = Scenario(
+    "draft-choice",
+    "70B/4xH100 at 50% of no-SD capacity per pod, chat traffic: n-gram K=4 declared, the 1B draft model listed as a"
+    " candidate; the operator must try it on one pod and keep it",
+    "llama70b-4xh100",
+    "ngram",
+    4,
+    2 * H,
+    share_of_capacity("llama70b-4xh100", ((0.0, 0.5),)),
+    ((0.0, 0.2),),
+    tpot_slo_ms=15.0,
+    ttft_slo_s=3.0,
+    dynamic=False,
+    candidates=("draft_model",),
+)
+
+SCENARIOS += (
+    _DRAFT_CHOICE,
+    replace(
+        _DRAFT_CHOICE,
+        name="draft-choice-already-best",
+        description="as draft-choice, but the 1B draft model K=4 is declared and the 8B draft model listed as a"
+        " candidate: its trial must lose and nothing change",
+        method="draft_model",
+        candidates=("draft_model_8b",),
     ),
 )
 
