@@ -128,3 +128,13 @@ def test_one_replica_cannot_spare_a_pod_for_a_trial() -> None:
     document = closed_loop_document(scenario_named("draft-choice"))
     spec = OperatorController.of(document).spec
     assert drafters.untried_reason(spec) == drafters.NEEDS_SPARE_POD
+
+
+@pytest.mark.parametrize(
+    ("name", "duration_s"),
+    [("draft-choice", 2400.0), ("draft-choice-already-best", 2400.0), ("steady-low", 360.0)],
+)
+def test_quick_compresses_a_drafter_choice_no_shorter_than_its_trial(name: str, duration_s: float) -> None:
+    """`--quick` (x0.1) keeps a drafter-choice scenario long enough for one trial and its promotion (shortest_s);
+    other scenarios are compressed ten times."""
+    assert scenario_named(name).scaled(0.1).duration_s == pytest.approx(duration_s)
