@@ -15,6 +15,9 @@ docs/rollout.md describe them:
   worth of GPUs).
 - The progressive path (`canary`, `promote`, `rollback`): one pod changes first, serves next to the others for an
   analysis window, then the rest roll to it or it rolls back (`analyse` compares the two sides' measured TPOT).
+- Each pod runs a drafter and a config (`Config`): a CR's candidate drafter runs on the trial pod only. For a CR with
+  candidates the operator's own evaluation decides (`run_operator`), and `converge` brings the pods to what its
+  reconcile renders.
 
 One replica without surge is not a Fleet: bench.runner.Replica keeps its outage (every restart aborts what is in
 flight and loses the arrivals until the pod is back).
