@@ -387,7 +387,7 @@ def test_tiny_benchmark_runs_every_policy() -> None:
         else:
             assert rows[control]["config"] == best
             assert rows[control]["goodput"] == rows["best-static"]["goodput"]
-    assert len(SCENARIOS) == 13
+    assert len(SCENARIOS) == 15
 
 
 def test_the_reachable_reference_restarts_once_at_the_earliest_refit_the_spec_allows() -> None:

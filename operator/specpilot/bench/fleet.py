@@ -15,6 +15,9 @@ docs/rollout.md describe them:
   worth of GPUs).
 - The progressive path (`canary`, `promote`, `rollback`): one pod changes first, serves next to the others for an
   analysis window, then the rest roll to it or it rolls back (`analyse` compares the two sides' measured TPOT).
+- Each pod runs a drafter and a config (`Config`): a CR's candidate drafter runs on the trial pod only. For a CR with
+  candidates the operator's own evaluation decides (`run_operator`), and `converge` brings the pods to what its
+  reconcile renders.
 
 One replica without surge is not a Fleet: bench.runner.Replica keeps its outage (every restart aborts what is in
 flight and loses the arrivals until the pod is back).
@@ -25,7 +28,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from specpilot.api.durations import parse_duration
@@ -40,7 +43,10 @@ from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent
 
 if TYPE_CHECKING:
-    from specpilot.bench.specpilot_policy import SpecpilotController
+    from specpilot.bench.specpilot_policy import OperatorController, SpecpilotController
+
+# What a pod runs: its drafter (a key of the preset's drafters, the scenario's method unless a candidate's) and config.
+Config = tuple[str, SpeculationIntent]
 
 # How often a rollout in progress looks at its pods (a drained pod is noticed within this time).
 ROLL_TICK_S = 0.5
@@ -82,7 +88,7 @@ def pick(balancer: Balancer, serving: Sequence[Pod], turn: int) -> Pod:
 class Roll:
     """A rollout in progress: the old pods still to replace and how many replacements are still to start."""
 
-    target: SpeculationIntent
+    target: Config
     pending: list[Pod]
     to_start: int
     canary: bool = False
@@ -97,6 +103,7 @@ class Fleet:
     intent: SpeculationIntent
     seed: int
     layout: Layout
+    method: str = ""  # the deployment's drafter; "" is the scenario's
     pods: list[Pod] = field(default_factory=list)
     retired: list[Pod] = field(default_factory=list)
     roll: Roll | None = None
@@ -117,18 +124,36 @@ class Fleet:
     _merged: dict[float, Sample] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.method = self.method or self.scenario.method
         for _ in range(self.layout.replicas):
-            self.pods.append(Pod(self._uid(), self._replica(self.intent), PodState.SERVING))
-        self.timeline.append((0.0, oracles.label(self.intent)))
+            self.pods.append(Pod(self._uid(), self._replica(self.config), PodState.SERVING))
+        self.timeline.append((0.0, self.label(self.config)))
+
+    @property
+    def config(self) -> Config:
+        """The deployment's drafter and configuration, as its pod template says."""
+        return self.method, self.intent
+
+    def label(self, config: Config) -> str:
+        """A configuration's name in timelines and scrape series: the drafter first where it is not the scenario's."""
+        drafter, intent = config
+        return oracles.label(intent) if drafter == self.scenario.method else f"{drafter} {oracles.label(intent)}"
+
+    @staticmethod
+    def runs(pod: Pod) -> Config:
+        return pod.replica.scenario.method, pod.replica.intent
 
     def _uid(self) -> int:
         self._uids += 1
         return self._uids
 
-    def _replica(self, intent: SpeculationIntent) -> Replica:
+    def _replica(self, config: Config) -> Replica:
         # One seed for every pod: a request's acceptance draws depend on the run's seed and the request, not on the
         # pod it lands on, so runs that route it differently stay paired.
-        return Replica(self.scenario, self.preset, intent, self.seed)
+        drafter, intent = config
+        replica = Replica(replace(self.scenario, method=drafter), self.preset, intent, self.seed)
+        replica.history.target = self.label(config)
+        return replica
 
     # ---------------------------------------------------------------------------------- what the runs read
 
@@ -157,8 +182,12 @@ class Fleet:
         """The deployment's scrapes as Prometheus would hold them: the serving pods of the running configuration,
         one merged sample per scrape instant up to the fleet's clock (queries.merge_pods). Merged samples are kept
         while the same pods serve: every pod has stepped past those instants, so their merge cannot change."""
-        pods = [p for p in self.pods if p.state is PodState.SERVING and p.replica.intent == self.intent]
-        target = oracles.label(self.intent)
+        return self.history_of(self.config)
+
+    def history_of(self, config: Config) -> ScrapeHistory:
+        """The scrapes of the serving pods that run `config` (the running one, or the trial pod's), merged."""
+        pods = [p for p in self.pods if p.state is PodState.SERVING and self.runs(p) == config]
+        target = self.label(config)
         key = tuple(p.uid for p in pods)
         if key != self._merged_for:
             self._merged_for, self._merged = key, {}
@@ -223,41 +252,70 @@ class Fleet:
 
     # ---------------------------------------------------------------------------------- rollouts
 
-    def restart(self, intent: SpeculationIntent, now: float) -> None:
-        """Roll the pods to `intent`, one wave at a time: those that run another configuration, or every pod when
-        `intent` is the deployment's own (a restart into itself: the restart controls)."""
+    def restart(self, intent: SpeculationIntent, now: float, drafter: str | None = None) -> None:
+        """Roll the pods to `intent` (run by `drafter`, default the deployment's), one wave at a time: those that run
+        another configuration, or every pod when it is the deployment's own (a restart into itself: the restart
+        controls)."""
+        target = (drafter or self.method, intent)
         live = [p for p in self.pods if p.state is not PodState.DRAINING]
-        stale = live if intent == self.intent else [p for p in live if p.replica.intent != intent]
-        self._start_roll(intent, now, stale, canary=False)
+        stale = live if target == self.config else [p for p in live if self.runs(p) != target]
+        self._start_roll(target, now, stale, canary=False)
         self.actuations += 1
-        self.timeline.append((now, oracles.label(intent)))
+        self.timeline.append((now, self.label(target)))
 
-    def canary(self, intent: SpeculationIntent, now: float) -> None:
-        """The progressive path's first step: one pod rolls to `intent`, the others keep the running configuration."""
+    def canary(self, intent: SpeculationIntent, now: float, drafter: str | None = None) -> None:
+        """The progressive path's first step: one pod rolls to `intent` (run by `drafter`, default the deployment's),
+        the others keep the running configuration."""
         first = next(p for p in self.pods if p.state is PodState.SERVING)
-        self._start_roll(intent, now, [first], canary=True)
+        target = (drafter or self.method, intent)
+        self._start_roll(target, now, [first], canary=True)
         self.actuations += 1
-        self.timeline.append((now, oracles.label(intent)))
+        self.timeline.append((now, self.label(target)))
 
     def promote(self, now: float) -> None:
         """Roll the pods still on the old configuration to the one the canary pod runs."""
-        target = self.canary_intent
+        target = self.trial_config
         if target is None:
             raise ValueError("no canary pod to promote")
-        self._start_roll(target, now, [p for p in self.pods if p.replica.intent != target], canary=False)
+        self._start_roll(target, now, [p for p in self.pods if self.runs(p) != target], canary=False)
 
     def rollback(self, now: float) -> None:
         """Roll the canary pod back to the running configuration (an actuation of its own)."""
-        self._start_roll(self.intent, now, [p for p in self.pods if p.replica.intent != self.intent], canary=False)
+        self._start_roll(self.config, now, [p for p in self.pods if self.runs(p) != self.config], canary=False)
         self.actuations += 1
-        self.timeline.append((now, oracles.label(self.intent)))
+        self.timeline.append((now, self.label(self.config)))
+
+    @property
+    def trial_config(self) -> Config | None:
+        """What the pod that runs other than the deployment runs, if one does."""
+        return next((self.runs(p) for p in self.pods if self.runs(p) != self.config), None)
 
     @property
     def canary_intent(self) -> SpeculationIntent | None:
         """The configuration of the pod that runs other than the deployment's, if one does."""
-        return next((p.replica.intent for p in self.pods if p.replica.intent != self.intent), None)
+        trial = self.trial_config
+        return None if trial is None else trial[1]
 
-    def _start_roll(self, target: SpeculationIntent, now: float, replace_pods: list[Pod], *, canary: bool) -> None:
+    def converge(self, main: Config, trial: Config | None, now: float) -> None:
+        """Bring the pods to what the operator's reconcile renders: every pod on `main`, or with a `trial`, one pod
+        (the trial's own Deployment behind the same Service) on it. A trial ending with `main` its config is a
+        promotion (the pods still on the old config roll to it), one ending with `main` unchanged a rollback."""
+        running = self.trial_config
+        if trial is not None:
+            if main == self.config and running != trial:
+                self.canary(trial[1], now, trial[0])
+            return
+        if running is None and main == self.config:
+            return
+        if running is not None and running == main:
+            self.promote(now)
+            self.timeline.append((now, self.label(main)))
+        elif main == self.config:
+            self.rollback(now)
+        else:
+            self.restart(main[1], now, main[0])
+
+    def _start_roll(self, target: Config, now: float, replace_pods: list[Pod], *, canary: bool) -> None:
         for pod in [p for p in self.pods if p.state is PodState.STARTING]:  # a superseded rollout's pods: deleted
             self._retire(pod, now)
         pending = [p for p in replace_pods if p in self.pods]
@@ -265,7 +323,7 @@ class Fleet:
         replacements = len(pending) + max(0, self.layout.replicas - staying)  # and any a superseded rollout owed
         self.roll = Roll(target, pending, replacements, canary)
         if not canary:
-            self.intent = target  # the deployment's configuration, as its pod template says from now on
+            self.method, self.intent = target  # the deployment's configuration, as its pod template says from now on
         self.generation += 1
         self.config_since = now
         self.canary_ready_at = None
@@ -290,7 +348,7 @@ class Fleet:
         if not roll.pending and roll.to_start == 0 and all(p.state is PodState.SERVING for p in self.pods):
             self.roll = None
             if not roll.canary:
-                self.intent = roll.target
+                self.method, self.intent = roll.target
                 self.config_since = now
 
     def _drain_one(self, roll: Roll, now: float) -> bool:
@@ -312,7 +370,7 @@ class Fleet:
         replica.down_until = replica.config_since = now + self.preset.restart_s
         replica.engine = Engine(replica.engine.config, seed=self.seed, now=replica.down_until)
         replica.engine.now = now
-        replica.history = ScrapeHistory(target=oracles.label(roll.target))
+        replica.history = ScrapeHistory(target=self.label(roll.target))
         self.pods.append(Pod(self._uid(), replica, PodState.STARTING, ready_at=replica.down_until))
         roll.to_start -= 1
         return True
@@ -388,8 +446,8 @@ def analyse(fleet: Fleet, ready_at: float, now: float, min_requests: int) -> Ana
     `min_requests` finished on either side the analysis is inconclusive and the decision stands (promote)."""
     since = ready_at + ANALYSIS_WARMUP_S * fleet.scenario.time_scale
     serving = [p for p in fleet.pods if p.state is PodState.SERVING]
-    canary = [p for p in serving if p.replica.intent != fleet.intent]
-    others = [p for p in serving if p.replica.intent == fleet.intent]
+    canary = [p for p in serving if fleet.runs(p) != fleet.config]
+    others = [p for p in serving if fleet.runs(p) == fleet.config]
     c_tpot, c_n, c_rate = _measured(canary, since, now)
     o_tpot, o_n, o_rate = _measured(others, since, now)
     inconclusive = min(c_n, o_n) < max(1, min_requests) or math.isnan(c_tpot) or math.isnan(o_tpot)
@@ -437,4 +495,32 @@ def run_progressive(
                 fleet.canary(target, t)
             else:
                 fleet.restart(target, t)
+    return fleet
+
+
+def run_operator(
+    scenario: Scenario, seed: int, items: Sequence[Arrival], controller: OperatorController, layout: Layout
+) -> Fleet:
+    """specpilot's closed loop as the operator runs it, for a CR with spec.speculation.candidates: each interval the
+    controller concludes an evaluation over the main pods and the trial pod (autotune.evaluation) and says what the
+    reconcile would render; the fleet converges to it. Trials, their analysis and promotion are the operator's."""
+    fleet = Fleet(scenario, preset_for(scenario), controller.initial_intent(), seed, layout)
+    t = 0.0
+    while t < scenario.duration_s:
+        t = min(t + controller.interval_s, scenario.duration_s)
+        fleet.run_until(t, items)
+        trial = fleet.trial_config
+        slot_ready = trial is not None and any(
+            p.state is PodState.SERVING and fleet.runs(p) == trial for p in fleet.pods
+        )
+        main, wanted = controller.evaluate(
+            t,
+            main=(fleet.config, fleet.label(fleet.config), fleet.history),
+            trial=None if trial is None else (trial, fleet.label(trial), fleet.history_of(trial)),
+            trial_ready=slot_ready,
+            ready_pods=sum(1 for p in fleet.pods if p.state is PodState.SERVING and fleet.runs(p) == fleet.config),
+            rolling=fleet.rolling,
+            config_since=fleet.config_since,
+        )
+        fleet.converge(main, wanted, t)
     return fleet

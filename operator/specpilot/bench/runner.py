@@ -29,7 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from specpilot.api import rollout
+from specpilot.api import rollout, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.autotune.model.rollcost import restart_cost_seconds
 from specpilot.bench import oracles
@@ -38,7 +38,7 @@ from specpilot.bench.oracles import Outcome
 from specpilot.bench.prometheus import ScrapeClock
 from specpilot.bench.queries import ScrapeHistory, snapshot
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, batched_tokens
-from specpilot.bench.specpilot_policy import SpecpilotController, bench_spec, window_budget
+from specpilot.bench.specpilot_policy import OperatorController, SpecpilotController, bench_document, window_budget
 from specpilot.sim.engine import Engine, EngineConfig, SimRequest, SpecConfig
 from specpilot.sim.presets import Preset, preset_named
 from specpilot.vllm.dialects import ThresholdSupport, threshold_support_for
@@ -121,8 +121,11 @@ class Replica:
             self.outcomes, self.series, self.timeline = outcomes, series, timeline
         return twin
 
-    def restart(self, intent: SpeculationIntent, now: float) -> None:
-        """Roll the pod to another configuration: abort in-flight work, fresh engine after the restart time."""
+    def restart(self, intent: SpeculationIntent, now: float, drafter: str | None = None) -> None:
+        """Roll the pod to another configuration (run by `drafter`, default its own): abort in-flight work, fresh
+        engine after the restart time."""
+        if drafter is not None and drafter != self.scenario.method:
+            self.scenario = replace(self.scenario, method=drafter)
         self.engine.advance_idle(now)
         for r in self.engine.abort_all():
             self.outcomes.append(Outcome(r.arrival, None, None, None, r.generated, True))
@@ -273,11 +276,19 @@ def closed_loop_spec(
     scenario: Scenario, acceptance: dict[str, float] | None = None, *, replicas: int = 1, max_surge: int = 0
 ) -> Any:
     """The SpeculativeDeployment spec the closed loop runs for this scenario (specpilot_policy.bench_spec)."""
-    return bench_spec(preset_for(scenario), scenario.method, scenario.num_speculative_tokens,
-                      scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
-                      speculation_enabled=scenario.speculation_enabled, replicas=replicas,
-                      max_surge=max_surge, time_scale=scenario.time_scale,
-                      objective=scenario.objective, version=scenario.vllm_version)  # fmt: skip
+    return v1alpha1.parse_resource(closed_loop_document(scenario, acceptance, replicas=replicas,
+                                                        max_surge=max_surge)).spec  # fmt: skip
+
+
+def closed_loop_document(
+    scenario: Scenario, acceptance: dict[str, float] | None = None, *, replicas: int = 1, max_surge: int = 0
+) -> dict[str, Any]:
+    """The SpeculativeDeployment document of closed_loop_spec."""
+    return bench_document(preset_for(scenario), scenario.method, scenario.num_speculative_tokens,
+                          scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
+                          speculation_enabled=scenario.speculation_enabled, replicas=replicas, max_surge=max_surge,
+                          time_scale=scenario.time_scale, objective=scenario.objective,
+                          version=scenario.vllm_version, candidates=scenario.candidates)  # fmt: skip
 
 
 def earliest_refit_s(spec: Any) -> float:
@@ -292,9 +303,16 @@ def run_specpilot(
     items: Sequence[Arrival],
     acceptance: dict[str, float] | None = None,
     layout: Layout = ONE_REPLICA,
-) -> tuple[Replica | Fleet, SpecpilotController]:
+) -> tuple[Replica | Fleet, SpecpilotController | OperatorController]:
     """specpilot's controller in closed loop; where the CR changed (`scenario.previous`), the controller first lives
-    through what the CR ran before, and keeps its state across the change as status.autotune does."""
+    through what the CR ran before, and keeps its state across the change as status.autotune does. A CR with
+    candidate drafters on pods to spare runs the operator's own evaluation and trials (fleet.run_operator)."""
+    if scenario.candidates and not layout.outage:
+        from specpilot.bench.fleet import run_operator  # fleet.py builds on Replica
+
+        document = closed_loop_document(scenario, acceptance, replicas=layout.replicas, max_surge=layout.max_surge)
+        operator = OperatorController.of(document)
+        return run_operator(scenario, seed, items, operator, layout), operator
     controller = SpecpilotController(_closed_loop_spec_on(scenario, acceptance, layout), time_scale=scenario.time_scale)
     before = scenario.previous
     if before is not None:
@@ -368,12 +386,14 @@ def run_switch(
     seed: int,
     items: Sequence[Arrival],
     layout: Layout = ONE_REPLICA,
+    drafter: str | None = None,
 ) -> Replica | Fleet:
-    """Serve `start`, restart into `target` at `at` seconds (no restart when they are the same), serve to the end."""
+    """Serve `start`, restart into `target` (run by `drafter`, default the scenario's) at `at` seconds (no restart
+    when they are the same), serve to the end."""
     replica = deploy(scenario, preset_for(scenario), start, seed, layout)
-    if target != start:
+    if target != start or (drafter or scenario.method) != scenario.method:
         replica.run_until(at, items)
-        replica.restart(target, at)
+        replica.restart(target, at, drafter)
     replica.run_until(scenario.duration_s, items)
     return replica
 
@@ -503,10 +523,13 @@ def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> Po
     started = time.monotonic()
     replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance, layout)
     analyses = [] if isinstance(replica, Replica) else replica.analyses
-    run = PolicyRun(scenario.name, name, oracles.label(replica.intent), replica.outcomes, replica.actuations,
+    config = oracles.label(replica.intent) if isinstance(replica, Replica) else replica.label(replica.config)
+    run = PolicyRun(scenario.name, name, config, replica.outcomes, replica.actuations,
                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
                     replicas=layout.replicas)  # fmt: skip
     run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
+    if isinstance(controller, OperatorController):  # its trials' events: started, verdict, promoted or rolled back
+        run.notes += [e for e in controller.events if "Trial" in e or "Candidate" in e]
     run.notes = sorted([*run.notes, *analyses], key=lambda note: float(note.split("s ", 1)[0]))
     return run
 
@@ -528,8 +551,10 @@ def _best_static_reachable(
     best_run: PolicyRun,
     best: SpeculationIntent,
     layout: Layout = ONE_REPLICA,
+    drafter: str | None = None,
 ) -> PolicyRun:
-    """The best static config in hindsight, installed at the earliest refit the closed loop's spec allows.
+    """The best static config in hindsight (run by `drafter`, default the declared one), installed at the earliest
+    refit the closed loop's spec allows.
 
     The oracle and the best static config start in their configuration for free; the closed loop starts as declared
     and cannot change anything before agreeingEvaluations x interval (earliest_refit_s). This run is that bound for
@@ -543,7 +568,7 @@ def _best_static_reachable(
     if oracles.label(declared) == best_run.policy:
         return replace(best_run, policy="best-static-reachable", wall_s=0.0)
     at = earliest_refit_s(spec)
-    replica = run_switch(scenario, declared, best, at, seed, items, layout)
+    replica = run_switch(scenario, declared, best, at, seed, items, layout, drafter=drafter)
     config = f"{oracles.label(declared)} until {at:.0f}s, then {best_run.policy}"
     return PolicyRun(scenario.name, "best-static-reachable", config, replica.outcomes, replica.actuations,
                      replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
@@ -610,17 +635,28 @@ def run_scenario(
     support = batch_size_support(scenario)
     theta = oracles.candidates(k, scenario.max_num_seqs, thresholds=support is not ThresholdSupport.UNSUPPORTED)
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
-    statics, mine, lenient = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)
+    statics, (mine, lenient) = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)
     searched = (_band_search(scenario, seed, statics, workers, say, layout)
                 if support is ThresholdSupport.BATCH_SCHEDULE else {})  # fmt: skip
+    by_name = {**{oracles.label(i): i for i in theta}, **searched}
+    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, _totals(scenario, statics), layout)
+    say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
+    drafter_of = dict.fromkeys(statics, scenario.method)
+    for drafter in scenario.candidates:  # each candidate drafter searched as the declared one, on its own
+        more, more_searched, more_by_name, more_refs = _drafter_references(scenario, drafter, seed, items, theta,
+                                                                           workers, say, layout)  # fmt: skip
+        statics.update(more)
+        searched.update(more_searched)
+        by_name.update(more_by_name)
+        drafter_of.update(dict.fromkeys(more, drafter))
+        refs = max(refs, more_refs, key=lambda r: oracles.goodput(r.oracle.outcomes, scenario.duration_s, tpot_slo,
+                                                                    ttft_slo))  # fmt: skip
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
-    totals = {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+    totals = _totals(scenario, statics)
     best = oracles.best_static(scores)
     best_unscheduled = oracles.best_static({n: v for n, v in scores.items() if n not in searched})
-    by_name = {**{oracles.label(i): i for i in theta}, **searched}
-    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, totals, layout)
-    say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
-    reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best], layout)
+    best_drafter = drafter_of[best]
+    reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best], layout, best_drafter)
     runs: list[PolicyRun] = []
 
     runs.append(replace(statics["off"], policy="off"))
@@ -639,7 +675,8 @@ def run_scenario(
                           scenario.duration_s, refs.wall_s, replicas=layout.replicas))  # fmt: skip
     runs.append(reachable)
     plans = {"oracle": oracle_run, "specpilot": mine}
-    runs.extend(_restart_controls(scenario, seed, statics[best], by_name[best], plans, workers, layout))
+    runs.extend(_restart_controls(replace(scenario, method=best_drafter), seed, statics[best], by_name[best], plans,
+                                  workers, layout))  # fmt: skip
     runs.append(mine)
     runs.append(lenient)
     meta = {
@@ -666,6 +703,49 @@ def run_scenario(
     return runs, meta
 
 
+def _totals(scenario: Scenario, statics: Mapping[str, PolicyRun]) -> dict[str, float]:
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
+    return {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+
+
+def drafter_label(scenario: Scenario, drafter: str, name: str) -> str:
+    """A configuration's name with its drafter first where that is not the declared one (as Fleet.label)."""
+    return name if drafter == scenario.method else f"{drafter} {name}"
+
+
+def _drafter_references(
+    scenario: Scenario,
+    drafter: str,
+    seed: int,
+    items: Sequence[Arrival],
+    theta: Sequence[SpeculationIntent],
+    workers: int,
+    say: Callable[[str], None],
+    layout: Layout,
+) -> tuple[dict[str, PolicyRun], dict[str, SpeculationIntent], dict[str, SpeculationIntent], OracleReferences]:
+    """One candidate drafter's static runs (Theta without "off", which is the declared drafter's), its band search
+    and its oracles, searched exactly as the declared drafter's and independently of the policy; every label
+    carries the drafter (drafter_label)."""
+    other = replace(scenario, method=drafter)
+    theta_on = [i for i in theta if i.enabled]
+    statics, _ = _theta_and_closed_loop_runs(other, seed, theta_on, workers, say, layout, closed_loop=False)
+    searched = _band_search(other, seed, statics, workers, say, layout)
+    by_name = {**{oracles.label(i): i for i in theta_on}, **searched}
+    refs = _oracle_references(other, seed, items, preset_named(other.preset), statics, by_name,
+                              _totals(other, statics), layout)  # fmt: skip
+    say(f"{scenario.name}: {drafter} oracles done in {refs.wall_s:.1f}s")
+    named = {drafter_label(scenario, drafter, n): r for n, r in statics.items()}
+    named = {n: replace(r, policy=n, config=n) for n, r in named.items()}
+    refs = replace(refs, oracle_plan=[drafter_label(scenario, drafter, n) for n in refs.oracle_plan],
+                   budgeted_plan=[drafter_label(scenario, drafter, n) for n in refs.budgeted_plan])  # fmt: skip
+    return (
+        named,
+        {drafter_label(scenario, drafter, n): i for n, i in searched.items()},
+        {drafter_label(scenario, drafter, n): i for n, i in by_name.items()},
+        refs,
+    )
+
+
 def _theta_and_closed_loop_runs(
     scenario: Scenario,
     seed: int,
@@ -673,8 +753,10 @@ def _theta_and_closed_loop_runs(
     workers: int,
     say: Callable[[str], None],
     layout: Layout = ONE_REPLICA,
-) -> tuple[dict[str, PolicyRun], PolicyRun, PolicyRun]:
-    """Every static configuration of Theta (by label, in Theta's order), specpilot's and the lenient closed loop.
+    closed_loop: bool = True,
+) -> tuple[dict[str, PolicyRun], list[PolicyRun]]:
+    """Every static configuration of Theta (by label, in Theta's order), and with `closed_loop` specpilot's and the
+    lenient closed loop (in that order).
 
     The fixed configurations and both closed loops run first; a schedule table that never leaves one static K within
     the batch sizes that static run reached replays it step for step, so it reuses that run instead of a new one.
@@ -682,11 +764,12 @@ def _theta_and_closed_loop_runs(
     tables = [i for i in theta if i.batch_schedule]
     fixed = [i for i in theta if not i.batch_schedule]
     jobs: list[tuple[Any, ...]] = [(_static_job, (scenario, intent, seed, layout)) for intent in fixed]
-    jobs.append((_specpilot_job, (scenario, theta[0], seed, layout)))
-    jobs.append((_lenient_job, (scenario, theta[0], seed, layout)))
+    if closed_loop:
+        jobs.append((_specpilot_job, (scenario, theta[0], seed, layout)))
+        jobs.append((_lenient_job, (scenario, theta[0], seed, layout)))
     done = _run_jobs(jobs, workers)
-    mine, lenient = done[-2], done[-1]
-    statics = {r.policy: r for r in done[:-2]}
+    loops = done[-2:] if closed_loop else []
+    statics = {r.policy: r for r in done[: len(done) - len(loops)]}
     reused: dict[str, PolicyRun] = {}
     for t in tables:
         for i in fixed:
@@ -698,12 +781,12 @@ def _theta_and_closed_loop_runs(
     extra = _run_jobs(rest, workers) if rest else []
     by_label = {**statics, **reused, **{r.policy: r for r in extra}}
     statics = {oracles.label(i): by_label[oracles.label(i)] for i in theta}
-    for r in [*statics.values(), mine, lenient]:
+    for r in [*statics.values(), *loops]:
         say(
             f"{scenario.name}: {r.policy} done in {r.wall_s:.1f}s"
             + (" (same steps as K, reused)" if r.policy in reused else "")
         )
-    return statics, mine, lenient
+    return statics, loops
 
 
 def _band_search(

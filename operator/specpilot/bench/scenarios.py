@@ -144,9 +144,22 @@ class Scenario:
     # spec.engine.version of the CR and the release the simulated engines run: what the configuration can express
     # (a per-batch-size schedule from 0.24.0, none from 0.10.0 to 0.23.x) follows it, for every policy and the oracle.
     vllm_version: str = VLLM_VERSION
+    # spec.speculation.candidates of the CR: simulator drafters (keys of the preset's drafters, as `method` is) the
+    # operator may try one pod at a time in place of the declared one; the oracle searches each of them too.
+    candidates: tuple[str, ...] = ()
+    # The shortest a time-compressed copy (`scaled`, `--quick`) may be: a scenario whose point needs a fixed span of
+    # the controller's own (a candidate's trial: a restart, an analysis window, a promotion) is compressed less.
+    shortest_s: float = 0.0
+
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The declared drafter and the candidates: every drafter the references search."""
+        return (self.method, *self.candidates)
 
     def scaled(self, factor: float) -> Scenario:
-        """The same shape compressed in time (the quick version `make test` runs)."""
+        """The same shape compressed in time (the quick version `make test` runs), to no less than shortest_s."""
+        if factor < 1:
+            factor = min(1.0, max(factor, self.shortest_s / self.duration_s))
         return replace(
             self,
             previous=None if self.previous is None else self.previous.scaled(factor),
@@ -420,6 +433,42 @@ SCENARIOS += (
         ((0.0, 0.2),),
         tpot_slo_ms=15.0,
         vllm_version=ONOFF_ONLY_VERSION,
+    ),
+)
+
+# The drafter choice: the CR declares one drafter and lists another in
+# spec.speculation.candidates; the operator tries the candidate on one pod (trials need >= 2 replicas: these scenarios
+# run at `--replicas 2`) and keeps the faster. The TPOT SLO is an interactive one at which the drafter decides how
+# many requests meet it; the load, 20% of one pod's no-speculation capacity per pod, is light enough that the pod
+# serving alone while the other restarts (for a trial or a rollout) keeps most of its requests within that SLO.
+_DRAFT_CHOICE = Scenario(
+    "draft-choice",
+    "70B/4xH100 at 20% of no-SD capacity per pod (2.1 QPS), chat traffic, TPOT SLO 12 ms: n-gram K=4 declared, the"
+    " 1B draft model listed as a candidate; the operator must try it on one pod and keep it",
+    "llama70b-4xh100",
+    "ngram",
+    4,
+    3 * H,
+    share_of_capacity("llama70b-4xh100", ((0.0, 0.2),)),
+    ((0.0, 0.2),),
+    tpot_slo_ms=12.0,
+    ttft_slo_s=3.0,
+    dynamic=False,
+    candidates=("draft_model",),
+    # a trial on the 70B: the trial pod's 300 s restart, a 5-minute analysis once extended, then the other pod's
+    # rollout: about 30 minutes of the scenario
+    shortest_s=2400.0,
+)
+
+SCENARIOS += (
+    _DRAFT_CHOICE,
+    replace(
+        _DRAFT_CHOICE,
+        name="draft-choice-already-best",
+        description="as draft-choice, but the 1B draft model K=4 is declared and the 8B draft model listed as a"
+        " candidate: its trial must lose and nothing change",
+        method="draft_model",
+        candidates=("draft_model_8b",),
     ),
 )
 

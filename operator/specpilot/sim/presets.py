@@ -161,6 +161,13 @@ LLAMA70B_4XH100 = Preset(
         "draft_model": DrafterPreset(
             DrafterKind.DRAFT_MODEL, cost_ratio=0.125, kv_factor=0.4, alpha=0.80, kappa=30, temperature_slope=0.2
         ),
+        # A larger draft model (Llama-3.1-8B-Instruct) for the drafter-choice scenarios. Assumptions, not a fit: c is
+        # the 1B draft's measured per-forward cost (0.125 x 12 ms = 1.5 ms, overhead-bound) plus the 8B's weights read
+        # at TP 4 (16 GB / 4 GPUs at 3.35 TB/s = 1.2 ms), i.e. 2.7 ms / 12 ms; its KV is 128 KiB per token against the
+        # 70B's 320 KiB; alpha 0.86 assumes a larger draft of the same family accepts more than the 1B's 0.80.
+        "draft_model_8b": DrafterPreset(
+            DrafterKind.DRAFT_MODEL, cost_ratio=0.225, kv_factor=0.4, alpha=0.86, kappa=30, temperature_slope=0.2
+        ),
         "eagle": DrafterPreset(DrafterKind.AUTOREGRESSIVE, draft_ms=0.9, alpha=0.66, kappa=20),
         "eagle3": DrafterPreset(DrafterKind.AUTOREGRESSIVE, draft_ms=0.9, alpha=0.70, kappa=20),
         "ngram": DrafterPreset(DrafterKind.LOOKUP, acceptance=AcceptanceKind.BURSTY, temperature_slope=0.1),
