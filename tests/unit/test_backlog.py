@@ -358,10 +358,22 @@ def test_a_flash_crowd_keeps_its_backlog_instead_of_losing_it_to_a_restart() -> 
 
     crowd = ((0.0, 4.0), (240.0, 4.0), (241.0, 30.0), (480.0, 30.0), (481.0, 4.0))
     scenario = Scenario(
-        "spike-small", "CPU preset, flash crowd", "cpu-tiny", "eagle3", 3, 1200.0, crowd, ((0.0, 0.2),),
-        alpha_multiplier=((0.0, 0.02),), lengths=Lengths(4.0, 0.5, 4.5, 0.6, 1024, 512), max_model_len=2048,
-        max_num_seqs=64, tpot_slo_ms=200.0, ttft_slo_s=600.0,
-    )  # fmt: skip
+        "spike-small",
+        "CPU preset, flash crowd",
+        "cpu-tiny",
+        "eagle3",
+        3,
+        1200.0,
+        crowd,
+        ((0.0, 0.2),),
+        alpha_multiplier=((0.0, 0.02),),
+        lengths=Lengths(4.0, 0.5, 4.5, 0.6, 1024, 512),
+        max_model_len=2048,
+        max_num_seqs=64,
+        tpot_slo_ms=200.0,
+        ttft_slo_s=600.0,
+        client_timeout_s=None,
+    )  # fmt: skip  (patient clients: what is counted is the work a restart drops, not clients that gave up)
     items = arrivals(scenario, 1)
     replica, controller = run_specpilot(scenario, 1, items)
     wanted = [d for d in controller.decisions if d["action"] == "DisableSpeculation"]
