@@ -90,6 +90,18 @@ def test_nothing_listening_is_a_connection_error(tmp_path: Path, capsys: pytest.
     assert capsys.readouterr().err.startswith(f"error: {url}/v1/models: ConnectError")
 
 
+def _read_request(conn: socket.socket) -> None:
+    """The whole request (headers, then Content-Length bytes of body), so closing after the answer is a clean close."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+    while len(body) < length:
+        body += conn.recv(65536)
+
+
 @pytest.fixture
 def cutting_server() -> Iterator[str]:
     """A server that streams two token events of a completion, then closes the connection without [DONE] (as a
@@ -104,7 +116,7 @@ def cutting_server() -> Iterator[str]:
             except OSError:
                 return
             with conn:
-                conn.recv(65536)
+                _read_request(conn)
                 head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
                 conn.sendall(head + f"data: {event}\n\ndata: {event}\n\n".encode())
 
