@@ -148,7 +148,8 @@ class Scenario:
     # operator may try one pod at a time in place of the declared one; the oracle searches each of them too.
     candidates: tuple[str, ...] = ()
     # The shortest a time-compressed copy (`scaled`, `--quick`) may be: a scenario whose point needs a fixed span of
-    # the controller's own (a candidate's trial: a restart, an analysis window, a promotion) is compressed less.
+    # the controller's own (a candidate's trial: a restart, an analysis window, a promotion) is compressed less, and
+    # its clock (time_scale) not at all: a trial's analysis needs a full window's sample at the scenario's traffic.
     shortest_s: float = 0.0
 
     @property
@@ -170,7 +171,7 @@ class Scenario:
             prompt_scale=tuple((t * factor, v) for t, v in self.prompt_scale),
             window_s=self.window_s * factor if factor < 1 else self.window_s,
             replay=self.replay.scaled(factor) if self.replay else None,
-            time_scale=self.time_scale * factor,
+            time_scale=self.time_scale if self.shortest_s else self.time_scale * factor,
         )
 
 
