@@ -69,6 +69,19 @@ def _scrape_run() -> tuple[ScrapeHistory, list[tuple[float, str]], int]:
     return history, texts, missed
 
 
+def backfill(texts: list[tuple[float, str]], duration_s: float, promtool_binary: Path, tmp_path: Path) -> float:
+    """Write the scraped `texts` of a `duration_s` run as TSDB blocks under tmp_path/prometheus/data with promtool,
+    the last sample a minute old (within the 1 h retention); the wall-clock time of the run's second 0."""
+    base = float(int(time.time()) - 60 - int(duration_s))
+    source = tmp_path / "scrapes.om"
+    source.write_text(_openmetrics(texts, base))
+    done = subprocess.run([str(promtool_binary), "tsdb", "create-blocks-from", "openmetrics", str(source),
+                           str(tmp_path / "prometheus" / "data")], capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return base
+
+
 def _openmetrics(texts: list[tuple[float, str]], base: float) -> str:
     by_family: dict[str, list[str]] = {}
     for at, text in texts:
@@ -102,13 +115,7 @@ def test_the_bench_answers_the_controllers_queries_as_prometheus_does(
 ) -> None:
     history, texts, missed = _scrape_run()
     assert missed >= 5, "the run must miss scrapes"
-    base = float(int(time.time()) - 60 - int(DURATION_S))  # the last sample a minute old, within the 1 h retention
-    source = tmp_path / "scrapes.om"
-    source.write_text(_openmetrics(texts, base))
-    done = subprocess.run([str(promtool_binary), "tsdb", "create-blocks-from", "openmetrics", str(source),
-                           str(tmp_path / "prometheus" / "data")], capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    base = backfill(texts, DURATION_S, promtool_binary, tmp_path)
     window = Window(300.0, 300.0, "")
     names = metric_names_for(VERSION)
     queries = [q for q in build_queries(names, SCOPE, window, 50, 8192, 3.0) if q.promql is not None]

@@ -9,8 +9,6 @@ Prometheus (bench.queries.SimQueryClient) chooses the same window and the same n
 
 from __future__ import annotations
 
-import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from specpilot.sim.engine import SimRequest
 from specpilot.sim.exposition import exposition
 from specpilot.sim.presets import LLAMA8B_H100
 from specpilot.vllm.metrics import metric_names_for
-from tests.prometheus.test_emulation_agreement import SCOPE, VERSION, _engine, _openmetrics
+from tests.prometheus.test_emulation_agreement import SCOPE, VERSION, _engine, backfill
 
 pytestmark = pytest.mark.prometheus
 
@@ -60,13 +58,7 @@ def test_a_window_short_of_requests_is_measured_over_a_wider_one(
     prometheus_binary: Path, promtool_binary: Path, tmp_path: Path
 ) -> None:
     history, texts = _quiet_run()
-    base = float(int(time.time()) - 60 - int(DURATION_S))  # the last sample a minute old, within the 1 h retention
-    source = tmp_path / "scrapes.om"
-    source.write_text(_openmetrics(texts, base))
-    done = subprocess.run([str(promtool_binary), "tsdb", "create-blocks-from", "openmetrics", str(source),
-                           str(tmp_path / "prometheus" / "data")], capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    base = backfill(texts, DURATION_S, promtool_binary, tmp_path)
     spec = bench_spec(LLAMA8B_H100, "eagle3", 3, 256, 8192)
     assert spec.autotune.window == "5m"
     assert spec.autotune.min_samples.requests == 50
