@@ -154,11 +154,7 @@ def test_each_candidate_runs_on_one_pod_and_gets_a_verdict() -> None:
 
     # the next candidate waits for the promotion's rollout, then runs against the promoted drafter; it measures slower
     # and loses: the winner stays on every pod
-    for _ in range(12):
-        cluster.advance(1)
-        cluster.evaluate(HEALTHY)
-        if cluster.status["trial"]["phase"] == "Running":
-            break
+    assert evaluations_until_a_trial(cluster, HEALTHY, limit=12) is not None
     assert cluster.status["trial"]["candidateName"] == "big"
     assert "Llama-3.2-3B" in command(cluster.canary)
     assert command(cluster.deployment) == promoted_main
@@ -329,11 +325,7 @@ def test_in_recommend_the_winner_is_recommended_not_promoted() -> None:
     assert (condition["status"], condition["reason"]) == ("False", "TrialRecommended")
 
     # the next candidate is measured against the declared drafter, loses, and the recommendation stays the winner
-    for _ in range(12):
-        cluster.advance(1)
-        cluster.evaluate(HEALTHY)
-        if cluster.status["trial"]["phase"] == "Running":
-            break
+    assert evaluations_until_a_trial(cluster, HEALTHY, limit=12) is not None
     assert cluster.status["trial"]["candidateName"] == "big"
     run_trial(cluster, 0.020)
     assert cluster.status["candidates"][1]["verdict"] == "Lost"
