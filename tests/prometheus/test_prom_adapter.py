@@ -162,7 +162,7 @@ def test_evaluate_once_reports_measurements_and_holds_on_acceptance_alone(client
     decision = out["decision"]
     assert decision["action"] == "Keep"
     assert decision["reason"].startswith("holding: acceptance 0.70 < disableBelow 0.80 over 6s, ")
-    assert decision["reason"].endswith("acceptance alone never switches it off")
+    assert decision["reason"].endswith("acceptance alone never switches speculation off")
     assert decision["to"]["enabled"] is True
     acceptance = out["measurements"]["acceptance_rate"]
     assert acceptance["class"] == "Valid"

@@ -115,12 +115,12 @@ def test_no_reference_says_why() -> None:
         ("even", False, 0.30, 0.0145, plain_baseline(15.0), Action.DISABLE, "within -5%/+10%"),
         # high acceptance, no gain and no loss: nothing to do
         ("even-high", False, 0.80, 0.0145, plain_baseline(15.0), Action.KEEP, ">= disableBelow"),
-        # no comparison, and the cost model (consistent with the measured TPOT) says speculation still pays
-        ("no-evidence", False, 0.30, 0.010, PolicyState(), Action.DISABLE, "predicts 1.42x over plain at batch 20"),
+        # no comparison, and the cost model (consistent with the measured TPOT) says speculation still pays: hold
+        ("no-evidence", False, 0.30, 0.010, PolicyState(), Action.KEEP, "predicts 1.42x over plain at batch 20"),
         # no comparison, and the model says it does not pay: the acceptance gate acts as before
         ("collapse", False, 0.05, 0.010, PolicyState(), Action.DISABLE, "acceptance 0.05 < disableBelow 0.50"),
-        # no comparison under adaptive verification: a recommendation with its reason (tested for mode Auto below)
-        ("no-evidence-adaptive", True, 0.30, 0.010, PolicyState(), Action.DISABLE, "recommended, not applied"),
+        # no comparison under adaptive verification: hold, with the reason (tested for mode Recommend below)
+        ("no-evidence-adaptive", True, 0.30, 0.010, PolicyState(), Action.KEEP, "lowers acceptance by design"),
     ],
 )
 def test_decide_on_measured_speed(
@@ -145,14 +145,16 @@ def test_decide_on_measured_speed(
         assert speed["outcome"] == "Slower"
 
 
-def test_collapse_without_speed_evidence_is_a_recommendation_in_auto_mode() -> None:
-    spec = spec_with(adaptive=True, agreeingEvaluations=1, stabilization="0s")
+@pytest.mark.parametrize("mode", ["Auto", "Recommend"])
+def test_collapse_without_speed_evidence_under_adaptive_verification_holds_in_both_modes(mode: str) -> None:
+    """Acceptance low by design and nothing measured faster or slower: nothing is applied, and nothing recommended."""
+    spec = spec_with(adaptive=True, agreeingEvaluations=1, stabilization="0s", mode=mode)
     result = tp.run(spec, [tp.observed(acceptance=0.25, batch=20)] * 3)
-    assert result.acted == [], "acceptance alone never switches off an adaptive-verification deployment"
+    assert len(result.decisions) == 3, "three evaluations ran"
+    assert result.acted == []
+    assert [d.action for d in result.decisions] == [Action.KEEP] * 3
     decision = result.decisions[-1]
-    assert decision.action is Action.DISABLE
-    assert not decision.actuate
-    assert decision.gate.startswith("advisory: published, not applied")
+    assert decision.reason.startswith("holding: acceptance 0.25 < disableBelow 0.50")
     assert "adaptive verification lowers acceptance by design" in decision.reason
     assert "no plain mean TPOT at batch [16,32)" in decision.reason
     assert result.current == ON
@@ -161,7 +163,8 @@ def test_collapse_without_speed_evidence_is_a_recommendation_in_auto_mode() -> N
 @pytest.mark.parametrize(
     ("acceptance", "tpot_s", "acts", "words"),
     [
-        (0.30, 0.010, False, "the cost model (model llama8b-h100 predicts TPOT 5.78 ms"),  # consistent: 1.42x
+        # consistent model, speculation priced 1.42x plain: hold, with the prediction in the reason
+        (0.30, 0.010, False, "the cost model (model llama8b-h100 predicts TPOT 5.78 ms"),
         (0.05, 0.010, True, "acceptance 0.05 < disableBelow 0.50 over 5m, 41k draft tokens"),  # model: 0.86x
         # the model is off by x5 and there is no comparison: acceptance alone holds
         (0.30, 0.030, False, "holding: acceptance 0.30 < disableBelow 0.50 over 5m, 41k draft tokens"),
@@ -181,29 +184,30 @@ def test_without_measured_speed_a_plain_deployment_acts_only_when_the_model_agre
         ms[Signal.TPOT_MEAN] = tp.m(Signal.TPOT_MEAN, None, tp.NO_DATA)
     result = tp.run(spec, [ms, ms])
     decision = result.decisions[0]
-    assert decision.action is (Action.DISABLE if acts or "holding" not in words else Action.KEEP), decision.reason
+    assert decision.action is (Action.DISABLE if acts else Action.KEEP), decision.reason
     assert [d.actuate for d in result.decisions] == [acts, False]
     assert words in decision.reason
-    if not acts and "holding" not in words:
-        assert decision.gate.startswith("advisory: published, not applied")
-        assert decision.evidence["predictedSpeed"]["speedup"] == pytest.approx(1.42, abs=0.01)
-    else:
+    if acts:
         assert decision.reason.startswith(words)
+    else:
+        assert decision.reason.startswith("holding: acceptance")
+        assert "acceptance alone never switches speculation off" in decision.reason
 
 
-def test_advisory_and_acting_proposals_never_agree() -> None:
-    """Found by the benchmark: at a borderline prediction advisory and acting proposals alternate; mixed, they acted."""
+def test_a_proposal_between_acting_and_holding_restarts_the_streak() -> None:
+    """At a borderline prediction the model alternates between pricing speculation faster (hold) and slower (disable):
+    a hold between two disables breaks their agreement, so nothing acts until two agree in a row."""
     spec = spec_with(agreeingEvaluations=2, stabilization="0s")
-    advisory = tp.observed(acceptance=0.30, batch=20, tpot_s=0.010)  # the model predicts 1.42x: recommend only
+    holding = tp.observed(acceptance=0.30, batch=20, tpot_s=0.010)  # the model predicts 1.42x: hold
     acting = tp.observed(acceptance=0.05, batch=20, tpot_s=0.010)  # the model predicts 0.86x: may act
-    mixed = tp.run(spec, [advisory, acting, advisory, acting])
+    mixed = tp.run(spec, [holding, acting, holding, acting])
+    assert [d.action for d in mixed.decisions] == [Action.KEEP, Action.KEEP, Action.KEEP, Action.KEEP]
     assert mixed.acted == []
-    assert [d.evidence["agreement"]["count"] for d in mixed.decisions] == [1, 1, 1, 1]
     assert tp.run(spec, [acting, acting]).acted == [1]
 
 
 @pytest.mark.parametrize(
-    ("case", "acceptances", "acted", "advisory"),
+    ("case", "acceptances", "acted", "holding"),
     [
         # at batch 20 and 10 ms the consistent model predicts 0.10 -> 0.98x, 0.12 -> 1.03x, 0.14 -> 1.07x over plain
         ("priced faster than plain", [0.12, 0.12, 0.14], [], [True, True, True]),
@@ -212,14 +216,14 @@ def test_advisory_and_acting_proposals_never_agree() -> None:
     ],
 )
 def test_an_acceptance_disable_acts_only_where_the_model_prices_speculation_slower_than_plain(
-    case: str, acceptances: list[float], acted: list[int], advisory: list[bool]
+    case: str, acceptances: list[float], acted: list[int], holding: list[bool]
 ) -> None:
-    """One line, plain's speed: a model that prices speculation no slower than plain keeps an acceptance-only
-    disable a recommendation (advisory); priced slower, the disable may act (advisory and acting never agree)."""
+    """One line, plain's speed: a model that prices speculation no slower than plain holds the config (acceptance a
+    warning in the reason); priced slower, the disable may act."""
     spec = spec_with(agreeingEvaluations=2, stabilization="0s")
     result = tp.run(spec, [tp.observed(acceptance=a, batch=20, tpot_s=0.010) for a in acceptances])
     assert result.acted == acted
-    assert ["recommended, not applied" in d.reason for d in result.decisions] == advisory
+    assert [d.reason.startswith("holding:") for d in result.decisions] == holding
 
 
 def test_the_same_collapse_acts_once_plain_is_measured_not_faster() -> None:
@@ -238,8 +242,9 @@ def test_a_plain_canary_is_the_reference_at_the_same_load() -> None:
     assert "16.00 ms plain (plain canary at batch 22.0 vs 20.0)" in decision.reason
     far = tp.observed(on=False, batch=60, tpot_s=0.016, p99=0.030)  # not comparable load: no reference
     again = evaluate_alone(tp.inputs(spec, main, canary=far), PolicyState(), T0)
-    assert again.action is Action.DISABLE
-    assert again.gate.startswith("dry run")
+    assert again.action is Action.KEEP
+    assert again.reason.startswith("holding: acceptance 0.20 < disableBelow"), "no comparison: acceptance alone holds"
+    assert "16.00 ms plain" not in again.reason
 
 
 def test_force_on_keeps_and_says_acceptance_is_below() -> None:
@@ -407,7 +412,7 @@ def tpot_ms(measurements: dict[str, Measurement]) -> float:
         # the threshold is not tuned: the acceptance gate acts as before
         ("tune-off", False, 0.55, 1.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
         # a mean TPOT five times what the cost model predicts: no usable model, no comparison, so acceptance alone holds
-        ("inconsistent", True, 0.55, 5.0, False, Action.KEEP, "acceptance alone never switches it off"),
+        ("inconsistent", True, 0.55, 5.0, False, Action.KEEP, "acceptance alone never switches speculation off"),
         # a collapsed drafter: no K beats off, the gate acts
         ("collapse", True, 0.10, 1.0, False, Action.DISABLE, "acceptance 0.04 < disableBelow 0.50 over 5m"),
         # plain measured at this load, as fast as speculation now: the measurement decides, not the model
@@ -534,18 +539,12 @@ def test_fits_past_the_tolerance_agree_when_the_model_cannot_tell_them_apart(
     assert not agree_by_effect(
         first, newest.replace("ChangeBatchThreshold", "DisableSpeculation", 1), largest_gain, 0.03
     )
-    advisory = Proposal(Action.CHANGE_THRESHOLD, key, "", {}, advisory=True).key()
-    assert not agree_by_effect(first, advisory, largest_gain, 0.03), "an advisory proposal never joins an acting streak"
 
 
 def test_a_streaks_anchor_is_read_back_only_for_its_own_action() -> None:
     key = Proposal(Action.CHANGE_THRESHOLD, RANGES, "", {}).key()
     assert anchor_intent(key, Action.CHANGE_THRESHOLD.value) == RANGES
     assert anchor_intent(key, Action.DISABLE.value) is None
-    assert (
-        anchor_intent(Proposal(Action.CHANGE_THRESHOLD, RANGES, "", {}, advisory=True).key(), "ChangeBatchThreshold")
-        is None
-    )
     assert anchor_intent("garbage", Action.CHANGE_THRESHOLD.value) is None
 
 

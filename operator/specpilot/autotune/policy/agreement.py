@@ -98,7 +98,7 @@ def keys_agree(anchor: str, key: str) -> bool:
 
 
 def anchor_intent(anchor: str, action: str) -> SpeculationIntent | None:
-    """The config a streak's first proposal `anchor` proposes, when that proposal is `action` (and not advisory)."""
+    """The config a streak's first proposal `anchor` proposes, when that proposal is `action`."""
     split = _split(anchor)
     return split[1] if split is not None and split[0] == action else None
 

@@ -13,9 +13,9 @@ restart; KEP-853 explains why that causes instant scaling).
 2. Proposal: what this one evaluation alone says (`propose`), from Valid measurements only, with minimum samples.
 3. Agreement: the streak continues or starts, and its wait is priced (`_agree`, `_stabilization`).
 4. Gates, in the fixed order of `GATES`: agreement (K consecutive evaluations spanning the stabilization window;
-   a new `specpilot.dev/reevaluate` token counts as full agreement once), publish (mode Recommend, or an advisory
-   proposal), budget (min interval, per hour/day, longer after a reversal; kept in status), backlog. The first that
-   holds concludes; past all of them the shell actuates and then calls `record_actuation`.
+   a new `specpilot.dev/reevaluate` token counts as full agreement once), publish (mode Recommend), budget (min
+   interval, per hour/day, longer after a reversal; kept in status), backlog. The first that holds concludes;
+   past all of them the shell actuates and then calls `record_actuation`.
 
 Re-enabling: with speculation off there are no acceptance counters, so "off" is left only on other
 evidence: a canary replica that speculates on the same traffic; load back under the level where a load-driven
@@ -470,17 +470,11 @@ class Proposal:
     evidence: dict[str, Any]
     probe: bool = False
     off_kind: OffReason | None = None
-    advisory: bool = False  # published as a recommendation, never applied by Auto (evidence too weak to act on)
     priced: Priced = field(default_factory=Priced)  # what its gain is read from (propose fills it)
 
     def key(self) -> str:
-        """Agreement key: an advisory proposal never agrees with one that may act (a mixed streak must not act)."""
-        return _key_prefix(self.action, self.advisory) + json.dumps(intent_to_dict(self.target), sort_keys=True)
-
-
-def _key_prefix(action: Action, advisory: bool) -> str:
-    """How an agreement key (Proposal.key) begins: the action, and whether the proposal is advisory."""
-    return action.value + (" (advisory)" if advisory else "") + ":"
+        """Agreement key: the action and the config it proposes."""
+        return self.action.value + ":" + json.dumps(intent_to_dict(self.target), sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -868,9 +862,9 @@ def _acceptance_only(
     """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
     off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
     (_speedup_ceiling), the disable acts. A usable cost model that prices speculation slower than plain supports the
-    disable; one that prices it no slower publishes it as a recommendation only (advisory); without a usable model
-    (too few requests for a mean TPOT, a model this deployment's windows do not confirm) the config holds. So does
-    adaptive verification, which lowers acceptance by design."""
+    disable. Otherwise the config holds, with acceptance as a warning in the reason: under adaptive verification
+    (which lowers acceptance by design), where a usable model prices speculation no slower than plain, and where
+    there is no usable model (too few requests for a mean TPOT, a model this deployment's windows do not confirm)."""
     off_target = inputs.current.without_speculation()
     ceiling = _speedup_ceiling(inputs)
     if ceiling is not None and ceiling < 1 + FASTER_MARGIN:
@@ -882,25 +876,20 @@ def _acceptance_only(
             evidence,
             off_kind=OffReason.ACCEPTANCE,
         )
-    if inputs.spec.speculation.adaptive_verification or (predicted is not None and predicted >= 1.0):
-        why = (
-            "adaptive verification lowers acceptance by design"
-            if inputs.spec.speculation.adaptive_verification
-            else prediction
-        )
-        reason = (
-            f"{reason}, but there is no measured speed comparison yet ({missing}) and {why}: recommended, not "
-            "applied, until a plain baseline or canary at this load shows speculation is not faster"
-        )
-        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE, advisory=True)
-    if predicted is None:
-        return _keep(
-            inputs,
-            f"holding: {reason}, but neither a measured speed comparison ({missing}) nor a usable cost model "
-            f"({prediction}) says speculation is slower; acceptance alone never switches it off",
-            evidence,
-        )
-    return Proposal(Action.DISABLE, off_target, f"{reason}; {prediction}", evidence, off_kind=OffReason.ACCEPTANCE)
+    if inputs.spec.speculation.adaptive_verification:
+        why = "adaptive verification lowers acceptance by design"
+    elif predicted is None:
+        why = f"no usable cost model ({prediction})"
+    elif predicted >= 1.0:
+        why = prediction
+    else:
+        return Proposal(Action.DISABLE, off_target, f"{reason}; {prediction}", evidence, off_kind=OffReason.ACCEPTANCE)
+    return _keep(
+        inputs,
+        f"holding: {reason}, but there is no measured speed comparison yet ({missing}) and {why}; acceptance alone "
+        "never switches speculation off",
+        evidence,
+    )
 
 
 @dataclass(frozen=True)
@@ -1872,7 +1861,7 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
     at, streak = r.inputs.spec.autotune, state.streak
     key = proposal.key()
     max_num_seqs = r.inputs.spec.engine.max_num_seqs
-    shed = not proposal.advisory and sheds(r.inputs.current, proposal.target, max_num_seqs)
+    shed = sheds(r.inputs.current, proposal.target, max_num_seqs)
     agrees = streak is not None and keys_agree(streak.key, key)
     # the proposal continues the streak: the same decision, a further shed of it, or the same shape with boundaries
     # past the tolerance that the cost model cannot tell from the anchor's (agreement.py)
@@ -1985,17 +1974,12 @@ def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decis
 
 
 def _publish_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decision | None, PolicyState]:
-    """Mode Recommend, and an advisory proposal in any mode, publish the agreed proposal and apply nothing."""
+    """Mode Recommend publishes the agreed proposal and applies nothing."""
     r = v.round
-    recommend = r.inputs.spec.autotune.mode is AutotuneMode.RECOMMEND
-    if not recommend and not v.proposal.advisory:
+    if r.inputs.spec.autotune.mode is not AutotuneMode.RECOMMEND:
         return None, state
     state = _note_recommendation(state, r.inputs, v.proposal, r.events, agreed=True)
-    gate = (
-        "mode Recommend: published, not applied"
-        if recommend
-        else "advisory: published, not applied (no measured speed comparison to act on)"
-    )
+    gate = "mode Recommend: published, not applied"
     return v.decision(state, actuate=False, gate=gate, throttled=False), replace(state, throttled=False)
 
 
