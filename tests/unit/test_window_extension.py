@@ -3,13 +3,19 @@ measurements.short_gates, evaluate.window_limit_s); where no window meets them t
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pytest
 
+from specpilot.api.timestamps import format_time
 from specpilot.autotune.evaluate import Subject, measure, measure_many, running_since, window_limit_s
+from specpilot.autotune.evaluation import measurement_starts
+from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, RawResult, short_gates
 from specpilot.autotune.signals.promql import MAX_WINDOW_S, Signal, Window, extended, wider_windows
+from specpilot.vllm.intent import SpeculationIntent
 from tests.unit.test_evaluate import NOW, SCOPE, CannedPrometheus, spec
 
 FIVE_MINUTES = Window(300.0, 300.0, "")
@@ -110,9 +116,9 @@ class Traffic(CannedPrometheus):
 
     def query(self, promql: str, at: datetime | None = None) -> RawResult:
         super().query(promql, at)
-        minutes = {"[5m]": 5, "[10m]": 10, "[20m]": 20, "[40m]": 40, "[1h]": 60}
-        span = next((m for text, m in minutes.items() if text in promql), None)
-        assert span is not None, promql
+        found = re.search(r"\[(\d+)([smh])\]", promql)
+        assert found is not None, promql
+        span = int(found[1]) * {"s": 1 / 60, "m": 1, "h": 60}[found[2]]
         series = []
         for config_hash, rate in self.per_minute.items():
             if f"{config_hash}" not in promql:
@@ -173,3 +179,70 @@ def test_a_fleet_round_extends_only_the_scopes_short_of_samples() -> None:
     assert round_.measurements["busy"][Signal.TPOT_MEAN].valid
     alone = measure(spec(), quiet, Traffic({"quiet": 6.0}), NOW, since=since)
     assert dict(round_.measurements["quiet"]) == dict(alone), "a fleet round measures each scope as alone"
+
+
+def trial_status(*, ready_min_ago: float | None, completed_h_ago: float | None = 24.0) -> dict[str, object]:
+    """status as the operator stores it: Progressing, and a Running one-pod trial (trials.to_status), ready or not."""
+    on = SpeculationIntent(True, 3, None)
+    trial = trials.start(
+        intent=SpeculationIntent(False, 3, None), config_hash="slot", incumbent=on, incumbent_hash=SCOPE.config_hash
+        or "", action="DisableSpeculation", now=NOW - timedelta(hours=1),
+    )  # fmt: skip
+    if ready_min_ago is not None:
+        trial = trial.model_copy(update={"ready_at": format_time(NOW - timedelta(minutes=ready_min_ago))})
+    progressing: dict[str, object] = {"type": "Progressing", "status": "False", "reason": "RolloutCompleted"}
+    if completed_h_ago is None:
+        progressing.update(status="True", reason="RollingOut")
+    progressing["lastTransitionTime"] = format_time(NOW - timedelta(hours=completed_h_ago or 0))
+    return {"conditions": [progressing], "trial": trials.to_status(trial)}
+
+
+def garbled(field: str, value: str | None) -> dict[str, object]:
+    """A ready trial's stored record with one time field replaced (None: removed)."""
+    status = trial_status(ready_min_ago=12)
+    record = dict(cast(dict[str, object], status["trial"]))
+    if value is None:
+        del record[field]
+    else:
+        record[field] = value
+    return {**status, "trial": record}
+
+
+@pytest.mark.parametrize(
+    ("status", "main_ago", "slot_ago"),
+    [
+        ({}, None, None),  # nothing known: the spec's window for both
+        (trial_status(ready_min_ago=None), timedelta(hours=24), None),  # the trial pod not ready yet
+        (trial_status(ready_min_ago=12), timedelta(minutes=12), timedelta(minutes=12)),  # both within the trial
+        (trial_status(ready_min_ago=12, completed_h_ago=None), None, timedelta(minutes=12)),  # main rolling
+        (trial_status(ready_min_ago=12, completed_h_ago=0.1), timedelta(minutes=6), timedelta(minutes=12)),
+        ({**trial_status(ready_min_ago=12), "trial": {"phase": "RolledBack"}}, timedelta(hours=24), None),
+        (garbled("readyAt", "garbage"), timedelta(hours=24), None),  # an unreadable record is no trial
+        (garbled("readyAt", "2026-11-26T11:48:00"), timedelta(hours=24), None),  # no zone
+        (garbled("startedAt", None), timedelta(hours=24), None),
+    ],
+    ids=["none", "not-ready", "trial", "main-rolling", "main-newer", "ended", "garbage", "no-zone", "no-start"],
+)  # fmt: skip
+def test_measurement_starts_keep_a_running_trials_groups_within_its_span(
+    status: dict[str, object], main_ago: timedelta | None, slot_ago: timedelta | None
+) -> None:
+    main, slot = measurement_starts(status)
+    assert main == (None if main_ago is None else NOW - main_ago)
+    assert slot == (None if slot_ago is None else NOW - slot_ago)
+
+
+@pytest.mark.parametrize(("ready_min_ago", "slot_window"), [(5.5, "5m"), (6.0, "5m"), (12.0, "10m")])
+def test_a_quiet_trial_pod_is_measured_over_the_trials_span(ready_min_ago: float, slot_window: str) -> None:
+    """The one trial pod sees a third of the traffic of the incumbents: at its first analysis (one window after it
+    was ready) its sample is short and stays NoData (as at 6 minutes: 33 requests in 330 s, 50 needed); at the extended
+    analysis its window reaches back to its readiness, and the incumbents, with samples enough, keep the spec's
+    window."""
+    slot = SCOPE.with_config_hash("slot")
+    client = Traffic({SCOPE.config_hash or "": 12.0, "slot": 6.0})
+    main_since, slot_since = measurement_starts(trial_status(ready_min_ago=ready_min_ago))
+    round_ = measure_many(
+        [Subject("main", spec(), SCOPE, main_since), Subject("slot", spec(), slot, slot_since)], client, NOW
+    )
+    assert round_.measurements["main"].window.promql() == "5m"
+    assert round_.measurements["slot"].window.promql() == slot_window
+    assert round_.measurements["slot"][Signal.TPOT_MEAN].valid is (slot_window == "10m")

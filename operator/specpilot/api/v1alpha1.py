@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from specpilot.api.durations import DURATION_PATTERN, parse_duration
 from specpilot.api.quantity import is_positive_quantity
+from specpilot.api.timestamps import parse_time
 
 GROUP = "specpilot.dev"
 VERSION = "v1alpha1"
@@ -1349,6 +1350,22 @@ class TrialStatus(_Model):
         None, description="Incumbent over trial mean time per output token at comparable batch (> 1: trial faster)."
     )
     reason: str | None = Field(None, description="The analysis or the end of the trial in words, for people.")
+
+    @model_validator(mode="after")
+    def _times_are_rfc3339(self) -> TrialStatus:
+        """The times the operator reads back must parse, with a zone: a record that does not is unreadable."""
+        for name in ("started_at", "ready_at", "analysis_at", "ended_at", "retry_after"):
+            value = getattr(self, name)
+            if value is not None and not _is_zoned_time(value):
+                raise ValueError(f"{to_camel(name)} {value!r} is not an RFC 3339 time with a zone")
+        return self
+
+
+def _is_zoned_time(text: str) -> bool:
+    try:
+        return parse_time(text).tzinfo is not None
+    except ValueError:
+        return False
 
 
 class CandidateTraffic(_Model):

@@ -277,6 +277,19 @@ def evaluation_scopes(
     return scope, scope.with_config_hash(str(canary_hash)) if canary_hash else None
 
 
+def measurement_starts(status: Mapping[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """How far back a window short of samples may reach (evaluate.Subject.since) for the running config's pods and
+    for the one-pod slot: since the running config completed its rollout, and since the trial pod was first seen
+    ready. While a trial runs, the incumbents' window stays within the trial's span too, so an analysis extended at
+    low traffic compares both groups over the trial's own traffic. A slot outside a trial keeps the spec's window."""
+    main = running_since(status.get("conditions", []) or [])
+    trial = trials.running(status)
+    ready = timestamps.parse_time(trial.ready_at) if trial is not None and trial.ready_at else None
+    if ready is None:
+        return main, None
+    return (None if main is None else max(main, ready)), ready
+
+
 def run_autotune(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     *,
@@ -293,8 +306,9 @@ def run_autotune(
     if scopes is None:
         return AutotuneOutcome({}, [], [])
     scope, canary_scope = scopes
-    measured = measure(spec, scope, client, now, since=running_since(status.get("conditions", []) or []))
-    canary = measure(spec, canary_scope, client, now) if canary_scope else None
+    main_since, slot_since = measurement_starts(status)
+    measured = measure(spec, scope, client, now, since=main_since)
+    canary = measure(spec, canary_scope, client, now, since=slot_since) if canary_scope else None
     return conclude(
         spec,
         annotations=annotations,

@@ -24,7 +24,7 @@ from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.api.timestamps import format_time
 from specpilot.autotune.evaluate import measure, query_settings
-from specpilot.autotune.evaluation import choose_intent, conclude
+from specpilot.autotune.evaluation import choose_intent, conclude, measurement_starts
 from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL, fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy.decision import (
@@ -303,13 +303,14 @@ class OperatorController:
             raise ValueError(f"vLLM {self.spec.engine.version} cannot render {drafter} {intent}")
         return found
 
-    def _measure(self, group: Group, at: datetime) -> Any:
+    def _measure(self, group: Group, at: datetime, since: datetime | None) -> Any:
         _, name, history = group
         scope = Scope(namespace="bench", deployment="bench", config_hash=name)
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
         offset = self.clock_offset_s
         clock = lambda when: to_seconds(when) - offset  # noqa: E731
-        return measure(self.spec, scope, SimQueryClient(names, scope, history, clock, *query_settings(self.spec)), at)
+        client = SimQueryClient(names, scope, history, clock, *query_settings(self.spec))
+        return measure(self.spec, scope, client, at, since=since)
 
     def _observed(self, main: Group, trial: Group | None, trial_ready: bool, ready_pods: int, rolling: bool,
                   config_since: float) -> ObservedDeployment:  # fmt: skip
@@ -336,9 +337,10 @@ class OperatorController:
         """One evaluation at virtual time `now`: (the main pods' drafter and config, the trial pod's or None)."""
         at = to_datetime(now + self.clock_offset_s)
         deployment = self._observed(main, trial, trial_ready, ready_pods, rolling, config_since)
+        main_since, slot_since = measurement_starts(self.status)
         outcome = conclude(self.spec, annotations={}, status=self.status, deployment=deployment,
-                           measurements=self._measure(main, at),
-                           canary=None if trial is None else self._measure(trial, at), now=at)  # fmt: skip
+                           measurements=self._measure(main, at, main_since),
+                           canary=None if trial is None else self._measure(trial, at, slot_since), now=at)  # fmt: skip
         for key, value in outcome.fields.items():
             if value is None:
                 self.status.pop(key, None)

@@ -20,8 +20,15 @@ from typing import Any
 from specpilot.adapters import connections
 from specpilot.adapters.prom import PrometheusClient
 from specpilot.api import v1alpha1
-from specpilot.autotune.evaluate import Measured, RoundResult, Subject, measure_many, running_since
-from specpilot.autotune.evaluation import AutotuneOutcome, conclude, evaluation_scopes, is_due, without_heartbeat
+from specpilot.autotune.evaluate import Measured, RoundResult, Subject, measure_many
+from specpilot.autotune.evaluation import (
+    AutotuneOutcome,
+    conclude,
+    evaluation_scopes,
+    is_due,
+    measurement_starts,
+    without_heartbeat,
+)
 from specpilot.autotune.signals.promql import Scope
 from specpilot.reconcile import core as rec
 from specpilot.shell import telemetry
@@ -47,7 +54,8 @@ class _Due:
     scope: Scope
     canary: Scope | None
     warnings: list[rec.Event]
-    since: datetime | None  # when the running config completed its rollout (how far back its window may reach)
+    since: datetime | None  # how far back each group's window may reach (evaluation.measurement_starts)
+    canary_since: datetime | None
 
 
 @dataclass
@@ -100,14 +108,13 @@ def _collect(uid: str, memory: ObjectMemory, now: datetime, groups: _Groups) -> 
     if scopes is None:
         return  # no rendered config in status.effective yet: the reconcile writes one first
     resolution, events = groups.resolve(spec.autotune.prometheus, namespace)
-    since = running_since(status.get("conditions", []) or [])
-    groups.add(resolution, _Due(uid, memory, spec, scopes[0], scopes[1], events, since))
+    groups.add(resolution, _Due(uid, memory, spec, scopes[0], scopes[1], events, *measurement_starts(status)))
 
 
 def _measure(client: Client, members: list[_Due], now: datetime) -> RoundResult:
     """One connection's due objects measured together (in a worker thread)."""
     subjects = [Subject((m.uid, "main"), m.spec, m.scope, m.since) for m in members]
-    subjects += [Subject((m.uid, "canary"), m.spec, m.canary) for m in members if m.canary is not None]
+    subjects += [Subject((m.uid, "canary"), m.spec, m.canary, m.canary_since) for m in members if m.canary is not None]
     with client:
         return measure_many(subjects, client, now)
 
