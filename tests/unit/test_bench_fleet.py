@@ -13,7 +13,7 @@ from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.rollcost import restart_cost_seconds
 from specpilot.autotune.signals.promql import Scope, Signal
 from specpilot.bench import oracles, report
-from specpilot.bench.fleet import Fleet, Pod, PodState, analyse, pick
+from specpilot.bench.fleet import Fleet, Pod, PodState, pick
 from specpilot.bench.layout import Balancer, Layout
 from specpilot.bench.main import replicas
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient
@@ -30,7 +30,7 @@ from specpilot.bench.runner import (
     run_specpilot,
 )
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, scenario_named
-from specpilot.bench.specpilot_policy import to_datetime, to_seconds
+from specpilot.bench.specpilot_policy import OperatorController, to_datetime, to_seconds
 from specpilot.sim.presets import LLAMA8B_H100
 from specpilot.vllm.intent import SpeculationIntent
 from specpilot.vllm.metrics import metric_names_for
@@ -185,8 +185,8 @@ def canary_fleet(running: SpeculationIntent, changed: SpeculationIntent) -> Flee
     fleet.run_until(60.0, items)
     fleet.canary(changed, 60.0)
     fleet.run_until(560.0, items)
-    assert fleet.canary_ready_at is not None
     assert fleet.canary_intent == changed
+    assert sum(p.state is PodState.SERVING and p.replica.intent == changed for p in fleet.pods) == 1
     return fleet
 
 
@@ -194,18 +194,12 @@ def canary_fleet(running: SpeculationIntent, changed: SpeculationIntent) -> Flee
     ("running", "changed", "promote"),
     [(oracles.off(), oracles.static(3), False), (oracles.static(3), oracles.off(), True)],
 )
-def test_the_canary_analysis_compares_the_changed_pod_with_the_others(
+def test_a_canary_pod_is_promoted_to_every_pod_or_rolled_back(
     running: SpeculationIntent, changed: SpeculationIntent, promote: bool
 ) -> None:
+    """The progressive path's mechanics (the operator decides which: run_operator): after promotion every pod runs
+    the canary's config, after a rollback the running one, each pod replaced with drain."""
     fleet = canary_fleet(running, changed)
-    ready = fleet.canary_ready_at
-    assert ready is not None
-    verdict = analyse(fleet, ready, 560.0, min_requests=50)
-    assert not verdict.inconclusive
-    assert verdict.canary_requests >= 50
-    assert verdict.others_requests >= 50
-    assert verdict.promote is promote, verdict.reason()
-    assert ("promote" if promote else "roll back") in verdict.reason()
     (fleet.promote if promote else fleet.rollback)(560.0)
     items = arrivals(fleet.scenario, 1)
     fleet.run_until(1200.0, items)
@@ -214,15 +208,7 @@ def test_the_canary_analysis_compares_the_changed_pod_with_the_others(
     assert fleet.intent == expected
     assert all(p.replica.intent == expected for p in fleet.pods)
     assert fleet.actuations == (1 if promote else 2)
-
-
-def test_a_canary_with_too_few_requests_is_inconclusive_and_the_decision_stands() -> None:
-    fleet = canary_fleet(oracles.off(), oracles.static(3))
-    assert fleet.canary_ready_at is not None
-    verdict = analyse(fleet, fleet.canary_ready_at, 560.0, min_requests=10**6)
-    assert verdict.inconclusive
-    assert verdict.promote
-    assert "inconclusive" in verdict.reason()
+    assert fleet.trial_config is None
 
 
 def test_the_fleet_history_answers_the_operators_queries_across_pods() -> None:
@@ -291,13 +277,15 @@ def test_specpilot_changes_one_pod_first_then_the_rest_and_loses_nothing() -> No
     lay = rollout_layout(scenario, 2)
     fleet, controller = run_specpilot(scenario, 1, arrivals(scenario, 1), None, lay)
     assert isinstance(fleet, Fleet)
+    assert isinstance(controller, OperatorController), "the operator's own evaluation and trials"
     actuated = [d for d in controller.decisions if d["actuate"]]
     assert len(actuated) == 1
     assert fleet.actuations == 1
-    assert len(fleet.analyses) == 1
-    assert "promote" in fleet.analyses[0]
+    trial_events = [e for e in controller.events if "Trial" in e]
+    assert [e.split(" ", 2)[1] for e in trial_events] == ["TrialStarted:", "TrialPromoted:"], trial_events
     assert len(fleet.retired) == 2, "the first pod, then the other"
     assert fleet.intent != controller.initial_intent()
+    assert controller.status["trial"]["phase"] == "Promoted"
     assert all(p.replica.intent == fleet.intent for p in fleet.pods)
     assert sum(1 for o in fleet.outcomes if o.failed and not o.timed_out) == 0
 

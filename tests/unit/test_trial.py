@@ -20,8 +20,10 @@ SETTINGS = AnalysisSettings(min_requests=50, tolerance=0.05)
 INCUMBENT = GroupFigures(tpot_mean_s=0.010, batch=4.0, requests=400)
 
 
-def group(tpot: float | None = 0.010, batch: float | None = 4.0, requests: float | None = 400) -> GroupFigures:
-    return GroupFigures(tpot_mean_s=tpot, batch=batch, requests=requests)
+def group(
+    tpot: float | None = 0.010, batch: float | None = 4.0, requests: float | None = 400, rate: float | None = None
+) -> GroupFigures:
+    return GroupFigures(tpot_mean_s=tpot, batch=batch, requests=requests, request_rate=rate)
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,12 @@ def group(tpot: float | None = 0.010, batch: float | None = 4.0, requests: float
         (group(tpot=0.002, batch=9.0), INCUMBENT, TrialOutcome.INCONCLUSIVE, "load"),  # batch 9 vs 4: not comparable
         (group(tpot=0.020, batch=1.0), INCUMBENT, TrialOutcome.INCONCLUSIVE, "load"),  # slower, but at 1/4 the batch
         (group(tpot=0.0106, requests=10), INCUMBENT, TrialOutcome.INCONCLUSIVE, "sample"),  # sample before speed
+        # round robin: the same request rate per pod, and the slower incumbents run the larger batch
+        (group(tpot=0.003, batch=1.5, rate=2.0), group(batch=9.0, rate=2.2), TrialOutcome.SUCCESSFUL, "speed"),
+        (group(tpot=0.030, batch=20.0, rate=2.0), group(batch=4.0, rate=2.2), TrialOutcome.FAILED, "speed"),
+        # neither the batches nor the request rates comparable: another traffic
+        (group(tpot=0.003, batch=1.5, rate=0.5), group(batch=9.0, rate=2.2), TrialOutcome.INCONCLUSIVE, "load"),
+        (group(tpot=0.003, batch=1.5, rate=2.0), group(batch=9.0), TrialOutcome.INCONCLUSIVE, "load"),  # no rate
     ],
 )
 def test_analysis_gates_in_order(
@@ -45,6 +53,13 @@ def test_analysis_gates_in_order(
 ) -> None:
     analysis = trials.analyse(TrialObservation(candidate, incumbent), SETTINGS)
     assert (analysis.outcome, analysis.gate) == (outcome, gate), analysis.reason
+
+
+@pytest.mark.parametrize(("pods", "outcome"), [(3, TrialOutcome.SUCCESSFUL), (1, TrialOutcome.INCONCLUSIVE)])
+def test_request_rates_compare_per_pod(pods: int, outcome: TrialOutcome) -> None:
+    """Three incumbent pods finishing 6 requests/s between them serve 2/s each, like the trial pod."""
+    observation = TrialObservation(group(tpot=0.003, batch=1.5, rate=2.0), group(batch=9.0, rate=6.0), pods)
+    assert trials.analyse(observation, SETTINGS).outcome is outcome
 
 
 def test_speedup_is_incumbent_over_candidate_tpot() -> None:

@@ -20,6 +20,7 @@ from specpilot.api import timestamps, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import QueryClient, effective_window, measure, running_since
 from specpilot.autotune.model.costprofile import fit_settings_for
+from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy import drafters, framework_rules
 from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.decision import (
@@ -331,10 +332,13 @@ def conclude(
     canary: Mapping[str, Measurement] | None,
     now: datetime,
     window: Window | None = None,
+    fit: FitSettings | None = None,
 ) -> AutotuneOutcome:
     """One evaluation's measurements + the stored status -> decision, as status fields, conditions and events.
 
     `window`: the window the measurements were taken over (Measured.window); None: the spec's (effective_window).
+    `fit`: the cost model and restart cost decisions price with; None: the spec's (fit_settings_for). The benchmark
+    passes its own where it runs on a compressed clock.
 
     Pure: everything it reads is in its arguments, so the seam from stored status to the next render is tested
     with exactly what the API server stores.
@@ -369,7 +373,7 @@ def conclude(
         rollout_in_progress=in_progress or trial is not None,
         config_since=since,
         canary=None if trial is not None else canary,
-        fit=fit_settings_for(spec),
+        fit=fit or fit_settings_for(spec),
     )
     decision, state = decide(inputs, state, now)
     record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)
@@ -607,11 +611,12 @@ def _trial_turn(
     else:
         on_slot = (status.get("effective") or {}).get("canary") or {}
         ready = on_slot.get("configHash") == trial.config_hash and int(on_slot.get("readyReplicas") or 0) >= 1
+        pods = int(status.get("readyReplicas") or 0)
         observation = trials.TrialObservation(
             candidate=trials.GroupFigures.of(slot if ready and slot is not None else {}),
             incumbent=trials.GroupFigures.of(measurements),
+            incumbent_pods=pods,
         )
-        pods = int(status.get("readyReplicas") or 0)
         step = trials.advance(trial, spec=spec, ready=ready, observation=observation, pods=pods, now=now)
     if step.event is not None:
         events.append(Event(*step.event))

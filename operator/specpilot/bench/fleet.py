@@ -13,11 +13,11 @@ docs/rollout.md describe them:
   then loads for the preset's restart time and joins with the new configuration. At most maxUnavailable pods are
   out of service at once, and with maxSurge the replacement loads before an old pod drains (N + maxSurge pods'
   worth of GPUs).
-- The progressive path (`canary`, `promote`, `rollback`): one pod changes first, serves next to the others for an
-  analysis window, then the rest roll to it or it rolls back (`analyse` compares the two sides' measured TPOT).
-- Each pod runs a drafter and a config (`Config`): a CR's candidate drafter runs on the trial pod only. For a CR with
-  candidates the operator's own evaluation decides (`run_operator`), and `converge` brings the pods to what its
-  reconcile renders.
+- The progressive path (`canary`, `promote`, `rollback`): one pod changes first and serves next to the others, then
+  the rest roll to it or it rolls back.
+- Each pod runs a drafter and a config (`Config`): a CR's candidate drafter runs on the trial pod only. The
+  operator's own evaluation decides (`run_operator`: its measurements through the simulated Prometheus, its trials
+  and their analysis), and `converge` brings the pods to what its reconcile renders.
 
 One replica without surge is not a Fleet: bench.runner.Replica keeps its outage (every restart aborts what is in
 flight and loses the arrivals until the pod is back).
@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from specpilot.api.durations import parse_duration
 from specpilot.bench import oracles
 from specpilot.bench.layout import Balancer, Layout
 from specpilot.bench.oracles import Outcome
@@ -43,7 +42,7 @@ from specpilot.sim.presets import Preset
 from specpilot.vllm.intent import SpeculationIntent
 
 if TYPE_CHECKING:
-    from specpilot.bench.specpilot_policy import OperatorController, SpecpilotController
+    from specpilot.bench.specpilot_policy import OperatorController
 
 # What a pod runs: its drafter (a key of the preset's drafters, the scenario's method unless a candidate's) and config.
 Config = tuple[str, SpeculationIntent]
@@ -113,8 +112,6 @@ class Fleet:
     actuations: int = 0
     generation: int = 0
     config_since: float = 0.0
-    canary_ready_at: float | None = None  # when the progressive path's one changed pod began serving
-    analyses: list[str] = field(default_factory=list)  # the progressive path's verdicts, with their times
     next_arrival: int = 0
     now: float = 0.0
     next_scrape: float = SCRAPE_S
@@ -302,11 +299,14 @@ class Fleet:
         promotion (the pods still on the old config roll to it), one ending with `main` unchanged a rollback."""
         running = self.trial_config
         if trial is not None:
-            if main == self.config and running != trial:
+            toward = self.roll is not None and self.roll.canary and self.roll.target == trial  # its pod on the way
+            if main == self.config and running != trial and not toward:
                 self.canary(trial[1], now, trial[0])
             return
         if running is None and main == self.config:
             return
+        if self.roll is not None and not self.roll.canary and self.roll.target == main:
+            return  # the promotion or rollback is under way
         if running is not None and running == main:
             self.promote(now)
             self.timeline.append((now, self.label(main)))
@@ -326,7 +326,6 @@ class Fleet:
             self.method, self.intent = target  # the deployment's configuration, as its pod template says from now on
         self.generation += 1
         self.config_since = now
-        self.canary_ready_at = None
         self._advance_roll(now)
 
     def _advance_roll(self, now: float) -> None:
@@ -337,8 +336,6 @@ class Fleet:
         for pod in self.pods:
             if pod.state is PodState.STARTING and now >= pod.ready_at:
                 pod.state = PodState.SERVING
-                if self.roll is not None and self.roll.canary:
-                    self.canary_ready_at = pod.ready_at
         roll = self.roll
         if roll is None:
             return
@@ -388,114 +385,7 @@ class Fleet:
         self.retired.append(pod)
 
 
-# ------------------------------------------------------------------------------------------ the progressive path
-
-# The canary pod is rolled back when its mean TPOT is worse than the other pods' by more than this: between pods of
-# one configuration on the same traffic, the mean over a window's requests differs by a few percent.
-ANALYSIS_TOLERANCE = 0.05
-# Requests that arrive in the canary's first minute meet a pod with an empty batch, which flatters its TPOT: the
-# comparison counts the requests that arrived later, on both sides.
-ANALYSIS_WARMUP_S = 60.0
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The canary pod against the others over one window: measured, then promote or roll back."""
-
-    promote: bool
-    inconclusive: bool
-    canary_tpot_ms: float
-    others_tpot_ms: float
-    canary_requests: int
-    others_requests: int
-    canary_tokens_per_s: float
-    others_tokens_per_s: float  # per pod
-
-    def reason(self) -> str:
-        verdict = "inconclusive, the decision stands" if self.inconclusive else ("promote" if self.promote else
-                                                                                  "roll back")  # fmt: skip
-        return (
-            f"canary analysis: {verdict}: mean TPOT {self.canary_tpot_ms:.1f} ms on the changed pod "
-            f"({self.canary_requests} requests, {self.canary_tokens_per_s:.0f} tokens/s) vs "
-            f"{self.others_tpot_ms:.1f} ms on the others ({self.others_requests} requests, "
-            f"{self.others_tokens_per_s:.0f} tokens/s per pod), tolerance {ANALYSIS_TOLERANCE:.0%}"
-        )
-
-
-def _measured(pods: Sequence[Pod], since: float, now: float) -> tuple[float, int, float]:
-    """(mean time per output token weighted by tokens after the first, requests, output tokens per second per pod)
-    of the requests that arrived from `since` and finished by `now` on `pods`."""
-    weighted = weights = tokens = 0.0
-    count = 0
-    for pod in pods:
-        for o in pod.replica.outcomes:
-            if o.failed or o.e2e is None or o.arrival < since or o.arrival + o.e2e > now:
-                continue
-            count += 1
-            tokens += o.tokens
-            if o.tpot is not None and o.tokens > 1:
-                weighted += o.tpot * (o.tokens - 1)
-                weights += o.tokens - 1
-    span = max(now - since, 1e-9)
-    return (weighted / weights if weights else math.nan), count, tokens / span / max(1, len(pods))
-
-
-def analyse(fleet: Fleet, ready_at: float, now: float, min_requests: int) -> Analysis:
-    """Compare the changed pod with the pods of the running configuration on the traffic both served since the
-    canary's warm-up: roll back when its mean TPOT is worse by more than ANALYSIS_TOLERANCE; with fewer than
-    `min_requests` finished on either side the analysis is inconclusive and the decision stands (promote)."""
-    since = ready_at + ANALYSIS_WARMUP_S * fleet.scenario.time_scale
-    serving = [p for p in fleet.pods if p.state is PodState.SERVING]
-    canary = [p for p in serving if fleet.runs(p) != fleet.config]
-    others = [p for p in serving if fleet.runs(p) == fleet.config]
-    c_tpot, c_n, c_rate = _measured(canary, since, now)
-    o_tpot, o_n, o_rate = _measured(others, since, now)
-    inconclusive = min(c_n, o_n) < max(1, min_requests) or math.isnan(c_tpot) or math.isnan(o_tpot)
-    worse = not inconclusive and c_tpot > o_tpot * (1 + ANALYSIS_TOLERANCE)
-    return Analysis(not worse, inconclusive, c_tpot * 1000, o_tpot * 1000, c_n, o_n, c_rate, o_rate)
-
-
-def run_progressive(
-    scenario: Scenario,
-    seed: int,
-    items: Sequence[Arrival],
-    controller: SpecpilotController,
-    layout: Layout,
-    *,
-    changed: bool = False,
-) -> Fleet:
-    """specpilot's closed loop over a Fleet: a change goes to one pod first (at >= 2 replicas), the analysis after
-    one query window of that pod serving decides promote or roll back; a rollout or analysis in progress holds the
-    controller (rollout_in_progress). The analyses' verdicts are in Fleet.analyses."""
-    fleet = Fleet(scenario, preset_for(scenario), controller.initial_intent(), seed, layout)
-    analysis_s = parse_duration(controller.spec.autotune.window)
-    min_requests = controller.spec.autotune.min_samples.requests
-    t = 0.0
-    while t < scenario.duration_s:
-        t = min(t + controller.interval_s, scenario.duration_s)
-        fleet.run_until(t, items)
-        ready = fleet.canary_ready_at
-        if ready is not None and not fleet.rolling and t - ready >= analysis_s:
-            verdict = analyse(fleet, ready, t, min_requests)
-            fleet.analyses.append(f"{t:.0f}s {verdict.reason()}")
-            if verdict.promote:
-                fleet.promote(t)
-            else:
-                fleet.rollback(t)
-        target = controller.evaluate(
-            t,
-            current=fleet.intent,
-            history=fleet.history,
-            config_since=fleet.config_since if fleet.generation or changed else None,
-            rollout_in_progress=fleet.rolling or fleet.canary_intent is not None,
-            series_since=fleet.config_since,
-        )
-        if target is not None:
-            if layout.replicas >= 2:
-                fleet.canary(target, t)
-            else:
-                fleet.restart(target, t)
-    return fleet
+# ------------------------------------------------------------------------------------------ the operator's loop
 
 
 def run_operator(

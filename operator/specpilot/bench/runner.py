@@ -305,14 +305,11 @@ def run_specpilot(
     layout: Layout = ONE_REPLICA,
 ) -> tuple[Replica | Fleet, SpecpilotController | OperatorController]:
     """specpilot's controller in closed loop; where the CR changed (`scenario.previous`), the controller first lives
-    through what the CR ran before, and keeps its state across the change as status.autotune does. A CR with
-    candidate drafters on pods to spare runs the operator's own evaluation and trials (fleet.run_operator)."""
-    if scenario.candidates and not layout.outage:
-        from specpilot.bench.fleet import run_operator  # fleet.py builds on Replica
-
-        document = closed_loop_document(scenario, acceptance, replicas=layout.replicas, max_surge=layout.max_surge)
-        operator = OperatorController.of(document)
-        return run_operator(scenario, seed, items, operator, layout), operator
+    through what the CR ran before, and keeps its state across the change as status does. With a pod to spare (two
+    replicas or more, or surge) it is the operator's own evaluation, one-pod-first trials and their analysis
+    (fleet.run_operator); one replica without surge restarts all at once (_drive)."""
+    if not layout.outage:
+        return _run_operator(scenario, seed, items, acceptance, layout)
     controller = SpecpilotController(_closed_loop_spec_on(scenario, acceptance, layout), time_scale=scenario.time_scale)
     before = scenario.previous
     if before is not None:
@@ -320,6 +317,25 @@ def run_specpilot(
         _, earlier = _drive(before, seed, arrivals(before, seed), first, changed=False, layout=layout)
         controller.state, controller.clock_offset_s = earlier.state, before.duration_s
     return _drive(scenario, seed, items, controller, changed=before is not None, layout=layout)
+
+
+def _run_operator(
+    scenario: Scenario, seed: int, items: Sequence[Arrival], acceptance: dict[str, float] | None, layout: Layout
+) -> tuple[Fleet, OperatorController]:
+    """The operator's loop over a Fleet; after a CR change its status carries over, as the API server keeps it."""
+    from specpilot.bench.fleet import run_operator  # fleet.py builds on Replica
+
+    def operator_for(cr: Scenario) -> OperatorController:
+        document = closed_loop_document(cr, acceptance, replicas=layout.replicas, max_surge=layout.max_surge)
+        return OperatorController.of(document, time_scale=cr.time_scale)
+
+    operator = operator_for(scenario)
+    before = scenario.previous
+    if before is not None:
+        first = operator_for(before)
+        run_operator(before, seed, arrivals(before, seed), first, layout)
+        operator.status, operator.clock_offset_s = first.status, before.duration_s
+    return run_operator(scenario, seed, items, operator, layout), operator
 
 
 def _closed_loop_spec_on(scenario: Scenario, acceptance: dict[str, float] | None, layout: Layout) -> Any:
@@ -334,14 +350,10 @@ def _drive(
     *,
     changed: bool,
     layout: Layout = ONE_REPLICA,
-) -> tuple[Replica | Fleet, SpecpilotController]:
-    """One evaluation per interval over the scenario. `changed`: the config at time 0 was just rolled out (a CR
-    edit), so its metrics settle like any new config's. On N replicas, the Fleet's progressive path
-    (fleet.run_progressive)."""
-    if not layout.outage:
-        from specpilot.bench.fleet import run_progressive  # fleet.py builds on Replica
-
-        return run_progressive(scenario, seed, items, controller, layout, changed=changed), controller
+) -> tuple[Replica, SpecpilotController]:
+    """One evaluation per interval over one replica, every change a restart of it. `changed`: the config at time 0
+    was just rolled out (a CR edit), so its metrics settle like any new config's."""
+    assert layout.outage, "a pod to spare runs the operator's loop (_run_operator)"
     replica = Replica(scenario, preset_for(scenario), controller.initial_intent(), seed)
     t = 0.0
     while t < scenario.duration_s:
@@ -522,7 +534,6 @@ def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> Po
     scenario, _, seed, layout = _job_parts(job)
     started = time.monotonic()
     replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance, layout)
-    analyses = [] if isinstance(replica, Replica) else replica.analyses
     config = oracles.label(replica.intent) if isinstance(replica, Replica) else replica.label(replica.config)
     run = PolicyRun(scenario.name, name, config, replica.outcomes, replica.actuations,
                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
@@ -530,7 +541,7 @@ def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> Po
     run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
     if isinstance(controller, OperatorController):  # its trials' events: started, verdict, promoted or rolled back
         run.notes += [e for e in controller.events if "Trial" in e or "Candidate" in e]
-    run.notes = sorted([*run.notes, *analyses], key=lambda note: float(note.split("s ", 1)[0]))
+    run.notes = sorted(run.notes, key=lambda note: float(note.split("s ", 1)[0]))
     return run
 
 

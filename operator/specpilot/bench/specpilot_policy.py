@@ -23,7 +23,7 @@ from typing import Any
 from specpilot.api import v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.api.timestamps import format_time
-from specpilot.autotune.evaluate import measure, query_settings
+from specpilot.autotune.evaluate import Measured, measure, query_settings
 from specpilot.autotune.evaluation import choose_intent, conclude, measurement_starts
 from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL, fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings
@@ -191,6 +191,14 @@ def window_budget(budget: v1alpha1.BudgetSpec) -> WindowBudget:
     return WindowBudget(budget.max_per_hour, budget.max_per_day, quick_s, tuple(dwells))
 
 
+def fit_on_clock(spec: Any, time_scale: float) -> FitSettings:
+    """The fit the operator derives from the spec, its restart cost and payback horizon on the scenario's clock."""
+    fit = fit_settings_for(spec)
+    if time_scale == 1:
+        return fit
+    return replace(fit, restart_cost_s=fit.restart_cost_s * time_scale, horizon_s=fit.horizon_s * time_scale)
+
+
 @dataclass
 class SpecpilotController:
     """specpilot's autotuner in closed loop over one simulated deployment."""
@@ -210,12 +218,7 @@ class SpecpilotController:
         return parse_duration(self.spec.autotune.scrape_interval)
 
     def fit(self) -> FitSettings:
-        """The fit the operator derives from the spec, its restart cost and payback horizon on the scenario's clock."""
-        fit = fit_settings_for(self.spec)
-        if self.time_scale == 1:
-            return fit
-        scale = self.time_scale
-        return replace(fit, restart_cost_s=fit.restart_cost_s * scale, horizon_s=fit.horizon_s * scale)
+        return fit_on_clock(self.spec, self.time_scale)
 
     def initial_intent(self) -> SpeculationIntent:
         return intent_from_spec(self.spec)
@@ -277,14 +280,15 @@ class OperatorController:
 
     spec: Any
     document: dict[str, Any]
+    time_scale: float = 1.0  # the scenario's clock (SpecpilotController.time_scale)
     status: dict[str, Any] = field(default_factory=dict)
     clock_offset_s: float = 0.0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # "<t>s <reason>: <message>", the events the operator posts
 
     @classmethod
-    def of(cls, document: dict[str, Any]) -> OperatorController:
-        return cls(v1alpha1.parse_resource(document).spec, document)
+    def of(cls, document: dict[str, Any], time_scale: float = 1.0) -> OperatorController:
+        return cls(v1alpha1.parse_resource(document).spec, document, time_scale)
 
     @property
     def interval_s(self) -> float:
@@ -303,7 +307,7 @@ class OperatorController:
             raise ValueError(f"vLLM {self.spec.engine.version} cannot render {drafter} {intent}")
         return found
 
-    def _measure(self, group: Group, at: datetime, since: datetime | None) -> Any:
+    def _measure(self, group: Group, at: datetime, since: datetime | None) -> Measured:
         _, name, history = group
         scope = Scope(namespace="bench", deployment="bench", config_hash=name)
         names = metric_names_for(VllmVersion.parse(self.spec.engine.version))
@@ -338,9 +342,10 @@ class OperatorController:
         at = to_datetime(now + self.clock_offset_s)
         deployment = self._observed(main, trial, trial_ready, ready_pods, rolling, config_since)
         main_since, slot_since = measurement_starts(self.status)
-        outcome = conclude(self.spec, annotations={}, status=self.status, deployment=deployment,
-                           measurements=self._measure(main, at, main_since),
-                           canary=None if trial is None else self._measure(trial, at, slot_since), now=at)  # fmt: skip
+        measured = self._measure(main, at, main_since)
+        outcome = conclude(self.spec, annotations={}, status=self.status, deployment=deployment, measurements=measured,
+                           canary=None if trial is None else self._measure(trial, at, slot_since), now=at,
+                           window=measured.window, fit=fit_on_clock(self.spec, self.time_scale))  # fmt: skip
         for key, value in outcome.fields.items():
             if value is None:
                 self.status.pop(key, None)

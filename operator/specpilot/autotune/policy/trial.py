@@ -42,7 +42,9 @@ from specpilot.autotune.signals.promql import Signal
 from specpilot.reconcile import manifests
 from specpilot.vllm.intent import SpeculationIntent, intent_from_dict, intent_to_dict
 
-# Two groups are at comparable load when their per-engine batches are within this factor (as the canary comparison).
+# Two groups serve comparable load when their per-pod batches or their per-pod request rates are within this factor:
+# a balancer that spreads requests (a Service's round robin) gives every pod the same request rate, and a slower
+# config then runs a larger batch; one that spreads outstanding requests (an endpoint picker) evens the batches.
 COMPARABLE_BATCH_FACTOR = 2.0
 # How many times an Inconclusive analysis gets one more analysis span before the trial rolls back.
 EXTENSIONS = 1
@@ -65,6 +67,7 @@ class GroupFigures:
     mean_acceptance_length: float | None = None
     tpot_p50_s: float | None = None
     tpot_p99_s: float | None = None
+    request_rate: float | None = None  # finished requests per second, all pods of the group together
 
     @classmethod
     def of(cls, measurements: Mapping[str, Measurement]) -> GroupFigures:
@@ -80,6 +83,7 @@ class GroupFigures:
             mean_acceptance_length=v(Signal.MEAN_ACCEPTANCE_LENGTH),
             tpot_p50_s=v(Signal.TPOT_P50),
             tpot_p99_s=v(Signal.TPOT_P99),
+            request_rate=v(Signal.REQUEST_RATE),
         )
 
     def to_status(self, pods: int) -> dict[str, Any]:
@@ -107,10 +111,12 @@ def _rounded(value: float | None, digits: int) -> float | None:
 
 @dataclass(frozen=True)
 class TrialObservation:
-    """What one evaluation measured of both groups, over the same window of the same live traffic."""
+    """What one evaluation measured of both groups, over the same window of the same live traffic; the incumbent
+    group's figures are its `incumbent_pods` pods together (batch: their mean)."""
 
     candidate: GroupFigures
     incumbent: GroupFigures
+    incumbent_pods: int = 1
 
 
 @dataclass(frozen=True)
@@ -134,9 +140,9 @@ class Analysis:
 
 def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analysis:
     """The gates in order: enough requests on each side, mean TPOT and batch measured on each side, comparable
-    load, then speed. The trial fails when its mean time per output token is slower than the incumbent's beyond the
-    tolerance, and succeeds otherwise: the decision that proposed it already priced its gain, and the trial is the
-    guard against that model being wrong on this traffic."""
+    load (per-pod batch or request rate, COMPARABLE_BATCH_FACTOR), then speed. The trial fails when its mean time
+    per output token is slower than the incumbent's beyond the tolerance, and succeeds otherwise: the decision that
+    proposed it already priced its gain, and the trial is the guard against that model being wrong on this traffic."""
     cand, inc = observation.candidate, observation.incumbent
     for side, group in (("trial pod", cand), ("incumbent pods", inc)):
         if group.requests is None or group.requests < settings.min_requests:
@@ -147,9 +153,11 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
     if c_tpot is None or c_batch is None or i_tpot is None or i_batch is None:
         side = "trial pod" if c_tpot is None or c_batch is None else "incumbent pods"
         return Analysis(TrialOutcome.INCONCLUSIVE, "measured", f"{side}: mean TPOT or batch not measured")
-    low, high = sorted((max(c_batch, 0.5), max(i_batch, 0.5)))
-    if high / low > COMPARABLE_BATCH_FACTOR:
-        why = f"load not comparable: batch {c_batch:.1f} on the trial pod vs {i_batch:.1f} on the incumbents"
+    c_rate = cand.request_rate
+    i_rate = None if inc.request_rate is None else inc.request_rate / max(1, observation.incumbent_pods)
+    if not (_within(c_batch, i_batch, 0.5) or _within(c_rate, i_rate, 1e-3)):
+        rates = "" if c_rate is None or i_rate is None else f", {c_rate:.2f} vs {i_rate:.2f} requests/s per pod"
+        why = f"load not comparable: batch {c_batch:.1f} on the trial pod vs {i_batch:.1f} on the incumbents{rates}"
         return Analysis(TrialOutcome.INCONCLUSIVE, "load", why)
     ratio = c_tpot / i_tpot if i_tpot > 0 else math.inf
     speedup = None if ratio == 0 or math.isinf(ratio) else round(1 / ratio, 4)
@@ -161,6 +169,14 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
         return Analysis(TrialOutcome.FAILED, "speed", f"{shown}: slower beyond {settings.tolerance:.0%}", speedup)
     bar = "faster" if faster_with_margin(speedup, settings.tolerance) else "not slower"
     return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: {bar} beyond {settings.tolerance:.0%}", speedup)
+
+
+def _within(a: float | None, b: float | None, floor: float) -> bool:
+    """Whether two loads are within COMPARABLE_BATCH_FACTOR of each other (each raised to `floor`)."""
+    if a is None or b is None:
+        return False
+    low, high = sorted((max(a, floor), max(b, floor)))
+    return high / low <= COMPARABLE_BATCH_FACTOR
 
 
 # ------------------------------------------------------------------------------------------------ lifecycle
