@@ -127,8 +127,8 @@ def on_core(core: int) -> dict[str, str]:
 
 
 def warm_up(servers: Mapping[str, VllmServer]) -> None:
-    """A few requests to each server before the measured load: the n-gram proposer compiles its matcher on the
-    first request (over 10 s on this machine), a stall a pod that has served for a while no longer has."""
+    """A few requests to each server before the measured load: a fresh server's first requests stalled for over
+    10 s on this machine, which a pod that has served for a while no longer does."""
     with ThreadPoolExecutor(max_workers=len(servers)) as pool:
         done = [pool.submit(run_load, s.url, model=s.served_model_name, n=4, concurrency=4, max_tokens=16,
                             prompts=prompts()) for s in servers.values()]  # fmt: skip
