@@ -93,6 +93,10 @@ class Roll:
     canary: bool = False
 
 
+# How many sets of pods keep their merged scrapes: the main pods and the trial pod's, asked for in turn each interval.
+MERGED_SETS = 2
+
+
 @dataclass
 class Fleet:
     """N pods behind a balancer (module docstring), with the attributes bench.runner's runs read of a Replica."""
@@ -117,8 +121,8 @@ class Fleet:
     next_scrape: float = SCRAPE_S
     turn: int = 0
     _uids: int = 0
-    _merged_for: tuple[int, ...] = ()
-    _merged: dict[float, Sample] = field(default_factory=dict)
+    # merged samples per set of serving pods (the main pods', the trial pod's): the last MERGED_SETS sets asked for
+    _merged: dict[tuple[int, ...], dict[float, Sample]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.method = self.method or self.scenario.method
@@ -186,21 +190,23 @@ class Fleet:
         pods = [p for p in self.pods if p.state is PodState.SERVING and self.runs(p) == config]
         target = self.label(config)
         key = tuple(p.uid for p in pods)
-        if key != self._merged_for:
-            self._merged_for, self._merged = key, {}
+        merged = self._merged.pop(key, {})
+        self._merged[key] = merged  # the most recently asked for last
+        while len(self._merged) > MERGED_SETS:
+            del self._merged[next(iter(self._merged))]
         by_t: dict[float, dict[int, Sample]] = {}
         for pod in pods:
             for sample in reversed(pod.replica.history.series.get(target, [])):
                 if sample.t > self.now or sample.stale:  # past the fleet's clock (other pods may not be there yet)
                     continue
-                if sample.t in self._merged:
+                if sample.t in merged:
                     break
                 by_t.setdefault(sample.t, {})[pod.uid] = sample
         for t, samples in by_t.items():
-            self._merged[t] = merge_pods(samples, t)
+            merged[t] = merge_pods(samples, t)
         history = ScrapeHistory(target=target)
-        for t in sorted(self._merged):
-            history.add(self._merged[t])
+        for t in sorted(merged):
+            history.add(merged[t])
         return history
 
     # ---------------------------------------------------------------------------------- serving
