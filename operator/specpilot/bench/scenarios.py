@@ -135,7 +135,7 @@ class Scenario:
     previous: Scenario | None = None
     # The clock the scenario runs on: 1.0 at full length, 0.1 in quick mode. The controller's time constants that the
     # bench configures (the CR's interval, window, scrape interval, stabilization and budget interval; the cost
-    # profile's restart and payback horizon) and the simulator's (scrapes, restarts, the analysis warm-up) run on it
+    # profile's restart and payback horizon) and the simulator's (scrapes, restarts) run on it
     # too, so a compressed scenario is a miniature of the full one rather than a full-speed controller in a short run.
     # Requests are not compressed (tokens take as long to generate), so neither is the drain that lets them finish.
     time_scale: float = 1.0
