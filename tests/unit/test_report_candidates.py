@@ -47,10 +47,10 @@ def stored_status(candidate_tpot_ms: tuple[float, float]) -> dict[str, Any]:
             intent=drafters.trial_intent(CURRENT, candidate), config_hash=f"c{index}", incumbent=CURRENT,
             incumbent_hash="inc", action="TryCandidate", now=T0, candidate_name=candidate.name,
         )  # fmt: skip
-        seen = trials.TrialObservation(figures(tpot, 0.8), figures(10.0, 0.6))
-        step = trials.advance(record, spec=s, ready=True, observation=seen, pods=2, now=T0)
+        seen = trials.TrialObservation(figures(tpot, 0.8), figures(10.0, 0.6), incumbent_pods=2)
+        step = trials.advance(record, spec=s, ready=True, observation=seen, now=T0)
         later = T0 + trials.analysis_span(s) + timedelta(seconds=1)
-        step = trials.advance(step.trial, spec=s, ready=True, observation=seen, pods=2, now=later)
+        step = trials.advance(step.trial, spec=s, ready=True, observation=seen, now=later)
         tolerance = s.autotune.latency.regression_tolerance
         records[index] = drafters.concluded(drafters.trialling(records[index], T0), step.trial, tolerance)
     return {"candidates": drafters.to_status(records)}

@@ -113,7 +113,7 @@ def test_start_records_both_configs_before_any_pod() -> None:
 
 
 def observe(candidate_tpot: float, requests: float = 400) -> TrialObservation:
-    return TrialObservation(group(tpot=candidate_tpot, requests=requests), INCUMBENT)
+    return TrialObservation(group(tpot=candidate_tpot, requests=requests), INCUMBENT, incumbent_pods=2)
 
 
 def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
@@ -121,20 +121,18 @@ def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
     span = trials.analysis_span(sp)  # window 2m + 2 x 15 s
     assert span == timedelta(seconds=150)
     trial = started()
-    step = trials.advance(
-        trial, spec=sp, ready=False, observation=observe(0.008), pods=2, now=T0 + timedelta(minutes=1)
-    )
+    step = trials.advance(trial, spec=sp, ready=False, observation=observe(0.008), now=T0 + timedelta(minutes=1))
     assert (step.trial, step.ended) == (trial, None)  # the pod is loading: nothing moves
     ready_at = T0 + timedelta(minutes=2)
-    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), pods=2, now=ready_at)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), now=ready_at)
     assert step.ended is None
     assert step.trial.ready_at == "2026-11-26T12:02:00Z"
     assert step.trial.analysis_at == "2026-11-26T12:04:30Z"
     before = ready_at + span - timedelta(seconds=1)
-    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), pods=2, now=before)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), now=before)
     assert step.ended is None
     assert step.trial.outcome is None
-    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), pods=2, now=ready_at + span)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), now=ready_at + span)
     assert step.ended is TrialPhase.PROMOTED
     assert step.event is not None
     assert step.event[1] == "TrialPromoted"
@@ -145,7 +143,7 @@ def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
 
 
 def analysed(trial: v1alpha1.TrialStatus, tpot: float, now: datetime, requests: float = 400) -> trials.Step:
-    return trials.advance(trial, spec=spec(), ready=True, observation=observe(tpot, requests), pods=2, now=now)
+    return trials.advance(trial, spec=spec(), ready=True, observation=observe(tpot, requests), now=now)
 
 
 def test_slower_trial_rolls_back_and_blocks_a_retry_until_probe_interval() -> None:
@@ -186,10 +184,10 @@ def test_inconclusive_then_successful_in_the_extension_promotes() -> None:
 def test_a_trial_pod_never_ready_rolls_back_after_one_pod_replacement() -> None:
     sp = spec()
     limit = trials.readiness_deadline(sp)
-    step = trials.advance(started(), spec=sp, ready=False, observation=observe(0.008), pods=2, now=T0 + limit)
+    step = trials.advance(started(), spec=sp, ready=False, observation=observe(0.008), now=T0 + limit)
     assert step.ended is None
     later = T0 + limit + timedelta(seconds=1)
-    step = trials.advance(step.trial, spec=sp, ready=False, observation=observe(0.008), pods=2, now=later)
+    step = trials.advance(step.trial, spec=sp, ready=False, observation=observe(0.008), now=later)
     assert step.ended is TrialPhase.ROLLED_BACK
     assert step.event is not None
     assert "did not become ready" in step.event[2]

@@ -164,11 +164,11 @@ def run_trial(spec: Any, candidate: Mapping[str, Measurement], incumbent: Mappin
         now=t0, candidate_name="other",
     )  # fmt: skip
     observation = trials.TrialObservation(trials.GroupFigures.of(candidate), trials.GroupFigures.of(incumbent))
-    step = trials.advance(record, spec=spec, ready=True, observation=observation, pods=2, now=t0)
+    step = trials.advance(record, spec=spec, ready=True, observation=observation, now=t0)
     assert step.ended is None
     assert step.trial.analysis_at is not None
     later = t0 + trials.analysis_span(spec) + timedelta(seconds=1)
-    step = trials.advance(step.trial, spec=spec, ready=True, observation=observation, pods=2, now=later)
+    step = trials.advance(step.trial, spec=spec, ready=True, observation=observation, now=later)
     records = drafters.reconcile_records(spec, [])
     verdict = drafters.concluded(
         drafters.trialling(records[0], t0), step.trial, spec.autotune.latency.regression_tolerance

@@ -611,13 +611,12 @@ def _trial_turn(
     else:
         on_slot = (status.get("effective") or {}).get("canary") or {}
         ready = on_slot.get("configHash") == trial.config_hash and int(on_slot.get("readyReplicas") or 0) >= 1
-        pods = int(status.get("readyReplicas") or 0)
         observation = trials.TrialObservation(
             candidate=trials.GroupFigures.of(slot if ready and slot is not None else {}),
             incumbent=trials.GroupFigures.of(measurements),
-            incumbent_pods=pods,
+            incumbent_pods=int(status.get("readyReplicas") or 0),
         )
-        step = trials.advance(trial, spec=spec, ready=ready, observation=observation, pods=pods, now=now)
+        step = trials.advance(trial, spec=spec, ready=ready, observation=observation, now=now)
     if step.event is not None:
         events.append(Event(*step.event))
     if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.action:

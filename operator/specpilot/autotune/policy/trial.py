@@ -291,7 +291,6 @@ def advance(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     ready: bool,
     observation: TrialObservation,
-    pods: int,
     now: datetime,
 ) -> Step:
     """Move a Running trial on by one evaluation: wait for its pod, wait for the analysis, then conclude."""
@@ -311,7 +310,9 @@ def advance(
         update={
             "outcome": verdict.outcome,
             "candidate": v1alpha1.TrialFigures.model_validate(observation.candidate.to_status(1)),
-            "incumbent": v1alpha1.TrialFigures.model_validate(observation.incumbent.to_status(pods)),
+            "incumbent": v1alpha1.TrialFigures.model_validate(
+                observation.incumbent.to_status(observation.incumbent_pods)
+            ),
             "speedup": verdict.speedup,
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
