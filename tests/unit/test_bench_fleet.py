@@ -185,7 +185,7 @@ def canary_fleet(running: SpeculationIntent, changed: SpeculationIntent) -> Flee
     fleet.run_until(60.0, items)
     fleet.canary(changed, 60.0)
     fleet.run_until(560.0, items)
-    assert fleet.canary_intent == changed
+    assert fleet.trial_config == (fleet.method, changed)
     assert sum(p.state is PodState.SERVING and p.replica.intent == changed for p in fleet.pods) == 1
     return fleet
 

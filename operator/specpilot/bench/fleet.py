@@ -293,26 +293,20 @@ class Fleet:
         """What the pod that runs other than the deployment runs, if one does."""
         return next((self.runs(p) for p in self.pods if self.runs(p) != self.config), None)
 
-    @property
-    def canary_intent(self) -> SpeculationIntent | None:
-        """The configuration of the pod that runs other than the deployment's, if one does."""
-        trial = self.trial_config
-        return None if trial is None else trial[1]
-
     def converge(self, main: Config, trial: Config | None, now: float) -> None:
         """Bring the pods to what the operator's reconcile renders: every pod on `main`, or with a `trial`, one pod
         (the trial's own Deployment behind the same Service) on it. A trial ending with `main` its config is a
         promotion (the pods still on the old config roll to it), one ending with `main` unchanged a rollback."""
+        roll = self.roll
+        if roll is not None and roll.canary == (trial is not None) and roll.target == (trial or main):
+            return  # the pods are already rolling to what is rendered (the trial pod, or a promotion or rollback)
         running = self.trial_config
         if trial is not None:
-            toward = self.roll is not None and self.roll.canary and self.roll.target == trial  # its pod on the way
-            if main == self.config and running != trial and not toward:
+            if main == self.config and running != trial:
                 self.canary(trial[1], now, trial[0])
             return
         if running is None and main == self.config:
             return
-        if self.roll is not None and not self.roll.canary and self.roll.target == main:
-            return  # the promotion or rollback is under way
         if running is not None and running == main:
             self.promote(now)
             self.timeline.append((now, self.label(main)))

@@ -314,9 +314,9 @@ def run_specpilot(
     before = scenario.previous
     if before is not None:
         first = SpecpilotController(_closed_loop_spec_on(before, acceptance, layout), time_scale=before.time_scale)
-        _, earlier = _drive(before, seed, arrivals(before, seed), first, changed=False, layout=layout)
+        _, earlier = _drive(before, seed, arrivals(before, seed), first, changed=False)
         controller.state, controller.clock_offset_s = earlier.state, before.duration_s
-    return _drive(scenario, seed, items, controller, changed=before is not None, layout=layout)
+    return _drive(scenario, seed, items, controller, changed=before is not None)
 
 
 def _run_operator(
@@ -349,11 +349,10 @@ def _drive(
     controller: SpecpilotController,
     *,
     changed: bool,
-    layout: Layout = ONE_REPLICA,
 ) -> tuple[Replica, SpecpilotController]:
-    """One evaluation per interval over one replica, every change a restart of it. `changed`: the config at time 0
-    was just rolled out (a CR edit), so its metrics settle like any new config's."""
-    assert layout.outage, "a pod to spare runs the operator's loop (_run_operator)"
+    """One evaluation per interval over one replica without surge, every change a restart of it (a pod to spare runs
+    the operator's loop, _run_operator). `changed`: the config at time 0 was just rolled out (a CR edit), so its
+    metrics settle like any new config's."""
     replica = Replica(scenario, preset_for(scenario), controller.initial_intent(), seed)
     t = 0.0
     while t < scenario.duration_s:
