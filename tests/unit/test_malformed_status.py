@@ -63,6 +63,7 @@ def test_a_malformed_running_intent_names_its_field(effective: dict[str, Any], f
         ("yesterday", None, RolloutClock(NOW, None)),
         ("yesterday", "2026-11-29T07:05:00Z", RolloutClock(NOW, None)),
         ("2026-11-29T07:00:00Z", "soon", RolloutClock(NOW, None)),
+        ("2026-11-29T07:00:00", None, RolloutClock(NOW, None)),  # no zone: not comparable with the operator's clock
     ],
 )
 def test_a_rollout_clock_with_a_time_that_does_not_parse_starts_again(

@@ -13,3 +13,11 @@ def format_time(at: datetime) -> str:
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def is_zoned_time(text: str) -> bool:
+    """Whether a stored time parses and carries a zone (one without cannot be compared with the operator's clock)."""
+    try:
+        return parse_time(text).tzinfo is not None
+    except ValueError:
+        return False

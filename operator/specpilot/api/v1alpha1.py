@@ -20,7 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from specpilot.api.durations import DURATION_PATTERN, parse_duration
 from specpilot.api.quantity import is_positive_quantity
-from specpilot.api.timestamps import parse_time
+from specpilot.api.timestamps import is_zoned_time
 
 GROUP = "specpilot.dev"
 VERSION = "v1alpha1"
@@ -1356,16 +1356,9 @@ class TrialStatus(_Model):
         """The times the operator reads back must parse, with a zone: a record that does not is unreadable."""
         for name in ("started_at", "ready_at", "analysis_at", "ended_at", "retry_after"):
             value = getattr(self, name)
-            if value is not None and not _is_zoned_time(value):
+            if value is not None and not is_zoned_time(value):
                 raise ValueError(f"{to_camel(name)} {value!r} is not an RFC 3339 time with a zone")
         return self
-
-
-def _is_zoned_time(text: str) -> bool:
-    try:
-        return parse_time(text).tzinfo is not None
-    except ValueError:
-        return False
 
 
 class CandidateTraffic(_Model):

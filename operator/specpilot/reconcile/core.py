@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot.api import v1alpha1
-from specpilot.api.timestamps import parse_time
+from specpilot.api.timestamps import is_zoned_time, parse_time
 from specpilot.planning.candidates import candidate_findings
 from specpilot.planning.catalog import UnknownArchitecture
 from specpilot.planning.plan import GIB, MemoryPlan, Severity, plan_memory
@@ -252,15 +252,11 @@ class RolloutClock:
     @classmethod
     def of(cls, previous_effective: Mapping[str, Any], desired_hash: str, now: str) -> RolloutClock:
         """The recorded clock of the desired config, or one started now: for another config, or when a recorded time
-        is not an RFC 3339 time (a hand edit; the status written next replaces it)."""
+        is not an RFC 3339 time with a zone (a hand edit; the status written next replaces it)."""
         started, completed = previous_effective.get("rolloutStarted"), previous_effective.get("rolloutCompleted")
         if previous_effective.get("configHash") != desired_hash or not started:
             return cls(now, None)
-        try:
-            for recorded in (started, completed):
-                if recorded is not None:
-                    parse_time(str(recorded))
-        except ValueError:
+        if not all(is_zoned_time(str(recorded)) for recorded in (started, completed) if recorded is not None):
             return cls(now, None)
         return cls(str(started), None if completed is None else str(completed))
 
