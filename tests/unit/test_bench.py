@@ -198,6 +198,49 @@ def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float
     assert oracles.switching_plan(scores, restart_s, 300.0) == plan
 
 
+@pytest.mark.parametrize(
+    ("scores", "restart_s", "start", "plan"),
+    [
+        # declared K3 is far off K1: the free start runs K1 throughout, the declared start pays one switch
+        ({"K3": [10.0] * 4, "K1": [100.0] * 4}, 30.0, None, ["K1"] * 4),
+        ({"K3": [10.0] * 4, "K1": [100.0] * 4}, 30.0, "K3", ["K3", "K1", "K1", "K1"]),
+        # a switch that costs a whole window is not worth 10 per window: the declared start keeps K3
+        ({"K3": [90.0] * 4, "K1": [100.0] * 4}, 300.0, None, ["K1"] * 4),
+        ({"K3": [90.0] * 4, "K1": [100.0] * 4}, 300.0, "K3", ["K3"] * 4),
+        # starting where the free start starts is the free start's plan
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, "K3", ["K3", "off", "off", "K3"]),
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, "off", ["off"] * 4),
+    ],
+)
+def test_a_switching_plan_from_the_declared_config(
+    scores: dict[str, list[float]], restart_s: float, start: str | None, plan: list[str]
+) -> None:
+    assert oracles.switching_plan(scores, restart_s, 300.0, start=start) == plan
+
+
+@pytest.mark.parametrize(
+    ("start", "unbudgeted", "budgeted"),
+    [
+        (None, ["off", "K3", "off", "K3", "K3"], ["off", "K3", "K3", "K3", "K3"]),
+        ("off", ["off", "K3", "off", "K3", "K3"], ["off", "K3", "K3", "K3", "K3"]),
+        # from K3 the dip to off and back breaks minInterval 15m: within the budget K3 stays
+        ("K3", ["K3", "K3", "off", "K3", "K3"], ["K3"] * 5),
+    ],
+)
+def test_a_budgeted_plan_from_the_declared_config(
+    start: str | None, unbudgeted: list[str], budgeted: list[str]
+) -> None:
+    scores = {"off": [90.0, 10.0, 90.0, 10.0, 10.0], "K3": [0.0, 100.0, 0.0, 100.0, 100.0]}
+    budget = window_budget(BudgetSpec())
+    assert oracles.switching_plan(scores, 30.0, 300.0, start=start) == unbudgeted
+    assert oracles.switching_plan(scores, 30.0, 300.0, budget, start=start) == budgeted
+
+
+def test_a_plan_cannot_start_in_a_configuration_without_scores() -> None:
+    with pytest.raises(ValueError, match="'K9' has no scores"):
+        oracles.switching_plan({"K3": [1.0], "off": [2.0]}, 30.0, 300.0, start="K9")
+
+
 T0 = to_datetime(0.0)
 PLAN_INTENTS = {"A": oracles.static(1), "B": oracles.static(3), "C": oracles.off()}
 
@@ -274,6 +317,25 @@ def test_the_budgeted_plan_is_the_best_plan_the_closed_loops_budget_allows(
     everything = max(plan_value(list(p), scores, restart_s, window_s)
                      for p in itertools.product(PLAN_INTENTS, repeat=8))  # fmt: skip
     assert plan_value(unconstrained, scores, restart_s, window_s) == pytest.approx(everything)
+
+
+@pytest.mark.parametrize("budget_name", list(BUDGETS))
+def test_the_plan_from_the_declared_config_is_the_best_plan_that_starts_there(budget_name: str) -> None:
+    """Exhaustively, over every plan of 8 windows that starts in C, with and without the closed loop's budget."""
+    budget = BUDGETS[budget_name]
+    draw = random.Random(5)
+    scores = {name: [draw.uniform(0.0, 100.0) for _ in range(8)] for name in PLAN_INTENTS}
+    from_c = [["C", *p] for p in itertools.product(PLAN_INTENTS, repeat=7)]
+    allowed = [p for p in from_c if passes_policy_budget(p, budget, 600.0)]
+    for plan, among in (
+        (oracles.switching_plan(scores, 30.0, 600.0, start="C"), from_c),
+        (oracles.switching_plan(scores, 30.0, 600.0, window_budget(budget), start="C"), allowed),
+    ):
+        assert plan[0] == "C"
+        assert plan in among
+        assert plan_value(plan, scores, 30.0, 600.0) == pytest.approx(
+            max(plan_value(p, scores, 30.0, 600.0) for p in among)
+        )
 
 
 @pytest.mark.parametrize(

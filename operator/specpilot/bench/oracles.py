@@ -210,7 +210,11 @@ class _Switched:
 
 
 def switching_plan(
-    scores: Mapping[str, Sequence[float]], restart_s: float, window_s: float, budget: WindowBudget | None = None
+    scores: Mapping[str, Sequence[float]],
+    restart_s: float,
+    window_s: float,
+    budget: WindowBudget | None = None,
+    start: str | None = None,
 ) -> list[str]:
     """O_DP: the configuration per window maximising the sum of J_w minus switching costs.
 
@@ -223,13 +227,18 @@ def switching_plan(
     as the closed loop's every actuation must: the DP's state is then the configuration and the switches the budget
     remembers, so the plan is the best one the budget allows, not the unconstrained plan cut short. The first window's
     configuration is free, as without a budget.
+
+    With `start` (a label of `scores`), the first window runs that configuration, as a deployment starts in the one it
+    declares: the plan is the best one from there, each later switch paying its cost (and passing the budget) as any.
     """
     names = list(scores)
     count = len(next(iter(scores.values())))
     if budget is not None and count * window_s > 86400:
         raise ValueError("a budgeted switching plan counts every switch in the rolling day: traces up to one day")
+    if start is not None and start not in scores:
+        raise ValueError(f"the starting configuration {start!r} has no scores")
     State = tuple[str, _Switched]
-    value: dict[State, float] = {(n, _Switched()): scores[n][0] for n in names}
+    value: dict[State, float] = {(n, _Switched()): scores[n][0] for n in (names if start is None else [start])}
     back: list[dict[State, State]] = []
     for w in range(1, count):
         now = w * window_s
