@@ -409,6 +409,7 @@ def test_tiny_benchmark_runs_every_policy() -> None:
         "oracle",
         "oracle-within-budget",
         "best-static-reachable",
+        "oracle-from-declared",
         "best-static-restarted-as-oracle",
         "best-static-restarted-as-specpilot",
         "specpilot",
@@ -420,13 +421,26 @@ def test_tiny_benchmark_runs_every_policy() -> None:
     # an oracle is an upper bound over its search space: every configuration of Theta, the searched schedules included
     assert set(meta["searched_schedules"]) <= set(meta["static_goodput"])
     assert rows["oracle"]["goodput"] >= max(meta["static_goodput"].values())
-    # every replayed candidate plan is in the oracle's search space; the budgeted ones in the budgeted oracle's
+    # every replayed candidate plan is in the oracle's search space, those from the declared config included; the
+    # budgeted ones in the budgeted oracle's
     candidates = meta["oracle_candidates"]
+    from_declared = meta["oracle_from_declared_candidates"]
+    assert set(from_declared) == {"switching DP from the declared config",
+                                  "DP from the declared config within the budget", "the declared config kept",
+                                  "best static from the earliest refit"}  # fmt: skip
     assert set(candidates) == {"switching DP", "DP within the budget", "switching DP held to the budget",
-                               "best constant"}  # fmt: skip
+                               "best constant", *from_declared}  # fmt: skip
     assert rows["oracle"]["goodput"] == pytest.approx(max(candidates.values()), abs=0.01)
     within = rows["oracle-within-budget"]["goodput"]
-    assert within == pytest.approx(max(g for k, g in candidates.items() if k != "switching DP"), abs=0.01)
+    budgeted = {"DP within the budget", "switching DP held to the budget", "best constant"}
+    assert within == pytest.approx(max(g for k, g in candidates.items() if k in budgeted), abs=0.01)
+    # the oracle from the declared config: the best of its candidates, which start as always-on does and which the
+    # oracle's free start contains
+    assert rows["oracle-from-declared"]["goodput"] == pytest.approx(max(from_declared.values()), abs=0.01)
+    assert from_declared["the declared config kept"] == rows["always-on"]["goodput"]
+    assert from_declared["best static from the earliest refit"] == rows["best-static-reachable"]["goodput"]
+    assert rows["always-on"]["goodput"] <= rows["oracle-from-declared"]["goodput"] <= rows["oracle"]["goodput"]
+    assert meta["oracle_from_declared_plan"][0] == [0.0, "K3"]
     assert max(meta["static_goodput"].values()) <= within <= rows["oracle"]["goodput"]
     assert len(meta["oracle_within_budget_plan"]) == len(meta["oracle_plan"])
     assert rows["best-static"]["goodput"] == max(meta["static_goodput"].values())

@@ -12,6 +12,8 @@ from specpilot.autotune.policy import drafters
 from specpilot.bench import oracles
 from specpilot.bench.fleet import Fleet, PodState
 from specpilot.bench.runner import (
+    _drafter_switches,
+    _static_job,
     closed_loop_document,
     closed_loop_spec,
     for_replicas,
@@ -121,6 +123,33 @@ def test_the_operator_tries_the_candidate_and_keeps_the_faster(name: str, ends_o
     promoted = [e for e in controller.events if "TrialPromoted" in e]
     assert bool(promoted) == (records[0]["verdict"] == "Won")
     assert not [o for o in fleet.outcomes if o.failed]
+
+
+def test_the_oracle_from_the_declared_config_may_switch_to_a_candidate_drafter_at_the_earliest_refit() -> None:
+    """oracle-from-declared starts with the declared drafter; for each candidate drafter one of its candidates rolls
+    to that drafter's best static config at the earliest refit (180 s), or is best-static-reachable where that
+    config is the best of all."""
+    base = scenario_named("drafter-degraded")
+    scenario = for_replicas(replace(base, duration_s=480.0, qps=((0.0, 1.0),), candidates=("draft_model",)), 2)
+    lay = rollout_layout(scenario, 2)
+    items = arrivals(scenario, 1)
+    declared = _static_job((scenario, oracles.static(3), 1, lay))
+    other = replace(scenario, method="draft_model")
+    statics = {"K3": declared}
+    for k in (1, 2):
+        run = _static_job((other, oracles.static(k), 1, lay))
+        statics[f"draft_model K{k}"] = replace(run, policy=f"draft_model K{k}", config=f"draft_model K{k}")
+    by_name = {"K3": oracles.static(3), "draft_model K1": oracles.static(1), "draft_model K2": oracles.static(2)}
+    drafter_of = {"K3": "eagle3", "draft_model K1": "draft_model", "draft_model K2": "draft_model"}
+    kind = "best static of draft_model from the earliest refit"
+    switched = _drafter_switches(scenario, 1, items, statics, by_name, drafter_of, "K3", declared, lay)[kind]
+    target = switched.config.removeprefix("K3 until 180s, then ")
+    assert target in ("draft_model K1", "draft_model K2")
+    assert switched.timeline == [(0.0, "K3"), (180.0, target)]
+    assert switched.actuations == 1
+    assert switched.replicas == 2
+    reused = _drafter_switches(scenario, 1, items, statics, by_name, drafter_of, target, declared, lay)[kind]
+    assert reused is declared, "the candidate drafter's best is the best of all: best-static-reachable itself"
 
 
 def test_one_replica_cannot_spare_a_pod_for_a_trial() -> None:

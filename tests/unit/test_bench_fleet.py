@@ -264,6 +264,7 @@ def test_tiny_benchmark_at_two_replicas() -> None:
     assert meta["replicas"] == 2
     assert meta["balancer"] == "round-robin"
     assert rows["oracle"]["goodput"] >= max(meta["static_goodput"].values())
+    assert rows["always-on"]["goodput"] <= rows["oracle-from-declared"]["goodput"] <= rows["oracle"]["goodput"]
     text = report.table(list(rows.values()))
     assert "failed" in text.splitlines()[0]
     assert "replicas" in text.splitlines()[0]

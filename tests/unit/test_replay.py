@@ -112,7 +112,8 @@ def test_azure_and_burstgpt_layouts_of_a_slice_give_the_same_full_rows(tmp_path:
     assert rows[0] == rows[1]
     assert [r["policy"] for r in rows[0]] == [
         "off", "always-on", "static-threshold", "best-static", "oracle", "oracle-within-budget",
-        "best-static-reachable", "best-static-restarted-as-oracle", "best-static-restarted-as-specpilot",
+        "best-static-reachable", "oracle-from-declared", "best-static-restarted-as-oracle",
+        "best-static-restarted-as-specpilot",
         "specpilot", "specpilot-lenient",
     ]  # fmt: skip
     assert all(r["requests"] == 160 for r in rows[0])  # the replay ends a quiet minute after the last arrival

@@ -6,10 +6,11 @@ aborts what is in flight, loses the arrivals during the restart (no ready endpoi
 fresh counters, after the preset's restart time. Policies: off, always on (static K), a static threshold, the best
 static configuration in hindsight (O_static, searched over Theta, the per-batch-size schedules of its band search
 included), the switching-aware per-window oracle (over the same Theta), and specpilot's own policy in closed loop.
-Two references beside them, not policies: the oracle held to the closed loop's actuation budget
-(`oracle-within-budget`), and the best static configuration in hindsight installed at the earliest moment the closed
+Three references beside them, not policies: the oracle held to the closed loop's actuation budget
+(`oracle-within-budget`), the best static configuration in hindsight installed at the earliest moment the closed
 loop's spec lets any change go in (`best-static-reachable`): what a policy that starts as declared, obeys the
-agreement rule and knows the answer would serve with one refit. Two controls (RESTART_CONTROLS): the best static
+agreement rule and knows the answer would serve with one refit, and the best plan in hindsight that starts in the
+declared configuration and pays every switch (`oracle-from-declared`). Two controls (RESTART_CONTROLS): the best static
 configuration restarted into itself wherever the oracle, and wherever specpilot, restarted: what those restarts are
 worth without any change of configuration.
 
@@ -649,7 +650,10 @@ def run_scenario(
     searched = (_band_search(scenario, seed, statics, workers, say, layout)
                 if support is ThresholdSupport.BATCH_SCHEDULE else {})  # fmt: skip
     by_name = {**{oracles.label(i): i for i in theta}, **searched}
-    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, _totals(scenario, statics), layout)
+    declared = oracles.label(intent_from_spec(closed_loop_spec(scenario)))
+    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, _totals(scenario, statics), layout,
+                              declared)  # fmt: skip
+    declared_refs = refs
     say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
     drafter_of = dict.fromkeys(statics, scenario.method)
     for drafter in scenario.candidates:  # each candidate drafter searched as the declared one, on its own
@@ -667,6 +671,12 @@ def run_scenario(
     best_unscheduled = oracles.best_static({n: v for n, v in scores.items() if n not in searched})
     best_drafter = drafter_of[best]
     reachable = _best_static_reachable(scenario, seed, items, statics[best], by_name[best], layout, best_drafter)
+    switches = {
+        "best static from the earliest refit": reachable,
+        **_drafter_switches(scenario, seed, items, statics, by_name, drafter_of, best, reachable, layout),
+    }
+    from_declared = _oracle_from_declared(scenario, declared_refs, switches, layout)
+    oracle_run, oracle_plan = _oracle_row(scenario, refs, from_declared, layout)
     runs: list[PolicyRun] = []
 
     runs.append(replace(statics["off"], policy="off"))
@@ -675,20 +685,16 @@ def run_scenario(
     if threshold_32 in statics:  # a version that cannot stop speculating at a batch size has no such row
         runs.append(replace(statics[threshold_32], policy="static-threshold"))
     runs.append(replace(statics[best], policy="best-static"))
-    oracle, budgeted = refs.oracle, refs.budgeted
-    oracle_run = PolicyRun(scenario.name, "oracle", "/".join(dict.fromkeys(refs.oracle_plan)), oracle.outcomes,
-                           oracle.actuations, oracle.timeline, oracle.series, scenario.duration_s,
-                           refs.wall_s, replicas=layout.replicas)  # fmt: skip
     runs.append(oracle_run)
-    runs.append(PolicyRun(scenario.name, "oracle-within-budget", "/".join(dict.fromkeys(refs.budgeted_plan)),
-                          budgeted.outcomes, budgeted.actuations, budgeted.timeline, budgeted.series,
-                          scenario.duration_s, refs.wall_s, replicas=layout.replicas))  # fmt: skip
+    runs.append(_plan_run(scenario, "oracle-within-budget", refs.budgeted_plan, refs.budgeted, refs.wall_s, layout))
     runs.append(reachable)
+    runs.append(from_declared.run)
     plans = {"oracle": oracle_run, "specpilot": mine}
     runs.extend(_restart_controls(replace(scenario, method=best_drafter), seed, statics[best], by_name[best], plans,
                                   workers, layout))  # fmt: skip
     runs.append(mine)
     runs.append(lenient)
+    oracle_candidates = {**refs.candidate_goodput, **from_declared.candidate_goodput}
     meta = {
         "scenario": scenario.name,
         "seed": seed,
@@ -697,9 +703,11 @@ def run_scenario(
         "best_static": best,
         "best_static_without_searched_schedules": best_unscheduled,
         "searched_schedules": sorted(searched),
-        "oracle_plan": refs.oracle_plan,
+        "oracle_plan": oracle_plan,
         "oracle_within_budget_plan": refs.budgeted_plan,
-        "oracle_candidates": {kind: round(g, 2) for kind, g in refs.candidate_goodput.items()},
+        "oracle_candidates": {kind: round(g, 2) for kind, g in oracle_candidates.items()},
+        "oracle_from_declared_plan": [[at, name] for at, name in from_declared.run.timeline],
+        "oracle_from_declared_candidates": {kind: round(g, 2) for kind, g in from_declared.candidate_goodput.items()},
         "dynamic": scenario.dynamic,
         "actuation_reasons": mine.notes,
         "lenient_actuation_reasons": lenient.notes,
@@ -714,8 +722,19 @@ def run_scenario(
 
 
 def _totals(scenario: Scenario, statics: Mapping[str, PolicyRun]) -> dict[str, float]:
-    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
-    return {n: oracles.goodput(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
+    return {n: _goodput(scenario, r.outcomes) for n, r in statics.items()}
+
+
+def _goodput(scenario: Scenario, outcomes: Sequence[Outcome]) -> float:
+    return oracles.goodput(outcomes, scenario.duration_s, scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s)
+
+
+def _plan_run(
+    scenario: Scenario, policy: str, plan: Sequence[str], replay: Replica | Fleet, wall_s: float, layout: Layout
+) -> PolicyRun:
+    """A replayed per-window plan as a row; its config names what it ran, in the order it first ran it."""
+    return PolicyRun(scenario.name, policy, "/".join(dict.fromkeys(plan)), replay.outcomes, replay.actuations,
+                     replay.timeline, replay.series, scenario.duration_s, wall_s, replicas=layout.replicas)  # fmt: skip
 
 
 def drafter_label(scenario: Scenario, drafter: str, name: str) -> str:
@@ -840,9 +859,18 @@ def _band_search(
     return searched
 
 
+# The kinds of candidate plans: the free-start oracle's, those of them that keep the budget (oracle-within-budget's),
+# and those that start in the declared configuration (oracle-from-declared's, with its switches at the earliest refit).
+FREE_START = ("switching DP", "DP within the budget", "switching DP held to the budget", "best constant")
+WITHIN_BUDGET = FREE_START[1:]
+FROM_DECLARED = ("switching DP from the declared config", "DP from the declared config within the budget",
+                 "the declared config kept")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class OracleReferences:
-    """The switching oracle, unbounded and within the deployment's budget: plans, replays and their goodput."""
+    """The switching oracle, unbounded and within the deployment's budget, and the plans that start in the declared
+    configuration: plans, replays and their goodput."""
 
     oracle_plan: list[str]  # configuration label per window
     oracle: Replica | Fleet
@@ -851,6 +879,7 @@ class OracleReferences:
     candidate_goodput: dict[str, float]  # replayed goodput of each candidate plan, by kind
     replayed_plans: int
     wall_s: float  # the replays' time, the DP's own left out
+    from_declared: dict[str, tuple[list[str], Replica | Fleet]] = field(default_factory=dict)  # FROM_DECLARED plans
 
 
 def _oracle_references(
@@ -862,6 +891,7 @@ def _oracle_references(
     by_name: Mapping[str, SpeculationIntent],
     totals: Mapping[str, float],
     layout: Layout = ONE_REPLICA,
+    declared: str | None = None,
 ) -> OracleReferences:
     """O_DP, and the same held to the deployment's actuation budget, which every closed-loop actuation must pass.
 
@@ -870,6 +900,9 @@ def _oracle_references(
     what a restart does to the queue. So every candidate plan is replayed through the simulator, restarts included,
     and each reference is the best replay among its candidates: the budgeted plans are in the oracle's search space
     too, and so is the best constant plan, so neither falls below any member of Theta.
+
+    With `declared` (the label of the configuration the CR declares), the FROM_DECLARED plans are replayed too, for
+    oracle-from-declared (`_oracle_from_declared`); the oracle's own choice among them is `_oracle_row`'s.
     """
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     per_window = {
@@ -887,6 +920,12 @@ def _oracle_references(
         "switching DP held to the budget": oracles.held_to_budget(switching, scenario.window_s, budget),
         "best constant": [constant] * len(switching),
     }
+    if declared is not None:
+        candidates.update(zip(FROM_DECLARED, (
+            oracles.switching_plan(per_window, cost_s, scenario.window_s, start=declared),
+            oracles.switching_plan(per_window, cost_s, scenario.window_s, budget, start=declared),
+            [declared] * len(switching),
+        ), strict=True))  # fmt: skip
     replays: dict[tuple[str, ...], Replica | Fleet] = {}
     for plan in candidates.values():
         if tuple(plan) not in replays:
@@ -904,10 +943,12 @@ def _oracle_references(
         kind = max(kinds, key=lambda k: replayed[k])  # ties: the first listed
         return candidates[kind], replays[tuple(candidates[kind])]
 
-    plan_names, oracle = best_of(list(candidates))
-    budgeted_names, budgeted = best_of([k for k in candidates if k != "switching DP"])
+    plan_names, oracle = best_of(FREE_START)
+    budgeted_names, budgeted = best_of(WITHIN_BUDGET)
+    from_declared = {kind: (candidates[kind], replays[tuple(candidates[kind])]) for kind in FROM_DECLARED
+                     if kind in candidates}  # fmt: skip
     wall_s = time.monotonic() - started
-    return OracleReferences(plan_names, oracle, budgeted_names, budgeted, replayed, len(replays), wall_s)
+    return OracleReferences(plan_names, oracle, budgeted_names, budgeted, replayed, len(replays), wall_s, from_declared)
 
 
 def _constant_plan(
@@ -917,3 +958,67 @@ def _constant_plan(
     replica = Replica(scenario, preset, intent, seed)
     replica.outcomes, replica.timeline, replica.series = source.outcomes, source.timeline, source.series
     return replica
+
+
+@dataclass(frozen=True)
+class FromDeclared:
+    """oracle-from-declared: the best replay, by goodput, of the plans that start in the declared configuration."""
+
+    run: PolicyRun  # the row
+    plan: list[str] | None  # its configuration per window; None where it is a switch at the earliest refit
+    candidate_goodput: dict[str, float]  # every candidate's goodput, by kind
+
+
+def _oracle_from_declared(
+    scenario: Scenario, refs: OracleReferences, switches: Mapping[str, PolicyRun], layout: Layout
+) -> FromDeclared:
+    """The best of the declared drafter's FROM_DECLARED plans (`refs`, replayed by _oracle_references) and of
+    `switches`: runs that start as declared and switch once at the earliest refit (best-static-reachable, and per
+    candidate drafter its best static config, _drafter_switches). Ties: the first listed."""
+    wall_s = refs.wall_s + sum(run.wall_s for run in switches.values())
+    candidates: dict[str, tuple[PolicyRun, list[str] | None]] = {
+        kind: (_plan_run(scenario, "oracle-from-declared", plan, replay, wall_s, layout), plan)
+        for kind, (plan, replay) in refs.from_declared.items()
+    }
+    for kind, run in switches.items():
+        candidates[kind] = (replace(run, policy="oracle-from-declared", wall_s=wall_s), None)
+    goodput = {kind: _goodput(scenario, run.outcomes) for kind, (run, _) in candidates.items()}
+    run, plan = candidates[max(goodput, key=lambda kind: goodput[kind])]
+    return FromDeclared(run, plan, goodput)
+
+
+def _drafter_switches(
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    statics: Mapping[str, PolicyRun],
+    by_name: Mapping[str, SpeculationIntent],
+    drafter_of: Mapping[str, str],
+    best: str,
+    reachable: PolicyRun,
+    layout: Layout,
+) -> dict[str, PolicyRun]:
+    """Per candidate drafter, the declared config until the earliest refit, then that drafter's best static config
+    (`reachable` where that is the best static config of all, `best`)."""
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
+    out: dict[str, PolicyRun] = {}
+    for drafter in scenario.candidates:
+        name = oracles.best_static({n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo)
+                                    for n, r in statics.items() if drafter_of[n] == drafter})  # fmt: skip
+        out[f"best static of {drafter} from the earliest refit"] = (
+            reachable if name == best
+            else _best_static_reachable(scenario, seed, items, statics[name], by_name[name], layout, drafter)
+        )  # fmt: skip
+    return out
+
+
+def _oracle_row(
+    scenario: Scenario, refs: OracleReferences, from_declared: FromDeclared, layout: Layout
+) -> tuple[PolicyRun, list[str] | None]:
+    """The oracle and its plan per window: the best of its free-start candidates (`refs`) and oracle-from-declared,
+    whose candidates a free start may run too (ties: the free start's). None for the plan where the winner is a
+    switch at the earliest refit."""
+    free = _plan_run(scenario, "oracle", refs.oracle_plan, refs.oracle, refs.wall_s, layout)
+    if _goodput(scenario, from_declared.run.outcomes) > _goodput(scenario, free.outcomes):
+        return replace(from_declared.run, policy="oracle", wall_s=refs.wall_s), from_declared.plan
+    return free, refs.oracle_plan
