@@ -78,6 +78,7 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
         _row("spike", 1, "oracle", 100.0), _row("spike", 1, "best-static", 80.0),
         _row("spike", 1, "best-static-reachable", 75.0), _row("spike", 1, "specpilot", 60.0, 1),
         _row("spike", 2, "oracle-within-budget", 160.0),
+        _row("spike", 1, "oracle-from-declared", 80.0), _row("spike", 2, "oracle-from-declared", 80.0),
         _row("spike", 1, "specpilot-lenient", 60.0, 1),
         _row("spike", 2, "oracle", 200.0), _row("spike", 2, "best-static", 100.0),
         _row("spike", 2, "specpilot", 80.0, 2, failed=7), _row("spike", 2, "specpilot-lenient", 90.0, 2),
@@ -96,6 +97,7 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     mine = summary[0]
     assert mine["seeds"] == [1, 2]
     assert mine["vs_oracle"] == pytest.approx([0.6, 0.4])
+    assert mine["vs_oracle_from_declared"] == pytest.approx([0.75, 1.0])
     assert mine["vs_best_static"] == pytest.approx([-0.25, -0.2])
     assert mine["vs_reachable"][0] == pytest.approx(0.8)
     assert math.isnan(mine["vs_reachable"][1])  # seed 2 has no reachable row
@@ -114,7 +116,10 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     assert lenient["oracle_restarts_alone"] == pytest.approx([0.2, 0.5])
     assert all(math.isnan(g) for g in lenient["vs_restart_control"]), "specpilot's restarts are not the lenient's"
     table = report.seeds_table(summary).splitlines()  # no off row and no latencies: those columns are "-"
-    assert table[1].split() == ["spike", "specpilot", "1,2", "40.0%", "/", "50.0%", "/", "60.0%", "0/2", "-25.0%",
+    assert table[0].count(">=95%") == 2
+    assert "vs oracle from declared min/mean/max  >=95%" in table[0]
+    assert table[1].split() == ["spike", "specpilot", "1,2", "40.0%", "/", "50.0%", "/", "60.0%", "0/2",
+                                "75.0%", "/", "87.5%", "/", "100.0%", "1/2", "-25.0%",
                                 "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%",
                                 "50.0%", "/", "50.0%", "/", "50.0%", "+25.0%", "/", "+62.5%", "/", "+100.0%",
                                 "+20.0%", "/", "+35.0%", "/", "+50.0%", "93.8%", "/", "93.8%", "/", "93.8%",
@@ -214,6 +219,7 @@ def test_verdicts_print_specpilot_against_the_oracle_and_each_reference() -> Non
         {**_row("diurnal", 1, "best-static", 150.0), "config": "A"},
         {**_row("diurnal", 1, "oracle-within-budget", 180.0), "config": "A/C"},
         {**_row("diurnal", 1, "best-static-reachable", 120.0), "config": "K4 until 180s, then A"},
+        {**_row("diurnal", 1, "oracle-from-declared", 150.0), "config": "K4/A"},
         _row("diurnal", 1, "specpilot", 90.0, 1),
         {**_row("diurnal", 1, "best-static-restarted-as-oracle", 195.0), "config": "A restarted at 600s"},
         {**_row("diurnal", 1, "best-static-restarted-as-specpilot", 105.0), "config": "A restarted at 240s"},
@@ -226,6 +232,8 @@ def test_verdicts_print_specpilot_against_the_oracle_and_each_reference() -> Non
         " 90.0% of the oracle (no target: a reference)",
         "specpilot: goodput vs the best static config from the earliest refit the agreement rule allows"
         " (K4 until 180s, then A) 75.0%; that refit reaches 60.0% of the oracle (no target: a reference)",
+        "specpilot: goodput vs the oracle from the declared config (K4/A) 60.0%; that oracle reaches 75.0% of the"
+        " oracle (no target: a reference)",
         "oracle: goodput vs best static +33.3%; the best static config restarted where the oracle restarts"
         " (A restarted at 600s) +30.0%, and oracle reaches 102.6% of it: the same restarts, its own choice of"
         " configuration (a control, no target)",
