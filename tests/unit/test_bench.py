@@ -417,7 +417,11 @@ def test_tiny_benchmark_runs_every_policy() -> None:
     }
     for row in rows.values():
         assert {"scenario", "policy", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p99_e2e_ms",
-                "actuations"} <= set(row)  # fmt: skip
+                "actuations", "changes", "trials"} <= set(row)  # fmt: skip
+    # one replica has no trials; a restart changes what it serves unless it restarts into the same config
+    assert all(row["trials"] == 0 for row in rows.values())
+    assert rows["best-static-reachable"]["changes"] == rows["best-static-reachable"]["actuations"]
+    assert rows["best-static-restarted-as-oracle"]["changes"] == 0
     # an oracle is an upper bound over its search space: every configuration of Theta, the searched schedules included
     assert set(meta["searched_schedules"]) <= set(meta["static_goodput"])
     assert rows["oracle"]["goodput"] >= max(meta["static_goodput"].values())

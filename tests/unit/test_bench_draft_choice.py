@@ -122,6 +122,8 @@ def test_the_operator_tries_the_candidate_and_keeps_the_faster(name: str, ends_o
     assert fleet.config[1] == oracles.static(4)
     promoted = [e for e in controller.events if "TrialPromoted" in e]
     assert bool(promoted) == (records[0]["verdict"] == "Won")
+    # one trial; what every pod serves changed only where the candidate won
+    assert (fleet.trials, fleet.changes) == (1, 1 if promoted else 0)
     assert not [o for o in fleet.outcomes if o.failed]
 
 

@@ -111,6 +111,7 @@ def test_a_rolling_restart_with_drain_loses_no_request(balancer: Balancer, n: in
     assert len(fleet.retired) == n
     assert len(fleet.pods) == n
     assert fleet.actuations == 1
+    assert (fleet.changes, fleet.trials) == (0, 0), "a restart into the same config changes nothing"
     assert not fleet.rolling
     assert fleet.config_since >= RESTART_AT + n * LLAMA8B_H100.restart_s  # one pod loads at a time
     in_flight = [o for o in fleet.outcomes if o.arrival < RESTART_AT and o.e2e and o.arrival + o.e2e > RESTART_AT]
@@ -208,6 +209,8 @@ def test_a_canary_pod_is_promoted_to_every_pod_or_rolled_back(
     assert fleet.intent == expected
     assert all(p.replica.intent == expected for p in fleet.pods)
     assert fleet.actuations == (1 if promote else 2)
+    # one trial either way; only a promotion changes what every pod serves
+    assert (fleet.changes, fleet.trials) == ((1, 1) if promote else (0, 1))
     assert fleet.trial_config is None
 
 
@@ -281,7 +284,7 @@ def test_specpilot_changes_one_pod_first_then_the_rest_and_loses_nothing() -> No
     assert isinstance(controller, OperatorController), "the operator's own evaluation and trials"
     actuated = [d for d in controller.decisions if d["actuate"]]
     assert len(actuated) == 1
-    assert fleet.actuations == 1
+    assert (fleet.actuations, fleet.changes, fleet.trials) == (1, 1, 1)
     trial_events = [e for e in controller.events if "Trial" in e]
     assert [e.split(" ", 2)[1] for e in trial_events] == ["TrialStarted:", "TrialPromoted:"], trial_events
     assert len(fleet.retired) == 2, "the first pod, then the other"
@@ -308,7 +311,7 @@ def test_a_rollout_reversed_midway_replaces_only_what_the_first_one_changed() ->
     assert not fleet.rolling
     assert untouched in fleet.pods
     assert all(p.replica.intent == oracles.static(3) for p in fleet.pods)
-    assert fleet.actuations == 2
+    assert (fleet.actuations, fleet.changes, fleet.trials) == (2, 2, 0)
     assert sum(1 for o in fleet.outcomes if o.failed) == 0
 
 

@@ -61,9 +61,11 @@ def test_the_command_line_rejects_a_bad_seed_without_a_traceback() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def _row(scenario: str, seed: int, policy: str, goodput: float, actuations: int = 0, failed: int = 0) -> dict[str, Any]:
+def _row(
+    scenario: str, seed: int, policy: str, goodput: float, actuations: int = 0, failed: int = 0, **more: int
+) -> dict[str, Any]:
     return {"scenario": scenario, "seed": seed, "policy": policy, "config": "K3", "goodput": goodput,
-            "actuations": actuations, "failed": failed}  # fmt: skip
+            "actuations": actuations, "failed": failed, **more}  # fmt: skip
 
 
 def _meta(scenario: str, seed: int, mine: Sequence[float | None], off: Sequence[float | None]) -> dict[str, Any]:
@@ -81,7 +83,9 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
         _row("spike", 1, "oracle-from-declared", 80.0), _row("spike", 2, "oracle-from-declared", 80.0),
         _row("spike", 1, "specpilot-lenient", 60.0, 1),
         _row("spike", 2, "oracle", 200.0), _row("spike", 2, "best-static", 100.0),
-        _row("spike", 2, "specpilot", 80.0, 2, failed=7), _row("spike", 2, "specpilot-lenient", 90.0, 2),
+        # seed 2's row counts its changes and trials (a trial, then its promotion), seed 1's predates them
+        _row("spike", 2, "specpilot", 80.0, 2, failed=7, changes=1, trials=1),
+        _row("spike", 2, "specpilot-lenient", 90.0, 2),
         # seed 3 has no oracle row (a run cut short): it is left out, not counted as 0
         _row("spike", 3, "specpilot", 10.0),
         # the restart controls: seed 1 has both, seed 2 only the oracle's
@@ -105,6 +109,7 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
     assert mine["vs_oracle_within_budget"][1] == pytest.approx(0.5)
     assert mine["p99_windows_worse"] == [[0, 1], [1, 1]]  # 30 min in at 5-min windows: only the 7th counts
     assert mine["actuations"] == [1, 2]
+    assert (mine["changes"], mine["trials"]) == ([None, 1], [None, 1])
     assert mine["failed"] == [0, 7], "the requests its restarts aborted or lost, per seed"
     assert mine["oracle_failed"] == [0, 0]
     assert mine["oracle_vs_best_static"] == pytest.approx([0.25, 1.0])
@@ -123,7 +128,7 @@ def test_each_ratio_is_paired_within_its_seed() -> None:
                                 "/", "-22.5%", "/", "-20.0%", "0/2", "80.0%", "/", "80.0%", "/", "80.0%",
                                 "50.0%", "/", "50.0%", "/", "50.0%", "+25.0%", "/", "+62.5%", "/", "+100.0%",
                                 "+20.0%", "/", "+35.0%", "/", "+50.0%", "93.8%", "/", "93.8%", "/", "93.8%",
-                                "0/1,", "1/1", "1,", "2", "0", "(0),", "7", "(0)",
+                                "0/1,", "1/1", "1,", "2", "(1,", "1)", "0", "(0),", "7", "(0)",
                                 "-", "0/2", "-,", "-", "-,", "-"]  # fmt: skip
 
 

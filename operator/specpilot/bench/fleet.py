@@ -113,7 +113,9 @@ class Fleet:
     lost: list[Outcome] = field(default_factory=list)
     timeline: list[tuple[float, str]] = field(default_factory=list)
     series: list[tuple[float, float, float, float]] = field(default_factory=list)  # t, running, waiting, K now
-    actuations: int = 0
+    actuations: int = 0  # rollouts started: restarts, one-pod trials and their rollbacks
+    changes: int = 0  # rollouts that changed what every pod serves: a restart to another config, a promotion
+    trials: int = 0  # one-pod trials started
     generation: int = 0
     config_since: float = 0.0
     next_arrival: int = 0
@@ -262,6 +264,8 @@ class Fleet:
         target = (drafter or self.method, intent)
         live = [p for p in self.pods if p.state is not PodState.DRAINING]
         stale = live if target == self.config else [p for p in live if self.runs(p) != target]
+        if target != self.config:
+            self.changes += 1
         self._start_roll(target, now, stale, canary=False)
         self.actuations += 1
         self.timeline.append((now, self.label(target)))
@@ -273,6 +277,7 @@ class Fleet:
         target = (drafter or self.method, intent)
         self._start_roll(target, now, [first], canary=True)
         self.actuations += 1
+        self.trials += 1
         self.timeline.append((now, self.label(target)))
 
     def promote(self, now: float) -> None:
@@ -281,6 +286,7 @@ class Fleet:
         if target is None:
             raise ValueError("no canary pod to promote")
         self._start_roll(target, now, [p for p in self.pods if self.runs(p) != target], canary=False)
+        self.changes += 1
 
     def rollback(self, now: float) -> None:
         """Roll the canary pod back to the running configuration (an actuation of its own)."""

@@ -11,7 +11,8 @@ from typing import Any
 from specpilot.bench.runner import RESTART_CONTROLS, PolicyRun
 
 COLUMNS = ("scenario", "policy", "config", "goodput", "slo_attainment", "p50_tpot_ms", "p99_tpot_ms", "p50_ttft_ms",
-           "p99_ttft_ms", "p99_e2e_ms", "actuations", "failed", "timed_out", "replicas")  # fmt: skip
+           "p99_ttft_ms", "p99_e2e_ms", "actuations", "changes", "trials", "failed", "timed_out",
+           "replicas")  # fmt: skip
 LATENCIES = (("p50_tpot_ms", "P50 TPOT"), ("p99_tpot_ms", "P99 TPOT"), ("p50_ttft_ms", "P50 TTFT"),
              ("p99_ttft_ms", "P99 TTFT"), ("p99_e2e_ms", "P99 E2E"))  # fmt: skip
 
@@ -147,7 +148,8 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                                      "vs_best_static": [], "vs_reachable": [],
                                      "vs_oracle_within_budget": [], "oracle_vs_best_static": [],
                                      "oracle_restarts_alone": [], "vs_restart_control": [],
-                                     "p99_windows_worse": [], "actuations": [], "failed": [],
+                                     "p99_windows_worse": [], "actuations": [], "changes": [], "trials": [],
+                                     "failed": [],
                                      "oracle_failed": [], "vs_plain": [], "latency_vs_oracle": [],
                                      "latency_vs_off": []}  # fmt: skip
             for meta in runs:
@@ -174,12 +176,20 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                 counted = p99_windows_worse(meta, policy)
                 entry["p99_windows_worse"].append(list(counted) if counted else None)
                 entry["actuations"].append(mine["actuations"])
+                entry["changes"].append(mine.get("changes"))  # None in rows written before they were counted
+                entry["trials"].append(mine.get("trials"))
                 entry["failed"].append(mine.get("failed", 0))
                 entry["oracle_failed"].append(oracle.get("failed", 0))
                 _add_latency(entry, mine, oracle, {p: by_seed.get((scenario, seed, p)) for p in ("off", "always-on")})
             if entry["seeds"]:
                 out.append(entry)
     return out
+
+
+def _actuations(actuations: int, changes: int | None, trials: int | None) -> str:
+    """One seed's actuations with, of them, the changes of what every pod serves and the one-pod trials (rows
+    written before those were counted show the actuations alone)."""
+    return str(actuations) if changes is None else f"{actuations} ({changes}, {trials or 0})"
 
 
 def _add_latency(
@@ -210,7 +220,7 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
               ">=+10%", "vs earliest refit min/mean/max", "vs oracle within budget min/mean/max",
               "oracle vs best static min/mean/max", "of which the oracle's restarts alone",
               "vs the best static with its restarts",
-              "P99 windows > 1.05x off", "actuations", "aborted or lost (oracle)",
+              "P99 windows > 1.05x off", "actuations (changes, trials)", "aborted or lost (oracle)",
               "vs max(off, always-on) min/mean/max", ">=99%", "P50 TPOT, P99 TTFT vs oracle (mean)",
               "P50 TPOT, P99 TTFT vs off (mean)")  # fmt: skip
     lines: list[tuple[str, ...]] = [header]
@@ -227,7 +237,8 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
                       _spread(e["vs_reachable"], "{:.1%}"), _spread(e["vs_oracle_within_budget"], "{:.1%}"),
                       _spread(e["oracle_vs_best_static"], "{:+.1%}"), _spread(e["oracle_restarts_alone"], "{:+.1%}"),
                       _spread(e["vs_restart_control"], "{:.1%}"), windows,
-                      ", ".join(str(a) for a in e["actuations"]),
+                      ", ".join(_actuations(*counts) for counts in zip(e["actuations"], e["changes"], e["trials"],
+                                                                         strict=True)),
                       dropped, _spread(e["vs_plain"], "{:.1%}"),
                       f"{sum(1 for r in e['vs_plain'] if r >= 0.99)}/{n}", _mean_latency(e["latency_vs_oracle"]),
                       _mean_latency(e["latency_vs_off"])))  # fmt: skip

@@ -95,7 +95,9 @@ class Replica:
     next_arrival: int = 0
     history: ScrapeHistory = field(default_factory=ScrapeHistory)
     outcomes: list[Outcome] = field(default_factory=list)
-    actuations: int = 0
+    actuations: int = 0  # restarts started (a restart into the same config included)
+    changes: int = 0  # of them, those that changed the configuration the pod serves
+    trials: int = 0  # one pod is the whole deployment here: never a trial
     timeline: list[tuple[float, str]] = field(default_factory=list)
     series: list[tuple[float, float, float, float]] = field(default_factory=list)  # t, running, waiting, K now
     generation: int = 0
@@ -125,6 +127,8 @@ class Replica:
     def restart(self, intent: SpeculationIntent, now: float, drafter: str | None = None) -> None:
         """Roll the pod to another configuration (run by `drafter`, default its own): abort in-flight work, fresh
         engine after the restart time."""
+        if intent != self.intent or (drafter is not None and drafter != self.scenario.method):
+            self.changes += 1
         if drafter is not None and drafter != self.scenario.method:
             self.scenario = replace(self.scenario, method=drafter)
         self.engine.advance_idle(now)
@@ -212,6 +216,10 @@ class PolicyRun:
     notes: list[str] = field(default_factory=list)
     peak_running: int = 0
     replicas: int = 1
+    # of the actuations, the rollouts that changed what every pod serves (a promotion included; a restart into the
+    # same config, a one-pod trial and its rollback not), and the one-pod trials started
+    changes: int = 0
+    trials: int = 0
 
 
 def preset_for(scenario: Scenario) -> Preset:
@@ -456,6 +464,8 @@ def summarize(run: PolicyRun, scenario: Scenario) -> dict[str, Any]:
         "p99_ttft_ms": round(oracles.quantile(ttfts, 0.99) * 1000, 1),
         "p99_e2e_ms": round(oracles.quantile(e2es, 0.99) * 1000, 1),
         "actuations": run.actuations,
+        "changes": run.changes,
+        "trials": run.trials,
         "requests": len(run.outcomes),
         "failed": sum(1 for o in run.outcomes if o.failed),
         "timed_out": sum(1 for o in run.outcomes if o.timed_out),
@@ -495,7 +505,8 @@ def _static_job(job: Job) -> PolicyRun:
     r.run_until(scenario.duration_s, arrivals(scenario, seed))
     name = oracles.label(intent)
     return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
-                     time.monotonic() - started, peak_running=peak_running(r), replicas=layout.replicas)  # fmt: skip
+                     time.monotonic() - started, peak_running=peak_running(r), replicas=layout.replicas,
+                     changes=r.changes, trials=r.trials)  # fmt: skip
 
 
 def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: PolicyRun, k: int | None = None) -> bool:
@@ -519,7 +530,8 @@ def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: Pol
 def _as_static(scenario: Scenario, intent: SpeculationIntent, source: PolicyRun) -> PolicyRun:
     name = oracles.label(intent)
     return PolicyRun(scenario.name, name, name, source.outcomes, source.actuations, [(0.0, name)], source.series,
-                     source.duration_s, 0.0, peak_running=source.peak_running, replicas=source.replicas)  # fmt: skip
+                     source.duration_s, 0.0, peak_running=source.peak_running, replicas=source.replicas,
+                     changes=source.changes, trials=source.trials)  # fmt: skip
 
 
 def _specpilot_job(job: Job) -> PolicyRun:
@@ -537,7 +549,7 @@ def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> Po
     config = oracles.label(replica.intent) if isinstance(replica, Replica) else replica.label(replica.config)
     run = PolicyRun(scenario.name, name, config, replica.outcomes, replica.actuations,
                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
-                    replicas=layout.replicas)  # fmt: skip
+                    replicas=layout.replicas, changes=replica.changes, trials=replica.trials)  # fmt: skip
     run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
     if isinstance(controller, OperatorController):  # its trials' events: started, verdict, promoted or rolled back
         run.notes += [e for e in controller.events if "Trial" in e or "Candidate" in e]
@@ -583,7 +595,7 @@ def _best_static_reachable(
     config = f"{oracles.label(declared)} until {at:.0f}s, then {best_run.policy}"
     return PolicyRun(scenario.name, "best-static-reachable", config, replica.outcomes, replica.actuations,
                      replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
-                     replicas=layout.replicas)  # fmt: skip
+                     replicas=layout.replicas, changes=replica.changes, trials=replica.trials)  # fmt: skip
 
 
 def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], int, str, Layout]) -> PolicyRun:
@@ -593,7 +605,7 @@ def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], in
     config = f"{oracles.label(intent)} restarted at " + ", ".join(f"{t:.0f}s" for t in times)
     return PolicyRun(scenario.name, policy, config, replica.outcomes, replica.actuations, replica.timeline,
                      replica.series, scenario.duration_s, time.monotonic() - started,
-                     replicas=layout.replicas)  # fmt: skip
+                     replicas=layout.replicas, changes=replica.changes, trials=replica.trials)  # fmt: skip
 
 
 # The restart controls (row, the row whose restarts it repeats): the best static config restarted into itself where
@@ -734,7 +746,8 @@ def _plan_run(
 ) -> PolicyRun:
     """A replayed per-window plan as a row; its config names what it ran, in the order it first ran it."""
     return PolicyRun(scenario.name, policy, "/".join(dict.fromkeys(plan)), replay.outcomes, replay.actuations,
-                     replay.timeline, replay.series, scenario.duration_s, wall_s, replicas=layout.replicas)  # fmt: skip
+                     replay.timeline, replay.series, scenario.duration_s, wall_s, replicas=layout.replicas,
+                     changes=replay.changes, trials=replay.trials)  # fmt: skip
 
 
 def drafter_label(scenario: Scenario, drafter: str, name: str) -> str:
