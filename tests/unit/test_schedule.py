@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specpilot.api.v1alpha1 import AutotuneObjective
+from specpilot.autotune.model.rollcost import needed_headroom
 from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
@@ -497,6 +499,8 @@ def plan(
     tpot_factor: float = 1.0,
     model: StepCostModel = LLAMA8B_H100,
     alpha: float = 0.7,
+    settings: FitSettings | None = None,
+    objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
 ) -> ThresholdPlan:
     """Fit with a measured TPOT that the model itself predicts (times `tpot_factor` to simulate a mismatch)."""
     intent = current or SpeculationIntent(True, 5)
@@ -517,7 +521,8 @@ def plan(
         batch_now=batch,
         tpot_on_ms=tpot * tpot_factor,
         tpot_off_ms=None,
-        settings=FitSettings(model=model),
+        settings=settings or FitSettings(model=model),
+        objective=objective,
     )
 
 
@@ -828,3 +833,46 @@ def test_the_model_in_the_evidence_names_every_parameter_of_the_step_time() -> N
     assert evidence["prefillPromptTokens"] == 300.0
     assert evidence["emittedPerStep"] == [round(profile.expected_tokens(k), 4) for k in range(4)]
     assert evidence["emittedPerStep"][0] == 1.0
+
+
+THROUGHPUT, LATENCY = AutotuneObjective.THROUGHPUT, AutotuneObjective.LATENCY
+
+
+@pytest.mark.parametrize(
+    ("headroom_needed", "batch", "objective", "installs", "free"),
+    [
+        (None, 20, THROUGHPUT, False, None),  # one replica: the restart costs what it removes at any load
+        (2.0, 20, THROUGHPUT, True, True),  # two pods, one at a time: the other carries 2.69x the load, 2x needed
+        (2.0, 20, LATENCY, False, None),  # ... but every request it holds runs slower meanwhile: nominal cost
+        (2.0, 60, THROUGHPUT, False, False),  # at 1.39x the pod left serving would queue: the nominal cost
+        (1.5, 60, THROUGHPUT, False, False),  # three pods: 1.39x is short of 1.5x too
+        (1.25, 60, THROUGHPUT, True, True),  # five pods: 1.25x is enough
+    ],
+)
+def test_a_restart_costs_no_serving_while_the_pods_left_carry_the_load(
+    headroom_needed: float | None, batch: int, objective: AutotuneObjective, installs: bool, free: bool | None
+) -> None:
+    """A restart priced far beyond any payback (1e6 s) is free while the pods a rollout wave leaves serving carry
+    every arrival (rollcost.needed_headroom against the running config's capacity over its load), for a Throughput
+    objective."""
+    settings = FitSettings(restart_cost_s=1e6, headroom_needed=headroom_needed)
+    result = plan("0.33.0", {8: 3600.0}, batch, settings=settings, objective=objective)
+    assert result.gain == pytest.approx(0.164, abs=0.001)  # the same refit, the same gain over the load record
+    assert result.worth_installing is installs
+    if free is None:
+        assert "restartAtLoad" not in result.evidence
+        return
+    at_load = result.evidence["restartAtLoad"]
+    assert at_load["capacityOverLoad"] == pytest.approx(2.695 if batch == 20 else 1.39, abs=0.001)
+    assert at_load["restartCostSeconds"] == (0.0 if free else 1e6)
+    assert ("the restart costs no serving at this load" in result.reason) is free
+
+
+@pytest.mark.parametrize(
+    ("replicas", "surge", "unavailable", "needed"),
+    [(1, 0, 1, None), (2, 0, 1, 2.0), (3, 0, 1, 1.5), (4, 0, 2, 2.0), (2, 0, 2, None), (2, 1, 0, None),
+     (3, 1, 1, 1.5)],
+)  # fmt: skip
+def test_the_headroom_a_wave_needs(replicas: int, surge: int, unavailable: int, needed: float | None) -> None:
+    """N / (N - u) for the u pods a wave takes out; none where no pod is left serving beside it or none is taken."""
+    assert needed_headroom(replicas, surge, unavailable) == needed

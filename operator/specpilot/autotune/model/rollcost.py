@@ -10,6 +10,10 @@ removes, repaid by the change's gain. That figure depends on how the pods are re
   ceil(N / unavailable) waves together remove restart_s x waves x unavailable / N seconds of the whole deployment's
   serving (restart_s when unavailable divides N). The same capacity as an outage at full load, spread so that no
   request is dropped: below (N - unavailable) / N of capacity the other pods absorb it all.
+- Those seconds are capacity. What a wave takes from the serving in use depends on the load: while the pods left
+  serving carry every arrival (the running config's capacity over its load at least N / (N - unavailable):
+  `needed_headroom`, schedule.capacity_over_load), nothing that was being served is lost, and the change costs no
+  serving at all; past that the pods left queue, and the wave costs at least the capacity it removes.
 - With surge (maxSurge >= 1, maxUnavailable 0): each new pod loads beside the old ones and an old pod drains only
   once its replacement serves, so the deployment never serves below its N pods: no serving is removed (the price
   is the surge pod's GPUs for the rollout, not paid in serving). With both, surge + unavailable pods are replaced
@@ -24,16 +28,36 @@ from specpilot.api import rollout
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
 
 
+def pods_out_per_wave(replicas: int, max_surge: int, max_unavailable: int) -> int:
+    """How many of the `replicas` pods a rollout wave takes out of serving at once: `max_unavailable`, at least one
+    without surge (the Deployment controller cannot replace a pod otherwise), none with surge and maxUnavailable 0."""
+    return min(max_unavailable if max_surge else max(1, max_unavailable), replicas)
+
+
+def needed_headroom(replicas: int, max_surge: int, max_unavailable: int) -> float | None:
+    """The capacity over load the pods left serving need to carry every arrival while a wave is out: N / (N - u).
+    None where no wave leaves pods serving beside it (one replica, or every pod at once) or none is taken out."""
+    out = pods_out_per_wave(replicas, max_surge, max_unavailable)
+    if out == 0 or out >= replicas:
+        return None
+    return replicas / (replicas - out)
+
+
 def restart_cost_seconds(restart_s: float, replicas: int, max_surge: int, max_unavailable: int) -> float:
     """Seconds of the whole deployment's serving one rollout removes (module docstring), for `replicas` pods that
     each take `restart_s` to start, replaced `max_unavailable` at a time with `max_surge` extra pods."""
     if replicas <= 1 and max_surge == 0:
         return restart_s
-    out_at_once = min(max_unavailable if max_surge else max(1, max_unavailable), replicas)
+    out_at_once = pods_out_per_wave(replicas, max_surge, max_unavailable)
     if out_at_once == 0:
         return 0.0
     waves = math.ceil(replicas / (out_at_once + max_surge))
     return restart_s * waves * out_at_once / replicas
+
+
+def headroom_needed_for(spec: SpeculativeDeploymentSpec) -> float | None:
+    """needed_headroom on the rollout path `spec` declares."""
+    return needed_headroom(spec.replicas, rollout.max_surge(spec), rollout.max_unavailable(spec))
 
 
 def restart_cost_for(spec: SpeculativeDeploymentSpec, restart_s: float) -> float:

@@ -264,6 +264,49 @@ def settled_batch(
     return 1
 
 
+def capacity_over_load(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    batch_now: int,
+    max_num_seqs: int,
+    k_at: Callable[[int], int],
+    rate: Rate = tokens_per_ms,
+) -> float:
+    """How many times what the running config serves now it can serve at most: its largest throughput at any batch
+    up to max_num_seqs (throughput is not monotone in the batch: settled_batch) over its throughput at the batch now.
+    1.0 or less: it runs at capacity."""
+    served = batch_now * rate(profile, model, batch_now, k_at(batch_now))
+    most = max(b * rate(profile, model, b, k_at(b)) for b in range(1, max_num_seqs + 1))
+    return math.inf if served <= 0 else most / served
+
+
+def _priced_at_load(
+    settings: FitSettings,
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    batch_now: int,
+    max_num_seqs: int,
+    k_at: Callable[[int], int],
+    rate: Rate,
+    evidence: dict[str, Any],
+) -> FitSettings:
+    """The fit's settings with the restart priced at the load now (rollcost): no serving is lost while the pods a
+    rollout wave leaves serving carry every arrival, so the change then costs nothing; else the nominal cost.
+
+    Carrying them is judged at the running config's largest throughput, where every request the pods left hold runs
+    slower for the wave: no loss to a Throughput objective, a loss to a Latency one, which keeps the nominal cost."""
+    if settings.headroom_needed is None or settings.restart_cost_s <= 0:
+        return settings
+    headroom = capacity_over_load(profile, model, batch_now, max_num_seqs, k_at, rate)
+    free = headroom >= settings.headroom_needed
+    evidence["restartAtLoad"] = {
+        "capacityOverLoad": round(headroom, 3),
+        "headroomNeeded": round(settings.headroom_needed, 3),
+        "restartCostSeconds": 0.0 if free else settings.restart_cost_s,
+    }
+    return replace(settings, restart_cost_s=0.0) if free else settings
+
+
 @dataclass(frozen=True)
 class Projection:
     """Where the running config would run while the offered load moves by a forecast's ratios, per equal slice of
@@ -415,6 +458,9 @@ class FitSettings:
     min_gain: float = 0.03  # below this, model error dominates (SpecDecode-Bench residuals up to 0.08x)
     model_tolerance: float = 2.0
     prefer_within: float = 0.01
+    # the capacity over load the pods left serving need while a rollout wave is out (rollcost.needed_headroom); None
+    # where no wave leaves pods serving beside it: a change then costs restart_cost_s at any load
+    headroom_needed: float | None = None
     # why this profile (costprofile.choose_cost_profile); None: the default, chosen by no spec
     model_choice: Mapping[str, Any] | None = None
     # the profile was calibrated on this set-up; False: the nearest one, a prior for the deployment's own fit only
@@ -427,6 +473,7 @@ class FitSettings:
             if self.model_choice is not None
             else {"profile": self.model.name, "match": "default", "note": "no spec chose a profile"},
             "restartCostSeconds": self.restart_cost_s,
+            "headroomNeeded": None if self.headroom_needed is None else round(self.headroom_needed, 3),
             "horizonSeconds": self.horizon_s,
             "minGain": self.min_gain,
             "modelTolerance": self.model_tolerance,
@@ -519,6 +566,11 @@ def plan_threshold(
     evidence["consistency"] = consistency
     if not ok:
         return no_change(consistency)
+    if objective is AutotuneObjective.THROUGHPUT:
+        settings = _priced_at_load(
+            settings, profile, model, batch, max_num_seqs, lambda b: k_for_batch(current, b, max_k),
+            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms, evidence,
+        )  # fmt: skip
 
     if support is ThresholdSupport.SCHEDULE:
         fit = fit_schedule(
@@ -636,11 +688,17 @@ def plan_threshold(
     if by_waiting:
         evidence["repaidByWaiting"] = True
     worth = by_record or by_waiting or by_forecast
+    at_load = evidence.get("restartAtLoad")
+    restart = (
+        f"the restart costs no serving at this load (the pods left serving carry "
+        f"{at_load['capacityOverLoad']:.2f}x it, a wave needs {at_load['headroomNeeded']:.2f}x)"
+        if at_load is not None and settings.restart_cost_s == 0
+        else f"restart {settings.restart_cost_s:.0f}s repaid in "
+        f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}"
+    )
     detail = (
         f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "
-        f"(restart {settings.restart_cost_s:.0f}s repaid in "
-        f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}; install needs >= {settings.min_gain:.0%} "
-        f"and payback <= {settings.horizon_s / 60:.0f}m)"
+        f"({restart}; install needs >= {settings.min_gain:.0%} and payback <= {settings.horizon_s / 60:.0f}m)"
     )
     if by_waiting:
         detail += (
