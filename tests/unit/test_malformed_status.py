@@ -3,12 +3,14 @@ reader either recovers or names the field, table-driven over what the CRD's sche
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from specpilot.api import v1alpha1
-from specpilot.autotune.policy.decision import running_intent
+from specpilot.api import timestamps, v1alpha1
+from specpilot.autotune.policy.decision import PolicyState, running_intent
+from specpilot.autotune.policy.drafters import read_records
 from specpilot.reconcile.core import RolloutClock
 from specpilot.vllm.intent import schedule_from_list
 
@@ -73,3 +75,50 @@ def test_a_rollout_clock_with_a_time_that_does_not_parse_starts_again(
     clock = RolloutClock.of(effective, "h", NOW)
     assert clock == expected
     assert not clock.overdue(NOW, 7200)
+
+
+@pytest.mark.parametrize(
+    ("text", "parses"),
+    [
+        ("2026-11-29T07:00:00Z", True),
+        ("2026-11-29T09:00:00+02:00", True),
+        ("2026-11-29T07:00:00.250Z", True),
+        ("2026-11-29T07:00:00", False),  # no zone: not comparable with the operator's clock
+        ("2026-11-29", False),
+        ("yesterday", False),
+    ],
+)
+def test_a_stored_time_parses_only_with_a_zone(text: str, parses: bool) -> None:
+    assert timestamps.is_zoned_time(text) is parses
+    if parses:
+        assert timestamps.parse_time(text) == datetime(2026, 11, 29, 7, 0, 0, 250000 if ".250" in text else 0, UTC)
+    else:
+        with pytest.raises(ValueError, match=r"has no time zone|Invalid isoformat"):
+            timestamps.parse_time(text)
+
+
+@pytest.mark.parametrize(
+    "autotune",
+    [
+        {"version": 1, "streak": {"key": "k", "action": "Keep", "count": 1, "since": "2026-11-29T07:00:00"}},
+        {"version": 1, "actuations": [{"at": "2026-11-29T07:00:00", "action": "Keep", "from": {}, "to": {}}]},
+        {"version": 1, "backlogSince": "2026-11-29T07:00:00"},
+    ],
+    ids=["streak-since", "actuation-at", "backlog-since"],
+)
+def test_a_policy_state_with_a_time_without_zone_starts_fresh_and_says_why(autotune: dict[str, Any]) -> None:
+    """Read as a naive time it would fail only later, comparing with the clock in the middle of a decision."""
+    fresh, problem = PolicyState.from_status(autotune)
+    assert fresh == PolicyState()
+    assert problem is not None
+    assert "status.autotune is malformed" in problem
+    assert "has no time zone" in problem
+
+
+@pytest.mark.parametrize("field", ["retryAfter", "trialStarted", "evidenceTime"])
+def test_a_candidate_record_with_a_time_without_zone_is_dropped(field: str) -> None:
+    """An unreadable status.candidates element is dropped: its candidate starts Untried again (read_records)."""
+    record = {"name": "a", "method": "ngram", "drafter": "ngram", "verdict": "Inconclusive",
+              field: "2026-11-29T07:00:00"}  # fmt: skip
+    assert read_records([record]) == []
+    assert len(read_records([{**record, field: "2026-11-29T07:00:00Z"}])) == 1

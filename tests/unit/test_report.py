@@ -202,6 +202,28 @@ def test_report_reads_its_documented_periods(
     assert err.startswith("error: Prometheus http://127.0.0.1:9: "), err
 
 
+@pytest.mark.parametrize(
+    ("until", "said"),
+    [
+        ("2026-11-29T10:00:00Z", "error: Prometheus http://127.0.0.1:9: "),  # a time: as far as asking Prometheus
+        ("2026-11-29T10:00:00", "error: --until: '2026-11-29T10:00:00' has no time zone (RFC 3339 needs Z or an"),
+        ("noon", "error: --until: Invalid isoformat string: 'noon'"),
+    ],
+)
+def test_report_until_is_an_rfc3339_time_with_a_zone(
+    until: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = {
+        "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0"},
+        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
+    }
+    doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
+    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": spec}))
+    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9", "--until", until]) == 1
+    assert capsys.readouterr().err.startswith(said)
+
+
 def test_report_names_the_file_and_field_of_a_bad_resource(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
     (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": {"target": {"model": "m"}}}))

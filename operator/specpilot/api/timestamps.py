@@ -12,12 +12,18 @@ def format_time(at: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """An RFC 3339 time; ValueError for anything else, a time without a zone included: it cannot be compared with
+    the operator's clock, and RFC 3339 requires the offset."""
+    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if at.tzinfo is None:
+        raise ValueError(f"{text[:64]!r} has no time zone (RFC 3339 needs Z or an offset)")
+    return at
 
 
 def is_zoned_time(text: str) -> bool:
     """Whether a stored time parses and carries a zone (one without cannot be compared with the operator's clock)."""
     try:
-        return parse_time(text).tzinfo is not None
+        parse_time(text)
     except ValueError:
         return False
+    return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -1354,11 +1354,16 @@ class TrialStatus(_Model):
     @model_validator(mode="after")
     def _times_are_rfc3339(self) -> TrialStatus:
         """The times the operator reads back must parse, with a zone: a record that does not is unreadable."""
-        for name in ("started_at", "ready_at", "analysis_at", "ended_at", "retry_after"):
-            value = getattr(self, name)
-            if value is not None and not is_zoned_time(value):
-                raise ValueError(f"{to_camel(name)} {value!r} is not an RFC 3339 time with a zone")
+        _check_zoned_times(self, ("started_at", "ready_at", "analysis_at", "ended_at", "retry_after"))
         return self
+
+
+def _check_zoned_times(record: BaseModel, names: Sequence[str]) -> None:
+    """ValueError naming the first of `names` whose value is set but is not an RFC 3339 time with a zone."""
+    for name in names:
+        value = getattr(record, name)
+        if value is not None and not is_zoned_time(value):
+            raise ValueError(f"{to_camel(name)} {value!r} is not an RFC 3339 time with a zone")
 
 
 class CandidateTraffic(_Model):
@@ -1402,6 +1407,12 @@ class CandidateStatus(_Model):
     traffic: CandidateTraffic | None = Field(
         None, description="The traffic of the verdict: a large shift from it re-opens a Lost or Inconclusive candidate."
     )
+
+    @model_validator(mode="after")
+    def _times_are_rfc3339(self) -> CandidateStatus:
+        """The time the operator reads back (retryAfter) and the two it shows must parse, with a zone."""
+        _check_zoned_times(self, ("trial_started", "evidence_time", "retry_after"))
+        return self
 
 
 class SpeculativeDeploymentStatus(BaseModel):

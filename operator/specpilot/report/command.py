@@ -100,6 +100,13 @@ def _actuations(status: dict[str, Any]) -> list[Actuation]:
     return out
 
 
+def _until(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except ValueError as err:
+        raise ValueError(f"--until: {err}") from None
+
+
 def run_report(args: argparse.Namespace, open_client: OpenClient) -> int:
     from specpilot.report.prometheus import ReportQueryError, run_range_queries
 
@@ -114,7 +121,7 @@ def run_report(args: argparse.Namespace, open_client: OpenClient) -> int:
         url = args.prometheus or (prom.url if prom else None)
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url")
-        end = parse_time(args.until) if args.until else datetime.now(UTC)
+        end = _until(args.until) if args.until else datetime.now(UTC)
         span = parse_span(args.since)
         scrape = parse_duration(spec.autotune.scrape_interval)
         step_s = int(max(parse_span(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
