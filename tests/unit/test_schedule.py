@@ -876,3 +876,29 @@ def test_a_restart_costs_no_serving_while_the_pods_left_carry_the_load(
 def test_the_headroom_a_wave_needs(replicas: int, surge: int, unavailable: int, needed: float | None) -> None:
     """N / (N - u) for the u pods a wave takes out; none where no pod is left serving beside it or none is taken."""
     assert needed_headroom(replicas, surge, unavailable) == needed
+
+
+@pytest.mark.parametrize(
+    ("headroom_needed", "objective", "installs"),
+    [
+        (None, THROUGHPUT, False),  # one replica: a restart for nothing over the load record is not worth it
+        (2.0, THROUGHPUT, True),  # free now, and the refit gains at larger batches: installed for them
+        (2.0, LATENCY, False),  # not free for a Latency objective
+    ],
+)
+def test_a_refit_that_loses_nothing_now_is_installed_while_the_restart_is_free(
+    headroom_needed: float | None, objective: AutotuneObjective, installs: bool
+) -> None:
+    """At batch 1 the schedule gains less than the fit's minimum over the record (+1.0%), and more only at batches
+    the deployment has not reached yet."""
+    settings = FitSettings(headroom_needed=headroom_needed)
+    result = plan("0.33.0", {1: 3600.0}, 1, settings=settings, objective=objective)
+    assert 0 <= result.gain < 0.03
+    assert result.worth_installing is installs
+    assert (result.proposed is not None) is installs
+    if installs:
+        assert result.evidence["gainAhead"] >= 0.03
+        assert "installing while the restart is free" in result.reason
+    else:
+        assert "gainAhead" not in result.evidence
+        assert "install needs >= 3%" in result.reason

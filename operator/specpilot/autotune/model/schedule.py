@@ -687,7 +687,13 @@ def plan_threshold(
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
         evidence["repaidByWaiting"] = True
-    worth = by_record or by_waiting or by_forecast
+    free = settings.restart_cost_s == 0 and "restartAtLoad" in evidence
+    option = None
+    if free and not (by_record or by_waiting or by_forecast) and loses_only_ties(gain, settings):
+        option = largest_gain_ahead(range(batch, max_num_seqs + 1), gain_over)
+        evidence["gainAhead"] = round(option, 4)
+    by_option = option is not None and option >= settings.min_gain
+    worth = by_record or by_waiting or by_forecast or by_option
     at_load = evidence.get("restartAtLoad")
     restart = (
         f"the restart costs no serving at this load (the pods left serving carry "
@@ -700,6 +706,11 @@ def plan_threshold(
         f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "
         f"({restart}; install needs >= {settings.min_gain:.0%} and payback <= {settings.horizon_s / 60:.0f}m)"
     )
+    if by_option:
+        detail += (
+            f"; it loses nothing at the load now and is {option:+.1%} at a larger batch this config may reach: "
+            "installing while the restart is free"
+        )
     if by_waiting:
         detail += (
             f"; at the load now it is {gain_at_load:+.1%} per request, and waiting has forgone {forgone_s:.0f}s of "
@@ -744,6 +755,16 @@ class Forecast:
     ahead_s: float
     why: str
     evidence: Mapping[str, Any]
+
+
+def largest_gain_ahead(batches: Iterable[int], gain_at: Callable[[Mapping[int, float]], float]) -> float:
+    """A refit's largest predicted gain at any one of `batches` (the batch now up to max_num_seqs).
+
+    While a restart is free (`_priced_at_load`), a refit that loses nothing over the load record is worth installing
+    for the load it has not met yet: waiting for that load to arrive means paying for the restart then, at a load
+    where the pods left serving can no longer carry it (docs/design/decisions.md). The one-pod trial still guards it:
+    it is promoted only if not slower at the load now."""
+    return max((gain_at({b: 1.0}) for b in batches), default=0.0)
 
 
 def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settings: FitSettings) -> bool:
