@@ -280,7 +280,27 @@ def capacity_over_load(
     return math.inf if served <= 0 else most / served
 
 
-def _priced_at_load(
+@dataclass(frozen=True)
+class RestartAtLoad:
+    """Whether a rollout wave at the load now costs serving (rollcost): `free` while the pods it leaves serving carry
+    every arrival, the running config's capacity over its load at least what a wave needs."""
+
+    capacity_over_load: float
+    needed: float
+
+    @property
+    def free(self) -> bool:
+        return self.capacity_over_load >= self.needed
+
+    def to_dict(self, restart_cost_s: float) -> dict[str, Any]:
+        return {
+            "capacityOverLoad": round(self.capacity_over_load, 3),
+            "headroomNeeded": round(self.needed, 3),
+            "restartCostSeconds": 0.0 if self.free else restart_cost_s,
+        }
+
+
+def restart_at_load(
     settings: FitSettings,
     profile: AcceptanceProfile,
     model: StepCostModel,
@@ -288,23 +308,16 @@ def _priced_at_load(
     max_num_seqs: int,
     k_at: Callable[[int], int],
     rate: Rate,
-    evidence: dict[str, Any],
-) -> FitSettings:
-    """The fit's settings with the restart priced at the load now (rollcost): no serving is lost while the pods a
-    rollout wave leaves serving carry every arrival, so the change then costs nothing; else the nominal cost.
+) -> RestartAtLoad | None:
+    """The restart priced at the load now; None where a wave leaves no pod serving beside it (the nominal cost).
 
-    Carrying them is judged at the running config's largest throughput, where every request the pods left hold runs
-    slower for the wave: no loss to a Throughput objective, a loss to a Latency one, which keeps the nominal cost."""
+    Carrying the load is judged at the running config's largest throughput, where every request the pods left hold
+    runs slower for the wave: no loss to a Throughput objective, a loss to a Latency one, which keeps the nominal cost
+    (plan_threshold asks only for a Throughput objective)."""
     if settings.headroom_needed is None or settings.restart_cost_s <= 0:
-        return settings
+        return None
     headroom = capacity_over_load(profile, model, batch_now, max_num_seqs, k_at, rate)
-    free = headroom >= settings.headroom_needed
-    evidence["restartAtLoad"] = {
-        "capacityOverLoad": round(headroom, 3),
-        "headroomNeeded": round(settings.headroom_needed, 3),
-        "restartCostSeconds": 0.0 if free else settings.restart_cost_s,
-    }
-    return replace(settings, restart_cost_s=0.0) if free else settings
+    return RestartAtLoad(headroom, settings.headroom_needed)
 
 
 @dataclass(frozen=True)
@@ -566,11 +579,15 @@ def plan_threshold(
     evidence["consistency"] = consistency
     if not ok:
         return no_change(consistency)
+    at_load = None
     if objective is AutotuneObjective.THROUGHPUT:
-        settings = _priced_at_load(
+        at_load = restart_at_load(
             settings, profile, model, batch, max_num_seqs, lambda b: k_for_batch(current, b, max_k),
-            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms, evidence,
+            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
         )  # fmt: skip
+    if at_load is not None:
+        evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
+        settings = replace(settings, restart_cost_s=0.0) if at_load.free else settings
 
     if support is ThresholdSupport.SCHEDULE:
         fit = fit_schedule(
@@ -687,18 +704,17 @@ def plan_threshold(
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
         evidence["repaidByWaiting"] = True
-    free = settings.restart_cost_s == 0 and "restartAtLoad" in evidence
+    free = at_load is not None and at_load.free
     option = None
     if free and not (by_record or by_waiting or by_forecast) and loses_only_ties(gain, settings):
         option = largest_gain_ahead(range(batch, max_num_seqs + 1), gain_over)
         evidence["gainAhead"] = round(option, 4)
     by_option = option is not None and option >= settings.min_gain
     worth = by_record or by_waiting or by_forecast or by_option
-    at_load = evidence.get("restartAtLoad")
     restart = (
         f"the restart costs no serving at this load (the pods left serving carry "
-        f"{at_load['capacityOverLoad']:.2f}x it, a wave needs {at_load['headroomNeeded']:.2f}x)"
-        if at_load is not None and settings.restart_cost_s == 0
+        f"{at_load.capacity_over_load:.2f}x it, a wave needs {at_load.needed:.2f}x)"
+        if at_load is not None and at_load.free
         else f"restart {settings.restart_cost_s:.0f}s repaid in "
         f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}"
     )
@@ -760,7 +776,7 @@ class Forecast:
 def largest_gain_ahead(batches: Iterable[int], gain_at: Callable[[Mapping[int, float]], float]) -> float:
     """A refit's largest predicted gain at any one of `batches` (the batch now up to max_num_seqs).
 
-    While a restart is free (`_priced_at_load`), a refit that loses nothing over the load record is worth installing
+    While a restart is free (`restart_at_load`), a refit that loses nothing over the load record is worth installing
     for the load it has not met yet: waiting for that load to arrive means paying for the restart then, at a load
     where the pods left serving can no longer carry it (docs/design/decisions.md). The one-pod trial still guards it:
     it is promoted only if not slower at the load now."""
