@@ -170,15 +170,22 @@ def test_analyse_classifies_configs_and_sums_buckets_per_mode() -> None:
     assert "![acceptance.png](acceptance.png)" in markdown
 
 
-def test_report_explains_an_unreachable_prometheus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def ngram_cr(tmp_path: Path) -> Path:
+    """A valid SpeculativeDeployment file (8B target, n-gram K = 3) whose report gets as far as asking Prometheus."""
     spec = {
         "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0"},
         "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
         "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
     }
     doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
-    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": spec}))
-    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9", "--since", "1h"]) == 1
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump({**doc, "spec": spec}))
+    return path
+
+
+def test_report_explains_an_unreachable_prometheus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cr = ngram_cr(tmp_path)
+    assert main(["report", str(cr), "--prometheus", "http://127.0.0.1:9", "--since", "1h"]) == 1
     err = capsys.readouterr().err
     assert "error: Prometheus http://127.0.0.1:9: accepted_tokens:" in err
     assert "Traceback" not in err
@@ -189,15 +196,9 @@ def test_report_reads_its_documented_periods(
     since: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The default --since 7d (and the other Prometheus-style spellings) get as far as asking Prometheus."""
-    spec = {
-        "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0"},
-        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
-        "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
-    }
-    doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
-    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": spec}))
+    cr = ngram_cr(tmp_path)
     period = [] if since is None else ["--since", since]
-    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9", *period]) == 1
+    assert main(["report", str(cr), "--prometheus", "http://127.0.0.1:9", *period]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: Prometheus http://127.0.0.1:9: "), err
 
@@ -213,14 +214,8 @@ def test_report_reads_its_documented_periods(
 def test_report_until_is_an_rfc3339_time_with_a_zone(
     until: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = {
-        "engine": {"image": "vllm/vllm-openai:v0.32.0", "version": "0.32.0"},
-        "target": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
-        "speculation": {"method": "ngram", "numSpeculativeTokens": 3},
-    }
-    doc = {"apiVersion": "specpilot.dev/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "chat"}}
-    (tmp_path / "cr.yaml").write_text(yaml.safe_dump({**doc, "spec": spec}))
-    assert main(["report", str(tmp_path / "cr.yaml"), "--prometheus", "http://127.0.0.1:9", "--until", until]) == 1
+    cr = ngram_cr(tmp_path)
+    assert main(["report", str(cr), "--prometheus", "http://127.0.0.1:9", "--until", until]) == 1
     assert capsys.readouterr().err.startswith(said)
 
 

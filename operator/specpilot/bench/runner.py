@@ -266,6 +266,21 @@ def restart_cost_s(preset: Preset, layout: Layout) -> float:
     return restart_cost_seconds(preset.restart_s, layout.replicas, layout.max_surge, layout.max_unavailable)
 
 
+def _row(
+    scenario: Scenario,
+    policy: str,
+    config: str,
+    run: Replica | Fleet,
+    wall_s: float,
+    layout: Layout,
+    peak: int = 0,
+) -> PolicyRun:
+    """What one run served, with its rollouts, as the row of `policy` (`peak`: its most running requests)."""
+    return PolicyRun(scenario.name, policy, config, run.outcomes, run.actuations, run.timeline, run.series,
+                     scenario.duration_s, wall_s, peak_running=peak, replicas=layout.replicas,
+                     changes=run.changes, trials=run.trials)  # fmt: skip
+
+
 def peak_running(run: Replica | Fleet) -> int:
     return run.engine.peak_running if isinstance(run, Replica) else run.peak_running
 
@@ -504,9 +519,7 @@ def _static_job(job: Job) -> PolicyRun:
     r = deploy(scenario, preset_for(scenario), intent, seed, layout)
     r.run_until(scenario.duration_s, arrivals(scenario, seed))
     name = oracles.label(intent)
-    return PolicyRun(scenario.name, name, name, r.outcomes, r.actuations, r.timeline, r.series, scenario.duration_s,
-                     time.monotonic() - started, peak_running=peak_running(r), replicas=layout.replicas,
-                     changes=r.changes, trials=r.trials)  # fmt: skip
+    return _row(scenario, name, name, r, time.monotonic() - started, layout, peak=peak_running(r))
 
 
 def same_as_static(scenario: Scenario, table: SpeculationIntent, static_run: PolicyRun, k: int | None = None) -> bool:
@@ -547,9 +560,7 @@ def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> Po
     started = time.monotonic()
     replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance, layout)
     config = oracles.label(replica.intent) if isinstance(replica, Replica) else replica.label(replica.config)
-    run = PolicyRun(scenario.name, name, config, replica.outcomes, replica.actuations,
-                    replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
-                    replicas=layout.replicas, changes=replica.changes, trials=replica.trials)  # fmt: skip
+    run = _row(scenario, name, config, replica, time.monotonic() - started, layout)
     run.notes = [f"{d['t']:.0f}s {d['action']}: {d['reason']}" for d in controller.decisions if d["actuate"]]
     if isinstance(controller, OperatorController):  # its trials' events: started, verdict, promoted or rolled back
         run.notes += [e for e in controller.events if "Trial" in e or "Candidate" in e]
@@ -593,9 +604,7 @@ def _best_static_reachable(
     at = earliest_refit_s(spec)
     replica = run_switch(scenario, declared, best, at, seed, items, layout, drafter=drafter)
     config = f"{oracles.label(declared)} until {at:.0f}s, then {best_run.policy}"
-    return PolicyRun(scenario.name, "best-static-reachable", config, replica.outcomes, replica.actuations,
-                     replica.timeline, replica.series, scenario.duration_s, time.monotonic() - started,
-                     replicas=layout.replicas, changes=replica.changes, trials=replica.trials)  # fmt: skip
+    return _row(scenario, "best-static-reachable", config, replica, time.monotonic() - started, layout)
 
 
 def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], int, str, Layout]) -> PolicyRun:
@@ -603,9 +612,7 @@ def _restarted_job(job: tuple[Scenario, SpeculationIntent, tuple[float, ...], in
     started = time.monotonic()
     replica = run_restarted(scenario, intent, times, seed, arrivals(scenario, seed), layout)
     config = f"{oracles.label(intent)} restarted at " + ", ".join(f"{t:.0f}s" for t in times)
-    return PolicyRun(scenario.name, policy, config, replica.outcomes, replica.actuations, replica.timeline,
-                     replica.series, scenario.duration_s, time.monotonic() - started,
-                     replicas=layout.replicas, changes=replica.changes, trials=replica.trials)  # fmt: skip
+    return _row(scenario, policy, config, replica, time.monotonic() - started, layout)
 
 
 # The restart controls (row, the row whose restarts it repeats): the best static config restarted into itself where
@@ -675,8 +682,7 @@ def run_scenario(
         searched.update(more_searched)
         by_name.update(more_by_name)
         drafter_of.update(dict.fromkeys(more, drafter))
-        refs = max(refs, more_refs, key=lambda r: oracles.goodput(r.oracle.outcomes, scenario.duration_s, tpot_slo,
-                                                                    ttft_slo))  # fmt: skip
+        refs = max(refs, more_refs, key=lambda r: _goodput(scenario, r.oracle.outcomes))
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = _totals(scenario, statics)
     best = oracles.best_static(scores)
@@ -745,9 +751,7 @@ def _plan_run(
     scenario: Scenario, policy: str, plan: Sequence[str], replay: Replica | Fleet, wall_s: float, layout: Layout
 ) -> PolicyRun:
     """A replayed per-window plan as a row; its config names what it ran, in the order it first ran it."""
-    return PolicyRun(scenario.name, policy, "/".join(dict.fromkeys(plan)), replay.outcomes, replay.actuations,
-                     replay.timeline, replay.series, scenario.duration_s, wall_s, replicas=layout.replicas,
-                     changes=replay.changes, trials=replay.trials)  # fmt: skip
+    return _row(scenario, policy, "/".join(dict.fromkeys(plan)), replay, wall_s, layout)
 
 
 def drafter_label(scenario: Scenario, drafter: str, name: str) -> str:
@@ -947,10 +951,7 @@ def _oracle_references(
                 if len(set(plan)) == 1
                 else run_plan(scenario, [by_name[n] for n in plan], seed, items, layout)
             )
-    replayed = {
-        kind: oracles.goodput(replays[tuple(plan)].outcomes, scenario.duration_s, tpot_slo, ttft_slo)
-        for kind, plan in candidates.items()
-    }
+    replayed = {kind: _goodput(scenario, replays[tuple(plan)].outcomes) for kind, plan in candidates.items()}
 
     def best_of(kinds: Sequence[str]) -> tuple[list[str], Replica | Fleet]:
         kind = max(kinds, key=lambda k: replayed[k])  # ties: the first listed
@@ -995,7 +996,8 @@ def _oracle_from_declared(
     }
     for kind, run in switches.items():
         candidates[kind] = (replace(run, policy="oracle-from-declared", wall_s=wall_s), None)
-    goodput = {kind: _goodput(scenario, run.outcomes) for kind, (run, _) in candidates.items()}
+    goodput = {kind: refs.candidate_goodput[kind] for kind in refs.from_declared}
+    goodput.update((kind, _goodput(scenario, run.outcomes)) for kind, run in switches.items())
     run, plan = candidates[max(goodput, key=lambda kind: goodput[kind])]
     return FromDeclared(run, plan, goodput)
 
