@@ -785,11 +785,19 @@ def test_the_cost_model_is_priced_at_the_measured_context(
     assert fit["model"]["prefillTokensPerStep"] == pytest.approx(prefill, abs=0.1)
 
 
-def test_versions_without_a_threshold_only_switch_on_and_off() -> None:
+def test_versions_without_a_batch_size_schedule_tune_one_k() -> None:
+    """vLLM 0.20 has no per-batch-size schedule: past the crossover the fit lowers K for every batch size."""
     spec = make_spec(version="0.20.0", batchThreshold={"tune": True})
     state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
     decision = evaluate_alone(inputs(spec, tuned_observation(batch=180)), state, T0)
-    assert decision.action is Action.KEEP
+    assert decision.action is Action.CHANGE_THRESHOLD
+    assert decision.target.batch_schedule is None
+    assert decision.target.disable_above_batch_size is None
+    declared = spec.speculation.num_speculative_tokens
+    assert declared is not None
+    assert decision.target.num_speculative_tokens is not None
+    assert 1 <= decision.target.num_speculative_tokens < declared
+    assert "at every batch size" in decision.reason
 
 
 # ------------------------------------------------------------------------------------------------ recommend events

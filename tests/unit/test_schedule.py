@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import AutotuneObjective
+from specpilot.autotune.model.baseline import load_bucket
 from specpilot.autotune.model.rollcost import needed_headroom
 from specpilot.autotune.model.schedule import (
     FitSettings,
@@ -501,6 +502,7 @@ def plan(
     alpha: float = 0.7,
     settings: FitSettings | None = None,
     objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
+    declared_k: int | None = None,
 ) -> ThresholdPlan:
     """Fit with a measured TPOT that the model itself predicts (times `tpot_factor` to simulate a mismatch)."""
     intent = current or SpeculationIntent(True, 5)
@@ -523,6 +525,7 @@ def plan(
         tpot_off_ms=None,
         settings=settings or FitSettings(model=model),
         objective=objective,
+        declared_k=declared_k,
     )
 
 
@@ -568,10 +571,43 @@ def test_plan_for_v0_sets_disable_by_batch_size() -> None:
     assert "honoured only when the engine runs V0" in result.evidence["note"]
 
 
-def test_plan_without_threshold_support_says_so() -> None:
-    result = plan("0.20.0", {8: 3600.0}, 180)
+@pytest.mark.parametrize(
+    ("running_k", "batch", "declared_k", "proposed_k", "extrapolated"),
+    [
+        (3, 8, 3, None, False),  # K = 3 is the fastest single K at small batches: already installed
+        (3, 200, 3, 1, False),  # at batch 200 K = 1 gains +4.7% over the record, repaid within the hour
+        (1, 8, 3, 3, True),  # back at small batches K = 3 gains +26%: positions 2-3 extrapolated from position 1
+        (1, 8, None, None, False),  # nothing declared past the running K: no evidence to propose more
+        (1, 8, 1, None, False),
+    ],
+)
+def test_without_a_batch_size_schedule_the_fit_proposes_one_k(
+    running_k: int, batch: int, declared_k: int | None, proposed_k: int | None, extrapolated: bool
+) -> None:
+    """vLLM 0.20 has no per-batch-size schedule for this engine (support NONE): one K for every batch size, over the
+    observed load, at most the larger of the running and the declared K (schedule.fit_static_k)."""
+    current = SpeculationIntent(True, running_k)
+    result = plan(
+        "0.20.0", {load_bucket(batch): 3600.0}, batch, current=current, settings=FitSettings(restart_cost_s=30.0),
+        declared_k=declared_k,
+    )  # fmt: skip
+    assert "one K for every batch" in result.evidence["note"]
+    assert result.off is not None  # priced against off, with no K = 0 range to tax
+    assert not result.off.off_wins
+    assert result.evidence["k0Tax"]["shareAtK0"] == 0
+    if proposed_k is None:
+        assert result.proposed is None
+        assert "already installed" in result.reason
+    else:
+        assert result.worth_installing
+        assert result.proposed == SpeculationIntent(True, proposed_k)
+    assert ("extrapolated" in result.evidence["acceptance"]["source"]) is extrapolated
+
+
+def test_without_a_batch_size_schedule_and_speculation_off_only_on_off_applies() -> None:
+    result = plan("0.20.0", {8: 3600.0}, 180, current=SpeculationIntent(False, 3))
     assert result.proposed is None
-    assert "cannot express" in result.reason
+    assert "only on/off applies" in result.reason
 
 
 def test_batch_threshold_max_bounds_a_fit_without_crossover() -> None:

@@ -383,10 +383,10 @@ def test_jittering_fitted_schedules_reach_agreement_and_install() -> None:
 # ------------------------------------------------------------------------------------------------ gate vs the fit
 
 
-def tuned_spec(*, tune: bool = True) -> SpeculativeDeploymentSpec:
+def tuned_spec(*, tune: bool = True, version: str = "0.32.0") -> SpeculativeDeploymentSpec:
     """The benchmark's closed-loop spec: vLLM 0.32 (batch-size schedules), maxNumSeqs 256, the threshold tuned."""
     spec = tp.make_spec(
-        version="0.32.0",
+        version=version,
         agreeingEvaluations=3,
         stabilization="2m",
         batchThreshold={"tune": tune, "min": 8, "max": 256},
@@ -417,6 +417,8 @@ def tpot_ms(measurements: dict[str, Measurement]) -> float:
         ("collapse", True, 0.10, 1.0, False, Action.DISABLE, "acceptance 0.04 < disableBelow 0.50 over 5m"),
         # plain measured at this load, as fast as speculation now: the measurement decides, not the model
         ("measured", True, 0.55, 1.0, True, Action.DISABLE, "with speculation vs"),
+        # vLLM 0.20 has no batch-size schedule: one K for every batch size, priced above off, not speculation off
+        ("on/off-only release", True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "K = 1 at every batch size"),
     ],
 )  # fmt: skip
 def test_an_acceptance_disable_without_measured_speed_gives_way_to_a_fit_that_beats_off(
@@ -434,10 +436,13 @@ def test_an_acceptance_disable_without_measured_speed_gives_way_to_a_fit_that_be
     state = HEAVY
     if plain_measured:
         state = replace(state, baseline=(tp.baseline(Mode.OFF, 8, 400.0, tpot_mean_ms=on_ms),))
-    decision = evaluate_alone(tp.inputs(tuned_spec(tune=tune), measurements), state, T0)
+    version = "0.20.0" if case == "on/off-only release" else "0.32.0"
+    decision = evaluate_alone(tp.inputs(tuned_spec(tune=tune, version=version), measurements), state, T0)
     assert decision.action is action, decision.reason
     assert in_reason in decision.reason
-    if action is Action.CHANGE_THRESHOLD:
+    if version == "0.20.0":
+        assert decision.target == SpeculationIntent(True, 1)
+    elif action is Action.CHANGE_THRESHOLD:
         schedule = decision.target.batch_schedule
         assert schedule is not None
         assert decision.target.enabled

@@ -598,7 +598,11 @@ class WorkloadSpec(_Spec):
 
 
 class BatchThresholdSpec(_Spec):
-    tune: bool = Field(True, description="Let autotune move the batch-size threshold.")
+    tune: bool = Field(
+        True,
+        description="Let autotune refit the batch-size schedule or threshold; on vLLM versions with neither, one K "
+        "for every batch size, up to the declared K.",
+    )
     min: int = Field(4, ge=2, le=65536, description="Lowest threshold autotune may set.")
     max: int = Field(512, ge=2, le=65536, description="Highest threshold autotune may set.")
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.autotune.model.k0tax import DrafterMemory, OffComparison, compare_with_off
+from specpilot.autotune.model.objective import choose_k
 from specpilot.autotune.model.stepcost import (
     LLAMA8B_H100,
     AcceptanceProfile,
@@ -95,6 +96,26 @@ def fit_schedule(
             ks[b - 1] = 0
         threshold = high
     return Fit(_ranges(ks), threshold)
+
+
+def fit_static_k(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    load: Mapping[int, float],
+    max_k: int,
+    prefer_within: float = 0.01,
+    objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
+) -> int:
+    """One K >= 1 for every batch size, for engines without a per-batch-size schedule: the K with the most tokens/s
+    over the observed load (predicted_gain against K = 1), ties within `prefer_within` broken by the objective
+    (objective.choose_k). Speculation off is the on/off decision's, not this fit's."""
+    if max_k < 1:
+        raise ValueError("fit_static_k needs max_k >= 1")
+
+    def relative(k: int) -> float:
+        return 1.0 + predicted_gain(profile, model, load, lambda _b: 1, lambda _b: k)
+
+    return choose_k([0.0, *(relative(k) for k in range(1, max_k + 1))], objective, prefer_within)
 
 
 def _ranges(ks: list[int]) -> BatchSchedule:
@@ -513,8 +534,10 @@ def plan_threshold(
     forecast: Forecast | None = None,
     anchor: SpeculationIntent | None = None,
     objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
+    declared_k: int | None = None,
 ) -> ThresholdPlan:
-    """Fit the batch-size schedule (>= 0.24) or V0 threshold (<= 0.9.2) and judge whether installing it pays.
+    """Fit the batch-size schedule (>= 0.24), V0 threshold (<= 0.9.2) or, where the engine has neither, one K, and
+    judge whether installing it pays.
 
     `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
     `drafter_memory` (k0tax.DrafterMemory): the KV the drafter holds, priced in the K = 0 comparison when KV-bound.
@@ -529,6 +552,9 @@ def plan_threshold(
     at every batch size where their K differ (`vsAnchor`), so the streak can tell a boundary that moved where two K
     tie from a decision that changed.
     `objective`: spec.autotune.objective, which of the Ks that tie at goodput the schedule fit takes.
+    `declared_k`: the CR's K. Where the engine has no batch-size schedule (`support` NONE) the fit proposes one K
+    for every batch size instead (fit_static_k), up to the larger of the running and the declared K, positions
+    past the measured ones extrapolated (AcceptanceProfile.extended).
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence: dict[str, Any] = {
@@ -552,10 +578,8 @@ def plan_threshold(
             support, None, gain, payback_seconds(gain, settings.restart_cost_s), False, reason, evidence, off=off
         )
 
-    if support is ThresholdSupport.NONE:
-        return no_change(
-            f"vLLM {version} cannot express a batch-size threshold for this engine and method; only on/off applies"
-        )
+    if support is ThresholdSupport.NONE and not current.enabled:
+        return no_change(f"vLLM {version} has no batch-size schedule here and speculation is off: only on/off applies")
     if max_k <= 0 or not load:
         return no_change("no batch-size evidence yet")
 
@@ -601,6 +625,14 @@ def plan_threshold(
         )
         proposed = replace(current, batch_schedule=fit.schedule, disable_above_batch_size=fit.threshold)
         shown = f"schedule {schedule_text(fit.schedule)}"
+    elif support is ThresholdSupport.NONE:
+        max_k = max(max_k, declared_k or 0)
+        profile = profile.extended(max_k)
+        evidence["acceptance"]["source"] = profile.source
+        k = fit_static_k(profile, model, _load_batches(load), max_k, settings.prefer_within, objective)
+        proposed = replace(current, num_speculative_tokens=k, batch_schedule=None, disable_above_batch_size=None)
+        shown = f"K = {k} at every batch size"
+        evidence["note"] = f"vLLM {version} has no batch-size schedule here: one K for every batch, over the load"
     else:
         threshold = fit_threshold(profile, model, k=max_k, max_num_seqs=max_num_seqs, bounds=bounds)
         proposed = replace(current, batch_schedule=None, disable_above_batch_size=threshold)
@@ -609,7 +641,9 @@ def plan_threshold(
 
     evidence["kByBatch"] = _k_table(profile, model, proposed, max_k, max_num_seqs)
     evidence["proposed"] = shown
-    if support is ThresholdSupport.SCHEDULE:
+    # a schedule's K = 0 ranges pay the drafter tax; one K for every batch size has none, and the comparison prices
+    # it against off alone, which an acceptance-only disable must not contradict (decision._fit_beats_off)
+    if support is not ThresholdSupport.THRESHOLD:
         off = compare_with_off(
             profile,
             model,

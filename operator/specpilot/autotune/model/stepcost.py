@@ -310,6 +310,21 @@ class AcceptanceProfile:
     def max_k(self) -> int:
         return len(self.survival)
 
+    def extended(self, k: int) -> AcceptanceProfile:
+        """The profile to `k` positions: past the measured ones each position survives the step before at the rate
+        of the last measured step (r_K / r_(K-1); r_1 when one position is measured), the geometric acceptance of the
+        speculative decoding papers. A guess, for proposing a larger K that a one-pod trial then measures."""
+        if k <= self.max_k or not self.survival:
+            return self
+        last = self.survival[-1]
+        before = self.survival[-2] if len(self.survival) > 1 else 1.0
+        ratio = last / before if before > 0 else 0.0
+        survival = list(self.survival)
+        while len(survival) < k:
+            survival.append(survival[-1] * ratio)
+        extrapolated = f"positions {self.max_k + 1}-{k} extrapolated at x{ratio:.2f} per position"
+        return replace(self, survival=tuple(survival), source=f"{self.source}; {extrapolated}")
+
 
 def profile_from_positions(by_position: Mapping[int, float], num_speculative_tokens: int) -> AcceptanceProfile:
     """Measured survival per position; made non-increasing, since r_j can only fall with j, and clamped to [0, 1].
@@ -407,7 +422,8 @@ def best_k(
 
 
 def k_for_batch(intent: SpeculationIntent, batch: int, max_k: int) -> int:
-    """K the engine uses at this batch size under an intent (schedule first, else threshold, else K)."""
+    """K the engine uses at this batch size under an intent (schedule first, else threshold, else its K), at most
+    `max_k`."""
     if not intent.enabled:
         return 0
     if intent.batch_schedule:
@@ -418,4 +434,4 @@ def k_for_batch(intent: SpeculationIntent, batch: int, max_k: int) -> int:
         return min(k, max_k)
     if intent.disable_above_batch_size is not None and batch >= intent.disable_above_batch_size:
         return 0
-    return max_k
+    return min(intent.num_speculative_tokens or max_k, max_k)

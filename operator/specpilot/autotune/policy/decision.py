@@ -67,7 +67,6 @@ from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
     ThresholdPlan,
-    ThresholdSupport,
     fit_support,
     forgone_rate,
     model_consistency,
@@ -1146,7 +1145,8 @@ def _plan(
     batch: float | None,
     step_model: StepModel,
 ) -> ThresholdPlan | None:
-    """Fit the batch threshold or schedule, when allowed and supported; None when tuning is out of scope.
+    """Fit the batch threshold or schedule (one K where the engine has neither), when allowed; None when tuning is
+    out of scope.
 
     `step_model`: what the steps are priced with (usable_step_model); without a usable one nothing is refitted.
     """
@@ -1156,7 +1156,7 @@ def _plan(
     if not at.batch_threshold.tune or at.overrides.pin_batch_threshold or state.probe_started is not None:
         return None
     support = fit_support(threshold_support_for(spec)[0])
-    if support is ThresholdSupport.NONE or batch is None:
+    if batch is None:
         return None
     m = inputs.measurements
     if step_model.model is None:
@@ -1199,6 +1199,7 @@ def _plan(
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
         anchor=None if state.streak is None else anchor_intent(state.streak.key, Action.CHANGE_THRESHOLD.value),
         objective=at.objective,
+        declared_k=spec.speculation.num_speculative_tokens,
     )
 
 
