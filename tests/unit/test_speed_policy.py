@@ -383,7 +383,10 @@ def test_jittering_fitted_schedules_reach_agreement_and_install() -> None:
 # ------------------------------------------------------------------------------------------------ gate vs the fit
 
 
-def tuned_spec(*, tune: bool = True, version: str = "0.32.0") -> SpeculativeDeploymentSpec:
+SCHED, NO_SCHED = "0.32.0", "0.20.0"  # releases with and without a per-batch-size schedule
+
+
+def tuned_spec(*, tune: bool = True, version: str = SCHED) -> SpeculativeDeploymentSpec:
     """The benchmark's closed-loop spec: vLLM 0.32 (batch-size schedules), maxNumSeqs 256, the threshold tuned."""
     spec = tp.make_spec(
         version=version,
@@ -404,25 +407,26 @@ def tpot_ms(measurements: dict[str, Measurement]) -> float:
 
 
 @pytest.mark.parametrize(
-    ("case", "tune", "alpha", "tpot_scale", "plain_measured", "action", "in_reason"),
+    ("case", "version", "tune", "alpha", "tpot_scale", "plain_measured", "action", "in_reason"),
     [
         # the benchmark's mixed-temperature: EAGLE-3 K=3 at aggregate acceptance 0.34, batch 214, no plain record:
         # the fit (K=1 at the top, priced above off by the K = 0 comparison) is proposed, not speculation off
-        ("mixed-temperature", True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "prices a refit above both"),
+        ("mixed-temperature", SCHED, True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "prices a refit above both"),
         # the threshold is not tuned: the acceptance gate acts as before
-        ("tune-off", False, 0.55, 1.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
+        ("tune-off", SCHED, False, 0.55, 1.0, False, Action.DISABLE, "acceptance 0.34 < disableBelow 0.50 over 5m"),
         # a mean TPOT five times what the cost model predicts: no usable model, no comparison, so acceptance alone holds
-        ("inconsistent", True, 0.55, 5.0, False, Action.KEEP, "acceptance alone never switches speculation off"),
+        ("inconsistent", SCHED, True, 0.55, 5.0, False, Action.KEEP, "acceptance alone never switches speculation off"),
         # a collapsed drafter: no K beats off, the gate acts
-        ("collapse", True, 0.10, 1.0, False, Action.DISABLE, "acceptance 0.04 < disableBelow 0.50 over 5m"),
+        ("collapse", SCHED, True, 0.10, 1.0, False, Action.DISABLE, "acceptance 0.04 < disableBelow 0.50 over 5m"),
         # plain measured at this load, as fast as speculation now: the measurement decides, not the model
-        ("measured", True, 0.55, 1.0, True, Action.DISABLE, "with speculation vs"),
+        ("measured", SCHED, True, 0.55, 1.0, True, Action.DISABLE, "with speculation vs"),
         # vLLM 0.20 has no batch-size schedule: one K for every batch size, priced above off, not speculation off
-        ("on/off-only release", True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "K = 1 at every batch size"),
+        ("no schedule", NO_SCHED, True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "K = 1 at every batch size"),
     ],
 )  # fmt: skip
 def test_an_acceptance_disable_without_measured_speed_gives_way_to_a_fit_that_beats_off(
     case: str,
+    version: str,
     tune: bool,
     alpha: float,
     tpot_scale: float,
@@ -436,11 +440,10 @@ def test_an_acceptance_disable_without_measured_speed_gives_way_to_a_fit_that_be
     state = HEAVY
     if plain_measured:
         state = replace(state, baseline=(tp.baseline(Mode.OFF, 8, 400.0, tpot_mean_ms=on_ms),))
-    version = "0.20.0" if case == "on/off-only release" else "0.32.0"
     decision = evaluate_alone(tp.inputs(tuned_spec(tune=tune, version=version), measurements), state, T0)
     assert decision.action is action, decision.reason
     assert in_reason in decision.reason
-    if version == "0.20.0":
+    if version == NO_SCHED:
         assert decision.target == SpeculationIntent(True, 1)
     elif action is Action.CHANGE_THRESHOLD:
         schedule = decision.target.batch_schedule
