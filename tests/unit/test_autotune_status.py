@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from specpilot.api.crd import build_crd
-from specpilot.autotune.evaluation import OBSERVED_FIELDS, idle_conditions, observed_fields
+from specpilot.autotune.evaluation import ACTION_EVENT_REASONS, OBSERVED_FIELDS, idle_conditions, observed_fields
+from specpilot.autotune.model.schedule import ThresholdSupport
+from specpilot.autotune.policy.decision import Action, refit_action
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
 from specpilot.reconcile import conditions as cond
 
@@ -76,3 +78,22 @@ def test_an_object_autotune_never_evaluates_says_why_its_framework_conditions_st
         assert cause in by_type[ctype]["message"]
     assert by_type[cond.METRICS_AVAILABLE]["reason"] == why
     assert not [c for c in merged if c["reason"] == "NotYetObserved" and c["type"] in cond.FRAMEWORK_CONDITIONS]
+
+
+@pytest.mark.parametrize(
+    ("support", "action", "event"),
+    [
+        (ThresholdSupport.SCHEDULE, Action.CHANGE_THRESHOLD, "BatchThresholdChanged"),
+        (ThresholdSupport.THRESHOLD, Action.CHANGE_THRESHOLD, "BatchThresholdChanged"),
+        (ThresholdSupport.NONE, Action.CHANGE_K, "SpeculativeTokensChanged"),
+    ],
+)
+def test_a_refit_is_named_by_what_it_changes(support: ThresholdSupport, action: Action, event: str) -> None:
+    """A version without a batch-size schedule refits one K for every batch size: its action and event say so."""
+    assert refit_action(support) is action
+    assert ACTION_EVENT_REASONS[action] == event
+
+
+def test_every_action_that_changes_the_config_posts_an_event() -> None:
+    changes = set(Action) - {Action.KEEP, Action.TRY_CANDIDATE}
+    assert changes <= set(ACTION_EVENT_REASONS), changes - set(ACTION_EVENT_REASONS)

@@ -790,7 +790,7 @@ def test_versions_without_a_batch_size_schedule_tune_one_k() -> None:
     spec = make_spec(version="0.20.0", batchThreshold={"tune": True})
     state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
     decision = evaluate_alone(inputs(spec, tuned_observation(batch=180)), state, T0)
-    assert decision.action is Action.CHANGE_THRESHOLD
+    assert decision.action is Action.CHANGE_K
     assert decision.target.batch_schedule is None
     assert decision.target.disable_above_batch_size is None
     declared = spec.speculation.num_speculative_tokens

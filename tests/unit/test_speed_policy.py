@@ -421,7 +421,7 @@ def tpot_ms(measurements: dict[str, Measurement]) -> float:
         # plain measured at this load, as fast as speculation now: the measurement decides, not the model
         ("measured", SCHED, True, 0.55, 1.0, True, Action.DISABLE, "with speculation vs"),
         # vLLM 0.20 has no batch-size schedule: one K for every batch size, priced above off, not speculation off
-        ("no schedule", NO_SCHED, True, 0.55, 1.0, False, Action.CHANGE_THRESHOLD, "K = 1 at every batch size"),
+        ("no schedule", NO_SCHED, True, 0.55, 1.0, False, Action.CHANGE_K, "K = 1 at every batch size"),
     ],
 )  # fmt: skip
 def test_an_acceptance_disable_without_measured_speed_gives_way_to_a_fit_that_beats_off(

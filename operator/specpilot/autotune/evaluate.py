@@ -332,13 +332,13 @@ def evaluate_once(
 
     Keys: `scope`, `window`, `current`, `measurements` (name -> class, value, samples, resolved query, detail),
     `canaryMeasurements` (the canary replica's, or null), `warnings` (from Prometheus), `decision` (`action` one of
-    Keep, DisableSpeculation, EnableSpeculation, ChangeBatchThreshold; `reason`; `to`; `evidence`), `framework`
-    (the seed framework's findings: `condition`, `status`, `reason`, `message`, `evidence`, from
-    framework_rules.assess, the function the operator uses for status.recommendation.framework). `current` defaults
-    to what the spec asks for; `state` (status.autotune) supplies the baseline record and the history of an existing
-    deployment; `framework` (status.autotune.framework) the acceptance record and `conditions` (status.conditions)
-    which rules were firing, and since when the running config runs (running_since: how far back a window short of
-    samples may be extended). The dry run sees no Deployment, so the window counts as settled.
+    decision.Action's values; `reason`; `to`; `evidence`), `framework` (the seed framework's findings: `condition`,
+    `status`, `reason`, `message`, `evidence`, from framework_rules.assess, the function the operator uses for
+    status.recommendation.framework). `current` defaults to what the spec asks for; `state` (status.autotune)
+    supplies the baseline record and the history of an existing deployment; `framework` (status.autotune.framework)
+    the acceptance record and `conditions` (status.conditions) which rules were firing, and since when the running
+    config runs (running_since: how far back a window short of samples may be extended). The dry run sees no
+    Deployment, so the window counts as settled.
     """
     state = state or PolicyState()
     running = current or desired_intent(spec, state).intent

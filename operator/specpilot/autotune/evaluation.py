@@ -52,6 +52,7 @@ ACTION_EVENT_REASONS = {
     Action.DISABLE: "SpeculationDisabled",
     Action.ENABLE: "SpeculationEnabled",
     Action.CHANGE_THRESHOLD: "BatchThresholdChanged",
+    Action.CHANGE_K: "SpeculativeTokensChanged",
 }
 # ObservedStatus field -> (signal, scale): seconds become milliseconds for people.
 OBSERVED_FIELDS: dict[str, tuple[Signal, float]] = {

@@ -67,6 +67,7 @@ from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
     ThresholdPlan,
+    ThresholdSupport,
     fit_support,
     forgone_rate,
     model_consistency,
@@ -158,8 +159,14 @@ class Action(StrEnum):
     KEEP = "Keep"
     DISABLE = "DisableSpeculation"
     ENABLE = "EnableSpeculation"
-    CHANGE_THRESHOLD = "ChangeBatchThreshold"
+    CHANGE_THRESHOLD = "ChangeBatchThreshold"  # a batch-size schedule or a V0 threshold
+    CHANGE_K = "ChangeSpeculativeTokens"  # one K for every batch size, where the engine has no schedule
     TRY_CANDIDATE = "TryCandidate"  # a one-pod trial of a candidate drafter: charged to the budget, selects nothing
+
+
+def refit_action(support: ThresholdSupport) -> Action:
+    """The action a refit of the fit is: one K where the engine has no batch-size schedule, else the schedule."""
+    return Action.CHANGE_K if support is ThresholdSupport.NONE else Action.CHANGE_THRESHOLD
 
 
 class OffReason(StrEnum):
@@ -814,7 +821,7 @@ def _propose_while_on(
         if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
             return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
         if plan.proposed is not None:
-            return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, plan.reason, evidence)
+            return Proposal(refit_action(plan.support), plan.proposed, plan.reason, evidence)
         summary_text += f"; threshold unchanged: {plan.reason}"
     return _keep(inputs, summary_text, evidence)
 
@@ -846,7 +853,7 @@ def _below_disable_without_comparison(
             f"consistent with the measured TPOT, prices a refit above both the running config and speculation "
             f"off: {plan.reason}"
         )
-        return Proposal(Action.CHANGE_THRESHOLD, plan.proposed, reason, evidence)
+        return Proposal(refit_action(plan.support), plan.proposed, reason, evidence)
     return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence)
 
 
@@ -1197,7 +1204,7 @@ def _plan(
         drafter_memory=drafter_memory(spec, m),
         forgone_s=state.forgone_s,
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
-        anchor=None if state.streak is None else anchor_intent(state.streak.key, Action.CHANGE_THRESHOLD.value),
+        anchor=None if state.streak is None else anchor_intent(state.streak.key, refit_action(support).value),
         objective=at.objective,
         declared_k=spec.speculation.num_speculative_tokens,
     )
