@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.autotune.policy import drafters
 from specpilot.bench import oracles
 from specpilot.bench.fleet import Fleet, PodState
@@ -47,9 +48,11 @@ def test_each_drafter_has_its_own_acceptance_and_cost() -> None:
     [("draft-choice", "ngram", "draft_model"), ("draft-choice-already-best", "draft_model", "draft_model_8b")],
 )
 def test_the_bench_cr_declares_one_drafter_and_lists_the_other(name: str, declared: str, candidate: str) -> None:
-    """The CR the bench hands the controller is one `specpilot validate` accepts (candidates, memory plan)."""
+    """The CR the bench hands the controller is one `specpilot validate` accepts (candidates, memory plan), and
+    declares the interactive objective the scenario is judged by."""
     scenario = scenario_named(name)
     spec = closed_loop_spec(scenario, replicas=2)
+    assert spec.autotune.objective is AutotuneObjective.LATENCY
     assert simulated_drafter(spec.speculation) == declared
     assert [simulated_drafter(c) for c in spec.speculation.candidates] == [candidate]
     problems, _ = validate_document(closed_loop_document(scenario, replicas=2))

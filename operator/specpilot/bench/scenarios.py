@@ -442,6 +442,8 @@ SCENARIOS += (
 # run at `--replicas 2`) and keeps the faster. The TPOT SLO is an interactive one at which the drafter decides how
 # many requests meet it; the load, 20% of one pod's no-speculation capacity per pod, is light enough that the pod
 # serving alone while the other restarts (for a trial or a rollout) keeps most of its requests within that SLO.
+# The CR declares what such a deployment runs for: spec.autotune.objective Latency, under which a restart is never
+# priced as free for the throughput the pods left serving still carry (schedule.restart_at_load).
 _DRAFT_CHOICE = Scenario(
     "draft-choice",
     "70B/4xH100 at 20% of no-SD capacity per pod (2.1 QPS), chat traffic, TPOT SLO 12 ms: n-gram K=4 declared, the"
@@ -456,6 +458,7 @@ _DRAFT_CHOICE = Scenario(
     ttft_slo_s=3.0,
     dynamic=False,
     candidates=("draft_model",),
+    objective=AutotuneObjective.LATENCY,
     # a trial on the 70B: the trial pod's 300 s restart, a 5-minute analysis once extended, then the other pod's
     # rollout: about 30 minutes of the scenario
     shortest_s=2400.0,
