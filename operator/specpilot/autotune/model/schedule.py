@@ -557,7 +557,73 @@ def plan_threshold(
     past the measured ones extrapolated (AcceptanceProfile.extended).
     """
     max_k = current.num_speculative_tokens or profile.max_k
-    evidence: dict[str, Any] = {
+    evidence = _fit_evidence(support, profile, load, batch_now, settings, objective)
+    if support is ThresholdSupport.NONE and not current.enabled:
+        reason = f"vLLM {version} has no batch-size schedule here and speculation is off: only on/off applies"
+        return _no_change(support, settings, reason, evidence)
+    if max_k <= 0 or not load:
+        return _no_change(support, settings, "no batch-size evidence yet", evidence)
+    batch = max(1, round(batch_now))
+    model = _calibrated_model(
+        model_for_method(settings.model, method), profile, k_for_batch(current, batch, max_k), batch,
+        tpot_on_ms, tpot_off_ms, evidence,
+    )  # fmt: skip
+    if tpot_on_ms is None:
+        reason = "no per-token latency measured: cannot check the cost model against this deployment"
+        return _no_change(support, settings, reason, evidence)
+    ok, consistency = model_consistency(
+        model, profile, batch=batch, k=max(k_for_batch(current, batch, max_k), 0), tpot_ms=tpot_on_ms,
+        tolerance=settings.model_tolerance,
+    )  # fmt: skip
+    evidence["consistency"] = consistency
+    if not ok:
+        return _no_change(support, settings, consistency, evidence)
+    rate = schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms
+    at_load = None
+    if objective is AutotuneObjective.THROUGHPUT:
+        at_load = restart_at_load(
+            settings, profile, model, batch, max_num_seqs, lambda b: k_for_batch(current, b, max_k), rate
+        )
+    if at_load is not None:
+        evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
+        settings = replace(settings, restart_cost_s=0.0) if at_load.free else settings
+    refit, shown = _propose(
+        support, version, current, profile, model, load, max_k, max_num_seqs, bounds, settings, objective,
+        declared_k, rate, evidence,
+    )  # fmt: skip
+    off = None
+    # a schedule's K = 0 ranges pay the drafter tax; one K for every batch size has none, and the comparison prices
+    # it against off alone, which an acceptance-only disable must not contradict (decision._fit_beats_off)
+    if support is not ThresholdSupport.THRESHOLD:
+        off = compare_with_off(
+            refit.profile, model, refit.proposed, max_k=refit.max_k, load=_load_batches(load),
+            restart_cost_s=settings.restart_cost_s, horizon_s=settings.horizon_s, drafter_memory=drafter_memory,
+        )  # fmt: skip
+        evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
+        if off.off_wins:
+            return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off)
+    if refit.proposed == current:
+        return _no_change(support, settings, f"{shown} already installed", evidence, off)
+    judged = _judge(
+        refit, _load_batches(load), batch, max_num_seqs, settings, at_load, forgone_s, forecast, anchor, evidence
+    )
+    return ThresholdPlan(
+        support, refit.proposed if judged.worth else None, judged.gain, judged.payback_s, judged.worth,
+        f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
+        vs_anchor=judged.versus, repaid_by_waiting=judged.by_waiting,
+    )  # fmt: skip
+
+
+def _fit_evidence(
+    support: ThresholdSupport,
+    profile: AcceptanceProfile,
+    load: Mapping[int, float],
+    batch_now: float,
+    settings: FitSettings,
+    objective: AutotuneObjective,
+) -> dict[str, Any]:
+    """What every plan shows people: the support, the acceptance, the load, the settings and the objective."""
+    return {
         "support": support.value,
         "acceptance": {
             "survival": [round(r, 4) for r in profile.survival],
@@ -571,21 +637,31 @@ def plan_threshold(
         "objective": objective.value,
     }
 
-    off: OffComparison | None = None
 
-    def no_change(reason: str, gain: float = 0.0) -> ThresholdPlan:
-        return ThresholdPlan(
-            support, None, gain, payback_seconds(gain, settings.restart_cost_s), False, reason, evidence, off=off
-        )
+def _no_change(
+    support: ThresholdSupport,
+    settings: FitSettings,
+    reason: str,
+    evidence: dict[str, Any],
+    off: OffComparison | None = None,
+) -> ThresholdPlan:
+    """No refit proposed, and why."""
+    payback = payback_seconds(0.0, settings.restart_cost_s)
+    return ThresholdPlan(support, None, 0.0, payback, False, reason, evidence, off=off)
 
-    if support is ThresholdSupport.NONE and not current.enabled:
-        return no_change(f"vLLM {version} has no batch-size schedule here and speculation is off: only on/off applies")
-    if max_k <= 0 or not load:
-        return no_change("no batch-size evidence yet")
 
-    model = with_emission(model_for_method(settings.model, method), profile)
-    batch = max(1, round(batch_now))
-    k_current = k_for_batch(current, batch, max_k)
+def _calibrated_model(
+    model: StepCostModel,
+    profile: AcceptanceProfile,
+    k_current: int,
+    batch: int,
+    tpot_on_ms: float | None,
+    tpot_off_ms: float | None,
+    evidence: dict[str, Any],
+) -> StepCostModel:
+    """The step model with the profile's emission, its drafter cost rescaled to the measured TPOTs where both are at
+    hand (calibrate_drafter)."""
+    model = with_emission(model, profile)
     if tpot_on_ms is not None and tpot_off_ms is not None and k_current > 0:
         calibration = calibrate_drafter(
             model, profile, batch=batch, k=k_current, tpot_on_ms=tpot_on_ms, tpot_off_ms=tpot_off_ms
@@ -595,34 +671,56 @@ def plan_threshold(
     else:
         evidence["calibration"] = "drafter cost assumed from the profile (no non-speculative TPOT at this load yet)"
     evidence["model"] = model.to_dict()
-    if tpot_on_ms is None:
-        return no_change("no per-token latency measured: cannot check the cost model against this deployment")
-    ok, consistency = model_consistency(
-        model, profile, batch=batch, k=max(k_current, 0), tpot_ms=tpot_on_ms, tolerance=settings.model_tolerance
-    )
-    evidence["consistency"] = consistency
-    if not ok:
-        return no_change(consistency)
-    at_load = None
-    if objective is AutotuneObjective.THROUGHPUT:
-        at_load = restart_at_load(
-            settings, profile, model, batch, max_num_seqs, lambda b: k_for_batch(current, b, max_k),
-            schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms,
-        )  # fmt: skip
-    if at_load is not None:
-        evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
-        settings = replace(settings, restart_cost_s=0.0) if at_load.free else settings
+    return model
 
+
+@dataclass(frozen=True)
+class _Refit:
+    """The running config and the fit's proposal, priced on one model and profile."""
+
+    profile: AcceptanceProfile
+    model: StepCostModel
+    current: SpeculationIntent
+    proposed: SpeculationIntent
+    max_k: int
+    rate: Rate
+
+    def k_now(self, batch: int) -> int:
+        return k_for_batch(self.current, batch, self.max_k)
+
+    def k_new(self, batch: int) -> int:
+        return k_for_batch(self.proposed, batch, self.max_k)
+
+    def rate_at(self, batch: int, k: int) -> float:
+        return self.rate(self.profile, self.model, batch, k)
+
+    def gain_over(self, batches: Mapping[int, float]) -> float:
+        return predicted_gain(self.profile, self.model, batches, self.k_now, self.k_new, self.rate)
+
+
+def _propose(
+    support: ThresholdSupport,
+    version: VllmVersion,
+    current: SpeculationIntent,
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    load: Mapping[int, float],
+    max_k: int,
+    max_num_seqs: int,
+    bounds: tuple[int, int],
+    settings: FitSettings,
+    objective: AutotuneObjective,
+    declared_k: int | None,
+    rate: Rate,
+    evidence: dict[str, Any],
+) -> tuple[_Refit, str]:
+    """The fit the engine honours: a per-batch-size schedule, one K for every batch size, or a V0 threshold; and
+    how it reads."""
     if support is ThresholdSupport.SCHEDULE:
         fit = fit_schedule(
-            profile,
-            model,
-            max_k=max_k,
-            max_num_seqs=max_num_seqs,
-            bounds=bounds,
-            prefer_within=settings.prefer_within,
-            objective=objective,
-        )
+            profile, model, max_k=max_k, max_num_seqs=max_num_seqs, bounds=bounds,
+            prefer_within=settings.prefer_within, objective=objective,
+        )  # fmt: skip
         proposed = replace(current, batch_schedule=fit.schedule, disable_above_batch_size=fit.threshold)
         shown = f"schedule {schedule_text(fit.schedule)}"
     elif support is ThresholdSupport.NONE:
@@ -638,48 +736,48 @@ def plan_threshold(
         proposed = replace(current, batch_schedule=None, disable_above_batch_size=threshold)
         shown = f"disable_by_batch_size {threshold if threshold is not None else 'none'}"
         evidence["note"] = "disable_by_batch_size is honoured only when the engine runs V0"
-
     evidence["kByBatch"] = _k_table(profile, model, proposed, max_k, max_num_seqs)
     evidence["proposed"] = shown
-    # a schedule's K = 0 ranges pay the drafter tax; one K for every batch size has none, and the comparison prices
-    # it against off alone, which an acceptance-only disable must not contradict (decision._fit_beats_off)
-    if support is not ThresholdSupport.THRESHOLD:
-        off = compare_with_off(
-            profile,
-            model,
-            proposed,
-            max_k=max_k,
-            load=_load_batches(load),
-            restart_cost_s=settings.restart_cost_s,
-            horizon_s=settings.horizon_s,
-            drafter_memory=drafter_memory,
-        )
-        evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
-        if off.off_wins:
-            return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off)
-    if proposed == current:
-        return no_change(f"{shown} already installed")
+    return _Refit(profile, model, current, proposed, max_k, rate), shown
 
-    def k_now(b: int) -> int:
-        return k_for_batch(current, b, max_k)
 
-    def k_new(b: int) -> int:
-        return k_for_batch(proposed, b, max_k)
+@dataclass(frozen=True)
+class _Judged:
+    """Whether a refit is worth its restart, and the figures and words that say why."""
 
-    step_rate = schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms
+    worth: bool
+    gain: float
+    payback_s: float
+    gain_now: float
+    gain_at_load: float
+    by_waiting: bool
+    versus: VersusAnchor | None
+    reason: str
 
-    def gain_over(batches: Mapping[int, float]) -> float:
-        return predicted_gain(profile, model, batches, k_now, k_new, step_rate)
 
-    gain = gain_over(_load_batches(load))
+def _judge(
+    refit: _Refit,
+    load: Mapping[int, float],
+    batch: int,
+    max_num_seqs: int,
+    settings: FitSettings,
+    at_load: RestartAtLoad | None,
+    forgone_s: float,
+    forecast: Forecast | None,
+    anchor: SpeculationIntent | None,
+    evidence: dict[str, Any],
+) -> _Judged:
+    """Is the refit worth a restart: by the load record, by what waiting has forgone (rent or buy), by a forecast
+    rise, or, while the restart is free, by the load it may reach (largest_gain_ahead)."""
+    gain = refit.gain_over(load)
     payback = payback_seconds(gain, settings.restart_cost_s)
     # the gain at the batch running now: what each minute of waiting forgoes in throughput (the backlog gate), while
     # `gain` over the observed load says whether the change is worth a restart at all
-    gain_now = gain_over({batch: 1.0})
+    gain_now = refit.gain_over({batch: 1.0})
     # and in per-request speed at the load served now, the batch shrinking with the faster step (gain_at_same_load):
     # what the stabilization of a shed prices its wait by (agreement.stabilization_for)
     gain_at_load, batch_at_load = gain_at_same_load(
-        profile, model, min(batch, max_num_seqs), max_num_seqs, k_now, k_new, step_rate
+        refit.profile, refit.model, min(batch, max_num_seqs), max_num_seqs, refit.k_now, refit.k_new, refit.rate
     )
     evidence.update(
         {
@@ -692,59 +790,39 @@ def plan_threshold(
     )
     by_record = gain >= settings.min_gain and payback <= settings.horizon_s
     by_waiting = not by_record and repaid_by_waiting(gain, gain_at_load, forgone_s, settings)
-    by_forecast = False
-    ahead = ""
+    by_forecast, ahead = False, ""
     if forecast is not None and not (by_record or by_waiting):
-        projection = project_load(
-            profile, model, min(batch, max_num_seqs), max_num_seqs, forecast.ratios, k_now, step_rate
-        )
-        projected = projection.load()
-        gain_ahead = gain_over(projected)
-        # the restart drops the serving now; the gain comes at the load ahead (gain_ahead_in_serving_now)
-        serving_gain = gain_ahead_in_serving_now(profile, model, projection, k_now, k_new, step_rate)
-        payback_ahead = payback_seconds(serving_gain, settings.restart_cost_s)
-        # the refit must not lose over the record either: a wrong forecast then costs one restart and nothing after
-        by_forecast = (
-            loses_only_ties(gain, settings) and gain_ahead >= settings.min_gain and payback_ahead <= forecast.ahead_s
-        )
-        evidence["forecast"] = {
-            **forecast.evidence,
-            "aheadSeconds": round(forecast.ahead_s),
-            "batches": {str(b): w for b, w in sorted(projected.items())},
-            "predictedGain": round(gain_ahead, 4),
-            "gainInServingNow": round(serving_gain, 4),
-            "paybackSeconds": None if math.isinf(payback_ahead) else round(payback_ahead),
-            "installs": by_forecast,
-        }
-        ahead = (
-            f"; {forecast.why}: over the next {forecast.ahead_s / 60:.0f}m, at the batches it leads to "
-            f"({min(projected)}-{max(projected)}), it is {gain_ahead:+.1%}"
-            + (
-                f" ({serving_gain:+.1%} of the serving now, which the restart drops) and repays the restart in "
-                f"{payback_ahead / 60:.0f}m: installing ahead of the load"
-                if by_forecast
-                else ""
-            )
-        )
-    versus: VersusAnchor | None = None
-    if anchor is not None and anchor != proposed:
-
-        def rate_at(b: int, k: int) -> float:
-            return step_rate(profile, model, b, k)
-
-        versus = _versus_anchor(anchor, max_num_seqs, max_k, k_new, rate_at)
+        by_forecast, ahead = _judge_ahead(refit, gain, batch, max_num_seqs, settings, forecast, evidence)
+    versus = None
+    if anchor is not None and anchor != refit.proposed:
+        versus = _versus_anchor(anchor, max_num_seqs, refit.max_k, refit.k_new, refit.rate_at)
         evidence["vsAnchor"] = versus.to_dict()
     if forgone_s > 0:
         evidence["forgoneSeconds"] = round(forgone_s, 1)
     if by_waiting:
         evidence["repaidByWaiting"] = True
-    free = at_load is not None and at_load.free
     option = None
+    free = at_load is not None and at_load.free
     if free and not (by_record or by_waiting or by_forecast) and loses_only_ties(gain, settings):
-        option = largest_gain_ahead(range(batch, max_num_seqs + 1), gain_over)
+        option = largest_gain_ahead(range(batch, max_num_seqs + 1), refit.gain_over)
         evidence["gainAhead"] = round(option, 4)
     by_option = option is not None and option >= settings.min_gain
+    reason = _install_reason(gain, payback, settings, at_load)
+    if by_option:
+        reason += (
+            f"; it loses nothing at the load now and is {option:+.1%} at a larger batch this config may reach: "
+            "installing while the restart is free"
+        )
+    if by_waiting:
+        reason += (
+            f"; at the load now it is {gain_at_load:+.1%} per request, and waiting has forgone {forgone_s:.0f}s of "
+            f"serving, more than the restart costs: installing (rent or buy)"
+        )
     worth = by_record or by_waiting or by_forecast or by_option
+    return _Judged(worth, gain, payback, gain_now, gain_at_load, by_waiting, versus, reason + ahead)
+
+
+def _install_reason(gain: float, payback: float, settings: FitSettings, at_load: RestartAtLoad | None) -> str:
     restart = (
         f"the restart costs no serving at this load (the pods left serving carry "
         f"{at_load.capacity_over_load:.2f}x it, a wave needs {at_load.needed:.2f}x)"
@@ -752,25 +830,54 @@ def plan_threshold(
         else f"restart {settings.restart_cost_s:.0f}s repaid in "
         f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}"
     )
-    detail = (
-        f"{shown} predicts {gain:+.1%} tokens/s over the observed load vs the running config "
+    return (
+        f"predicts {gain:+.1%} tokens/s over the observed load vs the running config "
         f"({restart}; install needs >= {settings.min_gain:.0%} and payback <= {settings.horizon_s / 60:.0f}m)"
     )
-    if by_option:
-        detail += (
-            f"; it loses nothing at the load now and is {option:+.1%} at a larger batch this config may reach: "
-            "installing while the restart is free"
+
+
+def _judge_ahead(
+    refit: _Refit,
+    gain: float,
+    batch: int,
+    max_num_seqs: int,
+    settings: FitSettings,
+    forecast: Forecast,
+    evidence: dict[str, Any],
+) -> tuple[bool, str]:
+    """Does the refit repay its restart over the load a forecast rise leads to, the restart priced at the serving
+    now (gain_ahead_in_serving_now)? And the words for the reason."""
+    projection = project_load(
+        refit.profile, refit.model, min(batch, max_num_seqs), max_num_seqs, forecast.ratios, refit.k_now, refit.rate
+    )
+    projected = projection.load()
+    gain_ahead = refit.gain_over(projected)
+    # the restart drops the serving now; the gain comes at the load ahead (gain_ahead_in_serving_now)
+    serving_gain = gain_ahead_in_serving_now(
+        refit.profile, refit.model, projection, refit.k_now, refit.k_new, refit.rate
+    )
+    payback_ahead = payback_seconds(serving_gain, settings.restart_cost_s)
+    # the refit must not lose over the record either: a wrong forecast then costs one restart and nothing after
+    installs = loses_only_ties(gain, settings) and gain_ahead >= settings.min_gain and payback_ahead <= forecast.ahead_s
+    evidence["forecast"] = {
+        **forecast.evidence,
+        "aheadSeconds": round(forecast.ahead_s),
+        "batches": {str(b): w for b, w in sorted(projected.items())},
+        "predictedGain": round(gain_ahead, 4),
+        "gainInServingNow": round(serving_gain, 4),
+        "paybackSeconds": None if math.isinf(payback_ahead) else round(payback_ahead),
+        "installs": installs,
+    }
+    ahead = (
+        f"; {forecast.why}: over the next {forecast.ahead_s / 60:.0f}m, at the batches it leads to "
+        f"({min(projected)}-{max(projected)}), it is {gain_ahead:+.1%}"
+    )
+    if installs:
+        ahead += (
+            f" ({serving_gain:+.1%} of the serving now, which the restart drops) and repays the restart in "
+            f"{payback_ahead / 60:.0f}m: installing ahead of the load"
         )
-    if by_waiting:
-        detail += (
-            f"; at the load now it is {gain_at_load:+.1%} per request, and waiting has forgone {forgone_s:.0f}s of "
-            f"serving, more than the restart costs: installing (rent or buy)"
-        )
-    detail += ahead
-    return ThresholdPlan(
-        support, proposed if worth else None, gain, payback, worth, detail, evidence, off=off, gain_now=gain_now,
-        gain_at_load=gain_at_load, vs_anchor=versus, repaid_by_waiting=by_waiting,
-    )  # fmt: skip
+    return installs, ahead
 
 
 def _versus_anchor(
