@@ -271,43 +271,17 @@ def restart_under_backlog(
     running = valid_value(measurements, Signal.RUNNING_REQUESTS) or 0.0
     if waiting is None or waiting < max(BACKLOG_WAITING, BACKLOG_SHARE * running):
         return BacklogVerdict(False, "", {})
-    rate = valid_value(measurements, Signal.REQUEST_RATE) or 0.0
+    drop = _drop_now(measurements, waiting, running, restart_cost_s, ttft_deadline_s, queue_before, now)
     deferred_s = 0.0 if deferred_since is None else max(0.0, (now - deferred_since).total_seconds())
-    drain = None if queue_before is None else queue_before.drain_rate(waiting, now)
-    in_time = queued_in_time(waiting, rate, ttft_deadline_s)
-    arriving = arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s, drain)
-    share = valid_value(measurements, Signal.TTFT_WITHIN_DEADLINE) if ttft_deadline_s is not None else None
-    running_kept = running_in_time(running, share)
-    dropped = in_time + running_kept + arriving
     gain = max(gain, 0.0)
-    forgone = gain * rate * deferred_s
+    forgone = gain * drop.rate * deferred_s
     if dropped_at_deferral is None or deferred_since is None:
-        priced = dropped
+        priced = drop.dropped
     else:  # with a measured trend, now's figure where lower (docstring); without, the first deferral's
-        priced = min(dropped_at_deferral, dropped) if queue_before is not None else dropped_at_deferral
-    limit_s = min(horizon_s, priced / (gain * rate)) if gain > 0 and rate > 0 else horizon_s
+        priced = min(dropped_at_deferral, drop.dropped) if queue_before is not None else dropped_at_deferral
+    limit_s = min(horizon_s, priced / (gain * drop.rate)) if gain > 0 and drop.rate > 0 else horizon_s
     evidence: dict[str, Any] = {
-        "formula": (
-            "wait while waiting >= max(1, 0.1 x running) and gain x rate x (deferred + interval) < queuedInTime "
-            "+ runningInTime + arrivalsInTime at the first deferral; with a ttftDeadline queuedInTime = min(waiting, "
-            "rate x ttftDeadline), runningInTime = running x ttftWithinDeadline and arrivalsInTime = rate x max(0, "
-            "restartCost - max(0, waiting - rate x ttftDeadline) / drain)) with drain = min(rate, the queue's "
-            "measured shrink per second since the change was first proposed; none in time if it did not shrink), else "
-            "waiting, running and rate x restartCost; the drop is priced at the lower of the first deferral's and now's"
-        ),
-        "waiting": round(waiting, 1),
-        "ttftDeadlineSeconds": ttft_deadline_s,
-        "queuedInTime": round(in_time, 1),
-        "arrivalsInTime": round(arriving, 1),
-        "running": round(running, 1),
-        "ttftWithinDeadline": None if share is None else round(share, 4),
-        "runningInTime": round(running_kept, 1),
-        "intervalSeconds": interval_s,
-        "requestRate": round(rate, 2),
-        "restartCostSeconds": restart_cost_s,
-        "waitingWhenProposed": None if queue_before is None else round(queue_before.waiting, 1),
-        "queueDrainPerSecond": None if drain is None else round(drain, 3),
-        "droppedByRestart": round(dropped),
+        **drop.evidence(restart_cost_s, ttft_deadline_s, interval_s, queue_before),
         "droppedAtFirstDeferral": round(priced),
         "gain": round(gain, 4),
         "gainSource": gain_source,
@@ -315,28 +289,9 @@ def restart_under_backlog(
         "forgoneRequests": round(forgone),
         "maxDeferralSeconds": round(limit_s),
     }
-    if in_time >= waiting and arriving >= rate * restart_cost_s and running_kept >= running:
-        parts = f"queued + running + {rate:.1f}/s x {restart_cost_s:.0f}s restart"
-    else:
-        running_part = (
-            "running"
-            if running_kept >= running or share is None
-            else f"the {running_kept:.0f} running whose first token came in time ({share:.0%} of the window's)"
-        )
-        parts = (
-            f"the {in_time:.0f} queued that can still start within the {ttft_deadline_s:g}s TTFT deadline at "
-            f"{rate:.1f} completions/s + {running_part} + {arriving:.0f} of the arrivals during the "
-            f"{restart_cost_s:.0f}s restart; the other {waiting - in_time:.0f} queued, "
-            f"{running - running_kept:.0f} running and {rate * restart_cost_s - arriving:.0f} arriving miss it "
-            "either way"
-        )
-    if drain is not None and queue_before is not None and ttft_deadline_s is not None:
-        parts += (
-            f"; the queue went from {queue_before.waiting:.0f} to {waiting:.0f} since the change was first proposed "
-            f"({drain:+.2f}/s drained)"
-        )
     numbers = (
-        f"{waiting:.0f} requests waiting and {running:.0f} running; a restart now drops about {dropped:.0f} ({parts})"
+        f"{waiting:.0f} requests waiting and {running:.0f} running; a restart now drops about {drop.dropped:.0f} "
+        f"({drop.parts(restart_cost_s, ttft_deadline_s, queue_before)})"
     )
     if deferred_s + interval_s < limit_s:
         return BacklogVerdict(
@@ -344,14 +299,113 @@ def restart_under_backlog(
             f"restart deferred while requests queue: {numbers}, more than the {forgone:.0f} the change's "
             f"{gain:+.0%} ({gain_source}) has gained in {deferred_s:.0f}s of waiting; waits up to {limit_s:.0f}s",
             evidence,
-            dropped,
-            rate,
+            drop.dropped,
+            drop.rate,
         )
     return BacklogVerdict(
         False,
         f"restart despite the queue: {numbers}; waiting {deferred_s:.0f}s already forwent {forgone:.0f} requests "
         f"to the change's {gain:+.0%} ({gain_source})",
         evidence,
-        dropped,
-        rate,
+        drop.dropped,
+        drop.rate,
+    )
+
+
+@dataclass(frozen=True)
+class _Drop:
+    """What a restart now drops: the queued, running and arriving requests that could still meet the TTFT deadline
+    (module docstring), from one window's queue, running requests and completion rate."""
+
+    waiting: float
+    running: float
+    rate: float
+    in_time: float
+    running_kept: float
+    arriving: float
+    share: float | None  # the window's first tokens within the deadline
+    drain: float | None  # the queue's measured shrink per second since the change was first proposed
+
+    @property
+    def dropped(self) -> float:
+        return self.in_time + self.running_kept + self.arriving
+
+    def evidence(
+        self, restart_cost_s: float, ttft_deadline_s: float | None, interval_s: float, queue_before: QueueSeen | None
+    ) -> dict[str, Any]:
+        return {
+            "formula": _FORMULA,
+            "waiting": round(self.waiting, 1),
+            "ttftDeadlineSeconds": ttft_deadline_s,
+            "queuedInTime": round(self.in_time, 1),
+            "arrivalsInTime": round(self.arriving, 1),
+            "running": round(self.running, 1),
+            "ttftWithinDeadline": None if self.share is None else round(self.share, 4),
+            "runningInTime": round(self.running_kept, 1),
+            "intervalSeconds": interval_s,
+            "requestRate": round(self.rate, 2),
+            "restartCostSeconds": restart_cost_s,
+            "waitingWhenProposed": None if queue_before is None else round(queue_before.waiting, 1),
+            "queueDrainPerSecond": None if self.drain is None else round(self.drain, 3),
+            "droppedByRestart": round(self.dropped),
+        }
+
+    def parts(self, restart_cost_s: float, ttft_deadline_s: float | None, queue_before: QueueSeen | None) -> str:
+        """What the dropped requests are, for people."""
+        rate, waiting, running = self.rate, self.waiting, self.running
+        if self.in_time >= waiting and self.arriving >= rate * restart_cost_s and self.running_kept >= running:
+            parts = f"queued + running + {rate:.1f}/s x {restart_cost_s:.0f}s restart"
+        else:
+            running_part = (
+                "running"
+                if self.running_kept >= running or self.share is None
+                else f"the {self.running_kept:.0f} running whose first token came in time ({self.share:.0%} of the "
+                "window's)"
+            )
+            parts = (
+                f"the {self.in_time:.0f} queued that can still start within the {ttft_deadline_s:g}s TTFT deadline at "
+                f"{rate:.1f} completions/s + {running_part} + {self.arriving:.0f} of the arrivals during the "
+                f"{restart_cost_s:.0f}s restart; the other {waiting - self.in_time:.0f} queued, "
+                f"{running - self.running_kept:.0f} running and {rate * restart_cost_s - self.arriving:.0f} arriving "
+                "miss it either way"
+            )
+        if self.drain is not None and queue_before is not None and ttft_deadline_s is not None:
+            parts += (
+                f"; the queue went from {queue_before.waiting:.0f} to {waiting:.0f} since the change was first "
+                f"proposed ({self.drain:+.2f}/s drained)"
+            )
+        return parts
+
+
+_FORMULA = (
+    "wait while waiting >= max(1, 0.1 x running) and gain x rate x (deferred + interval) < queuedInTime "
+    "+ runningInTime + arrivalsInTime at the first deferral; with a ttftDeadline queuedInTime = min(waiting, "
+    "rate x ttftDeadline), runningInTime = running x ttftWithinDeadline and arrivalsInTime = rate x max(0, "
+    "restartCost - max(0, waiting - rate x ttftDeadline) / drain)) with drain = min(rate, the queue's "
+    "measured shrink per second since the change was first proposed; none in time if it did not shrink), else "
+    "waiting, running and rate x restartCost; the drop is priced at the lower of the first deferral's and now's"
+)
+
+
+def _drop_now(
+    measurements: Mapping[str, Measurement],
+    waiting: float,
+    running: float,
+    restart_cost_s: float,
+    ttft_deadline_s: float | None,
+    queue_before: QueueSeen | None,
+    now: datetime,
+) -> _Drop:
+    rate = valid_value(measurements, Signal.REQUEST_RATE) or 0.0
+    drain = None if queue_before is None else queue_before.drain_rate(waiting, now)
+    share = valid_value(measurements, Signal.TTFT_WITHIN_DEADLINE) if ttft_deadline_s is not None else None
+    return _Drop(
+        waiting=waiting,
+        running=running,
+        rate=rate,
+        in_time=queued_in_time(waiting, rate, ttft_deadline_s),
+        running_kept=running_in_time(running, share),
+        arriving=arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s, drain),
+        share=share,
+        drain=drain,
     )
