@@ -344,17 +344,8 @@ def conclude(
     Pure: everything it reads is in its arguments, so the seam from stored status to the next render is tested
     with exactly what the API server stores.
     """
-    state, malformed = PolicyState.from_status(status.get("autotune"))
-    halt = status.get("autotuneHalt") or {}
-    halted = halt.get("reason")
     token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
-    if halted and token and token != halt.get("token"):
-        halted = None  # a human asked for a fresh evaluation: resume
-    state, rollback_message, events = rollback_after_failed_rollout(status, state)
-    if malformed:
-        events.insert(0, Event("Warning", "MalformedAutotuneStatus", f"{malformed}: starting from a fresh state"))
-    if rollback_message:
-        halted = rollback_message
+    state, halted, events = _resume(status, token)
     current = running_intent(status, spec)
     if current is None:
         return AutotuneOutcome({}, [], [])
@@ -390,17 +381,8 @@ def conclude(
     quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
     turn = _CandidateTurn(current, measurements, quiet, now)
     record, candidates, state, tried = _candidate_turn(spec, status, record, state, turn, events)
-    actuations = [*actuations, *tried][-ACTUATION_HISTORY:]
     previous = list(status.get("conditions", []) or [])
-    stored = status.get("autotune")
-    framework = stored.get("framework") if isinstance(stored, Mapping) else None
-    findings: list[framework_rules.Finding] = []  # this window's, as measured (status.recommendation.framework)
-    verdicts: list[framework_rules.Finding] = []  # the conditions: an inconclusive window keeps the last verdict
-    if not inputs.paused:
-        findings, framework_state = framework_rules.assess(inputs, state.baseline, framework, previous, now)
-        framework = framework_state.to_dict()
-        verdicts = framework_rules.keep_verdicts(findings, previous)
-        events.extend(Event(*e) for e in framework_rules.events_for(verdicts, previous))
+    framework = _framework_turn(inputs, state, status, previous, now, events)
     fields: dict[str, Any] = {
         "observed": observed_fields(measurements, window.promql(), now),
         "recommendation": {
@@ -410,15 +392,15 @@ def conclude(
             "measurements": {str(k): m.to_dict() for k, m in measurements.items()},
             "canaryMeasurements": None if canary is None else {str(k): m.to_dict() for k, m in canary.items()},
         },
-        "autotune": {**state.to_dict(), "framework": framework},
-        "actuations": actuations,
+        "autotune": {**state.to_dict(), "framework": framework.stored},
+        "actuations": [*actuations, *tried][-ACTUATION_HISTORY:],
         "autotuneHalt": {"reason": halted, "token": token} if halted else None,
     }
-    if findings:
-        fields["recommendation"]["framework"] = [f.to_dict() for f in findings]
+    if framework.findings:
+        fields["recommendation"]["framework"] = [f.to_dict() for f in framework.findings]
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
-    conditions = _conditions(state, previous, halted) + [f.update() for f in verdicts]
+    conditions = _conditions(state, previous, halted) + [f.update() for f in framework.verdicts]
     if candidates or status.get("candidates"):  # none left in the spec: none in status either
         fields["candidates"] = drafters.to_status(candidates)
     recommended = drafters.recommended(spec, candidates)
@@ -428,6 +410,49 @@ def conclude(
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
+
+
+def _resume(status: Mapping[str, Any], token: str | None) -> tuple[PolicyState, str | None, list[Event]]:
+    """The stored state (a fresh one where status.autotune cannot be read), why automation is halted (None: it is
+    not; a reevaluate token other than the halt's resumes it), and the events of reading them: a malformed state,
+    the rollback of a failed rollout (which halts)."""
+    state, malformed = PolicyState.from_status(status.get("autotune"))
+    halt = status.get("autotuneHalt") or {}
+    halted = halt.get("reason")
+    if halted and token and token != halt.get("token"):
+        halted = None  # a human asked for a fresh evaluation: resume
+    state, rollback_message, events = rollback_after_failed_rollout(status, state)
+    if malformed:
+        events.insert(0, Event("Warning", "MalformedAutotuneStatus", f"{malformed}: starting from a fresh state"))
+    if rollback_message:
+        halted = rollback_message
+    return state, halted, events
+
+
+@dataclass(frozen=True)
+class _FrameworkTurn:
+    findings: list[framework_rules.Finding]  # this window's, as measured (status.recommendation.framework)
+    verdicts: list[framework_rules.Finding]  # the conditions: an inconclusive window keeps the last verdict
+    stored: Any  # status.autotune.framework
+
+
+def _framework_turn(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    status: Mapping[str, Any],
+    previous: list[Any],
+    now: datetime,
+    events: list[Event],
+) -> _FrameworkTurn:
+    """The seed framework's rules over this window, unless automation is paused (the stored record kept then)."""
+    stored = status.get("autotune")
+    framework = stored.get("framework") if isinstance(stored, Mapping) else None
+    if inputs.paused:
+        return _FrameworkTurn([], [], framework)
+    findings, framework_state = framework_rules.assess(inputs, state.baseline, framework, previous, now)
+    verdicts = framework_rules.keep_verdicts(findings, previous)
+    events.extend(Event(*e) for e in framework_rules.events_for(verdicts, previous))
+    return _FrameworkTurn(findings, verdicts, framework_state.to_dict())
 
 
 def _action_events(action: str, reason: str) -> list[Event]:
