@@ -738,6 +738,23 @@ def _keep(inputs: PolicyInputs, reason: str, evidence: dict[str, Any]) -> Propos
 def _propose_while_on(
     inputs: PolicyInputs, state: PolicyState, now: datetime, evidence: dict[str, Any], filed: _Filed
 ) -> Proposal:
+    """Speculation on: the reasons to switch it off, in order (unless pinned on), then a refit, else keep."""
+    speed = _speed(inputs, state, now)
+    evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
+    filed.speed = speed
+    if inputs.spec.autotune.overrides.speculation is not SpeculationOverride.FORCE_ON:
+        off = _reason_to_switch_off(inputs, state, now, speed, evidence, filed)
+        if off is not None:
+            return off
+    return _refit_or_keep(inputs, state, now, speed, evidence, filed)
+
+
+def _reason_to_switch_off(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, speed: SpeedVerdict, evidence: dict[str, Any],
+    filed: _Filed,
+) -> Proposal | None:  # fmt: skip
+    """The first of: acceptance below disableBelow (unless measured faster), a probe that did not reach enableAbove
+    or found no evidence by its deadline, a latency regression, measured slower, a canary that hurts."""
     at = inputs.spec.autotune
     m = inputs.measurements
     w = inputs.window.promql()
@@ -745,64 +762,65 @@ def _propose_while_on(
     drafted = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
     below, above = at.acceptance.disable_below, at.acceptance.enable_above
     off_target = inputs.current.without_speculation()
-    batch = valid_value(m, Signal.BATCH_SIZE)
-
-    speed = _speed(inputs, state, now)
-    evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
-    filed.speed = speed
     faster = speed.outcome is Speed.FASTER
-    if at.overrides.speculation is not SpeculationOverride.FORCE_ON:
-        if acceptance is not None and acceptance < below and not faster:
-            reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
-            if speed.known:
-                return Proposal(
-                    Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
-                )
-            return _below_disable_without_comparison(inputs, state, now, reason, speed, evidence, filed)
-        if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
-            reason = (
-                f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
-                f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
+    if acceptance is not None and acceptance < below and not faster:
+        reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+        if speed.known:
+            return Proposal(
+                Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
             )
-            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
-        deadline = probe_deadline(inputs.spec)
-        if state.probe_started is not None:
-            evidence["probe"] = {
-                "started": format_time(state.probe_started),
-                "deadline": format_time(state.probe_started + deadline),
-            }
-        if state.probe_started is not None and acceptance is None and now - state.probe_started > deadline:
-            reason = (
-                f"probe since {format_time(state.probe_started)} found no acceptance evidence within "
-                f"{format_duration(deadline.total_seconds())} ({why_not_valid(m, Signal.ACCEPTANCE_RATE)})"
+        return _below_disable_without_comparison(inputs, state, now, reason, speed, evidence, filed)
+    if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
+        reason = (
+            f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
+            f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
+        )
+        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+    deadline = probe_deadline(inputs.spec)
+    if state.probe_started is not None:
+        evidence["probe"] = {
+            "started": format_time(state.probe_started),
+            "deadline": format_time(state.probe_started + deadline),
+        }
+    if state.probe_started is not None and acceptance is None and now - state.probe_started > deadline:
+        reason = (
+            f"probe since {format_time(state.probe_started)} found no acceptance evidence within "
+            f"{format_duration(deadline.total_seconds())} ({why_not_valid(m, Signal.ACCEPTANCE_RATE)})"
+        )
+        return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
+    regression, regression_evidence = _latency_regression(inputs, state, now)
+    evidence["baseline"] = regression_evidence
+    if regression or speed.outcome is Speed.SLOWER:  # slower than plain, by P99 or by measured speed
+        kind = OffReason.LOAD if acceptance is not None and acceptance >= below else OffReason.ACCEPTANCE
+        tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
+        return Proposal(Action.DISABLE, off_target, f"{regression or speed.reason}{tail}", evidence, off_kind=kind)
+    if inputs.canary is not None:
+        verdict = compare_canary(
+            m, inputs.canary, metric=at.latency.metric.value, tolerance=at.latency.regression_tolerance,
+            enable_above=above,
+        )  # fmt: skip
+        evidence["canary"] = {"outcome": verdict.outcome.value, "reason": verdict.reason, **verdict.evidence}
+        if verdict.outcome is CanaryOutcome.HURTS:
+            return Proposal(
+                Action.DISABLE, off_target, f"canary: {verdict.reason}", evidence, off_kind=OffReason.CANARY
             )
-            return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
-        regression, regression_evidence = _latency_regression(inputs, state, now)
-        evidence["baseline"] = regression_evidence
-        if regression:
-            drafter_ok = acceptance is not None and acceptance >= below
-            kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
-            tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
-            return Proposal(Action.DISABLE, off_target, f"{regression}{tail}", evidence, off_kind=kind)
-        if speed.outcome is Speed.SLOWER:
-            drafter_ok = acceptance is not None and acceptance >= below
-            kind = OffReason.LOAD if drafter_ok else OffReason.ACCEPTANCE
-            tail = f", acceptance {acceptance:.2f}" if acceptance is not None else ""
-            return Proposal(Action.DISABLE, off_target, f"{speed.reason}{tail}", evidence, off_kind=kind)
-        if inputs.canary is not None:
-            verdict = compare_canary(
-                m,
-                inputs.canary,
-                metric=at.latency.metric.value,
-                tolerance=at.latency.regression_tolerance,
-                enable_above=above,
-            )
-            evidence["canary"] = {"outcome": verdict.outcome.value, "reason": verdict.reason, **verdict.evidence}
-            if verdict.outcome is CanaryOutcome.HURTS:
-                return Proposal(
-                    Action.DISABLE, off_target, f"canary: {verdict.reason}", evidence, off_kind=OffReason.CANARY
-                )
+    return None
 
+
+def _refit_or_keep(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, speed: SpeedVerdict, evidence: dict[str, Any],
+    filed: _Filed,
+) -> Proposal:  # fmt: skip
+    """No reason to switch off: a K = 0 window's proposal while acceptance is unknown, else the fit's refit (or the
+    K = 0 tax's disable), else keep, with the acceptance summary."""
+    at = inputs.spec.autotune
+    m = inputs.measurements
+    w = inputs.window.promql()
+    acceptance = valid_value(m, Signal.ACCEPTANCE_RATE)
+    drafted = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+    below = at.acceptance.disable_below
+    off_target = inputs.current.without_speculation()
+    batch = valid_value(m, Signal.BATCH_SIZE)
     if acceptance is None:
         at_k0 = _k0_window_proposal(inputs, state, now, batch, off_target, evidence, filed)
         if at_k0 is not None:
@@ -810,7 +828,7 @@ def _propose_while_on(
         return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
     if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
         summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
-        if faster:
+        if speed.outcome is Speed.FASTER:
             summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
     else:
         summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
@@ -1272,7 +1290,6 @@ def _propose_while_off(
 
     if batch is None:
         return _keep(inputs, f"speculation off; holding: {why_not_valid(m, Signal.BATCH_SIZE)}", evidence)
-    bucket = load_bucket(batch)
     since = f" since {format_time(off.at)} ({off.detail})" if off else ""
 
     rate = valid_value(m, Signal.REQUEST_RATE)
@@ -1286,6 +1303,27 @@ def _propose_while_off(
             evidence,
         )
 
+    by_record = _enable_by_record(inputs, state, now, batch, on_target, evidence, filed)
+    if by_record is not None:
+        return by_record
+    if off is None:
+        origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
+        return _keep(inputs, f"speculation off {origin}; no canary, record or probe evidence to enable it", evidence)
+    return _probe(inputs, state, now, evidence, load, probe_now=probe_now)
+
+
+def _enable_by_record(
+    inputs: PolicyInputs, state: PolicyState, now: datetime, batch: float, on_target: SpeculationIntent,
+    evidence: dict[str, Any], filed: _Filed,
+) -> Proposal | None:  # fmt: skip
+    """Speculation off: back on where a record with it at this load beats the window without it, by P99 (at an
+    acceptance past enableAbove, newer than the disable) or by measured speed (the acceptance gate misread it)."""
+    at = inputs.spec.autotune
+    m = inputs.measurements
+    metric = at.latency.metric.value
+    tolerance = at.latency.regression_tolerance
+    bucket = load_bucket(batch)
+    off = state.off
     _, p99_signal = LATENCY_SIGNALS[metric]
     p99 = valid_value(m, p99_signal)
     on_record = summary(state.baseline, mode=Mode.ON, bucket=bucket, metric=metric, now=now, max_age=BASELINE_MAX_AGE)
@@ -1322,11 +1360,7 @@ def _propose_while_off(
                 f"{trap.reason}",
                 evidence,
             )
-
-    if off is None:
-        origin = "as written in spec" if not inputs.spec.speculation.enabled else "by the running config"
-        return _keep(inputs, f"speculation off {origin}; no canary, record or probe evidence to enable it", evidence)
-    return _probe(inputs, state, now, evidence, load, probe_now=probe_now)
+    return None
 
 
 def _probe(
