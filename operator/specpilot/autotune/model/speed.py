@@ -24,7 +24,10 @@ from typing import Any
 # Speculation must beat plain by at least this much to count as faster: below it, window-to-window noise of a mean
 # TPOT (and the memory speculation holds) make "no gain" the honest reading.
 FASTER_MARGIN = 0.05
-# Two groups are at comparable load when their per-engine batches are within this factor (baseline.compare_canary).
+# Two groups are at comparable load when their per-engine batches are within this factor (baseline.compare_canary);
+# a one-pod trial's groups also when their per-pod request rates are (trial.analyse): a balancer that spreads requests
+# (a Service's round robin) gives every pod the same request rate, and a slower config then runs a larger batch; one
+# that spreads outstanding requests (an endpoint picker) evens the batches.
 COMPARABLE_BATCH_FACTOR = 2.0
 
 

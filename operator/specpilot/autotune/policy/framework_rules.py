@@ -42,7 +42,7 @@ from specpilot.autotune.model.baseline import (
     record_acceptance,
     summary,
 )
-from specpilot.autotune.policy.decision import PolicyInputs
+from specpilot.autotune.policy.decision import BASELINE_MAX_AGE, PolicyInputs
 from specpilot.autotune.signals.measurements import Measurement, valid_value, why_not_valid
 from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal, short_output_bound
 from specpilot.reconcile.conditions import (
@@ -72,7 +72,6 @@ WARNING_REASONS = {
 SHORT_SHARE_HYSTERESIS = 0.1  # absolute share of short responses
 TAIL_HYSTERESIS = 0.5  # fraction of tailWideningTolerance
 TRAFFIC_MIX_TOLERANCE = 0.15  # absolute difference in the share of short responses that makes windows incomparable
-BASELINE_MAX_AGE = timedelta(days=1)  # as the policy: older latency describes another traffic mix
 # 4-bit weight formats: the framework's "INT4" target (plus weightBits 4 for formats that allow several widths).
 FOUR_BIT = {
     Quantization.AWQ,

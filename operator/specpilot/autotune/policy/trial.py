@@ -37,15 +37,12 @@ from specpilot.api import rollout, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase, TrialStatus
+from specpilot.autotune.model.speed import COMPARABLE_BATCH_FACTOR
 from specpilot.autotune.signals.measurements import Measurement, valid_value
 from specpilot.autotune.signals.promql import Signal
 from specpilot.reconcile import manifests
 from specpilot.vllm.intent import SpeculationIntent, intent_from_dict, intent_to_dict
 
-# Two groups serve comparable load when their per-pod batches or their per-pod request rates are within this factor:
-# a balancer that spreads requests (a Service's round robin) gives every pod the same request rate, and a slower
-# config then runs a larger batch; one that spreads outstanding requests (an endpoint picker) evens the batches.
-COMPARABLE_BATCH_FACTOR = 2.0
 # How many times an Inconclusive analysis gets one more analysis span before the trial rolls back.
 EXTENSIONS = 1
 # The gates of one analysis, in the order they are applied; the first that does not pass names the outcome.
