@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from specpilot.api import v1alpha1
 from specpilot.api.loading import LoadError
-from specpilot.autotune.policy.decision import STATE_VERSION, PolicyState, desired_intent
+from specpilot.autotune.policy.decision import desired_intent
+from specpilot.autotune.policy.state import STATE_VERSION, PolicyState
 from specpilot.cli import evaluate
 from specpilot.cli.main import main, validate_document
 from specpilot.planning.plan import plan_memory

@@ -23,7 +23,8 @@ import yaml
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.autotune.evaluate import effective_window, evaluate_once, measure
-from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, decide
+from specpilot.autotune.policy.decision import decide
+from specpilot.autotune.policy.state import PolicyInputs, PolicyState
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, classify
 from specpilot.autotune.signals.promql import Query, Scope, Signal
 from specpilot.vllm.intent import SpeculationIntent

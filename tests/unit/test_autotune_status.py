@@ -9,7 +9,7 @@ import pytest
 from specpilot.api.crd import build_crd
 from specpilot.autotune.evaluation import ACTION_EVENT_REASONS, OBSERVED_FIELDS, idle_conditions, observed_fields
 from specpilot.autotune.model.schedule import ThresholdSupport
-from specpilot.autotune.policy.decision import Action, refit_action
+from specpilot.autotune.policy.state import Action, refit_action
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
 from specpilot.reconcile import conditions as cond
 

@@ -21,7 +21,7 @@ from specpilot.autotune.policy.backlog import (
     restart_under_backlog,
     ttft_deadline_s,
 )
-from specpilot.autotune.policy.decision import Action, PolicyState
+from specpilot.autotune.policy.state import Action, PolicyState
 from specpilot.autotune.signals.promql import Signal
 
 T0, MINUTE = tp.T0, tp.MINUTE

@@ -14,7 +14,8 @@ import pytest
 
 from specpilot.api.v1alpha1 import BudgetSpec
 from specpilot.autotune.evaluate import measure
-from specpilot.autotune.policy.decision import Action, Decision, PolicyState, budget_check, record_actuation
+from specpilot.autotune.policy.budget import budget_check, record_actuation
+from specpilot.autotune.policy.state import Action, Decision, PolicyState
 from specpilot.autotune.signals.promql import Scope, Signal
 from specpilot.bench import oracles
 from specpilot.bench.oracles import Outcome
@@ -253,8 +254,8 @@ def plan_value(plan: list[str], scores: dict[str, list[float]], restart_s: float
 
 
 def passes_policy_budget(plan: list[str], budget: BudgetSpec, window_s: float) -> bool:
-    """Does every switch of `plan` pass the closed loop's own budget check (decision.budget_check), each recorded as
-    the closed loop records it (decision.record_actuation)?"""
+    """Does every switch of `plan` pass the closed loop's own budget check (budget.budget_check), each recorded as
+    the closed loop records it (budget.record_actuation)?"""
     state = PolicyState()
     for w in range(1, len(plan)):
         if plan[w] == plan[w - 1]:
@@ -299,7 +300,7 @@ BUDGETS = {
 def test_the_budgeted_plan_is_the_best_plan_the_closed_loops_budget_allows(
     budget_name: str, seed: int, restart_s: float, window_s: float
 ) -> None:
-    """Exhaustively, over every plan of 8 windows and 3 configurations, judged by decision.budget_check itself (with
+    """Exhaustively, over every plan of 8 windows and 3 configurations, judged by budget.budget_check itself (with
     10-minute windows the plan spans 80 minutes: a switch leaves the rolling hour exactly at a window boundary).
     Seed 0: A and B take turns at 100 with free restarts, so the best plan switches as often as the budget allows."""
     budget = BUDGETS[budget_name]

@@ -14,7 +14,8 @@ import pytest
 
 from specpilot.autotune.model.costprofile import calibrated_presets, fit_settings_for
 from specpilot.autotune.model.stepcost import PROFILES
-from specpilot.autotune.policy.decision import Action, ActuationRecord, PolicyState, measured_restart_s
+from specpilot.autotune.policy.decision import measured_restart_s
+from specpilot.autotune.policy.state import Action, ActuationRecord, PolicyState
 from specpilot.bench.main import with_true_profile
 from specpilot.bench.runner import closed_loop_spec
 from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named

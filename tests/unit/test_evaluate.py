@@ -167,7 +167,7 @@ def test_dry_run_prints_the_framework_findings_the_operator_stores(
 
     from specpilot.api.v1alpha1 import SpeculativeDeploymentStatus
     from specpilot.autotune.evaluation import conclude
-    from specpilot.autotune.policy.decision import PolicyState
+    from specpilot.autotune.policy.state import PolicyState
     from specpilot.cli.evaluate import from_status
     from tests.seams import ROUND_TRIP_SPEC, Cluster
 

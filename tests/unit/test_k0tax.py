@@ -15,7 +15,8 @@ from specpilot.autotune.model.k0tax import (
     relative_rate,
 )
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, LLAMA70B_4XH100, AcceptanceProfile, StepCostModel
-from specpilot.autotune.policy.decision import Action, OffReason, PolicyState, evaluate_alone
+from specpilot.autotune.policy.decision import evaluate_alone
+from specpilot.autotune.policy.state import Action, OffReason, PolicyState
 from specpilot.planning.plan import plan_memory
 from specpilot.vllm.intent import SpeculationIntent
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from specpilot.api import timestamps, v1alpha1
-from specpilot.autotune.policy.decision import PolicyState, running_intent
+from specpilot.autotune.policy.decision import running_intent
 from specpilot.autotune.policy.drafters import read_records
+from specpilot.autotune.policy.state import PolicyState
 from specpilot.reconcile.core import RolloutClock
 from specpilot.vllm.intent import schedule_from_list
 

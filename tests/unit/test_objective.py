@@ -10,7 +10,7 @@ from specpilot.api.v1alpha1 import AutotuneObjective, AutotuneSpec
 from specpilot.autotune.model.objective import choose_k
 from specpilot.autotune.model.schedule import fit_schedule
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, model_for_method, profile_geometric, with_emission
-from specpilot.autotune.policy.decision import Action, PolicyState
+from specpilot.autotune.policy.state import Action, PolicyState
 from specpilot.bench.main import with_objective
 from specpilot.bench.runner import closed_loop_spec
 from specpilot.bench.scenarios import scenario_named

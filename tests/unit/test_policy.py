@@ -15,8 +15,17 @@ from hypothesis import strategies as st
 from specpilot.api.v1alpha1 import BudgetSpec, SpeculativeDeploymentSpec, parse_spec
 from specpilot.autotune.model.baseline import BaselineEntry, Mode
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, AcceptanceProfile
+from specpilot.autotune.policy.budget import budget_check, record_actuation, required_dwell
 from specpilot.autotune.policy.decision import (
     ERROR_LIMIT,
+    apply_overrides,
+    decide,
+    desired_intent,
+    evaluate_alone,
+    no_op_as_keep,
+)
+from specpilot.autotune.policy.proposals import probe_deadline
+from specpilot.autotune.policy.state import (
     STATE_VERSION,
     Action,
     ActuationRecord,
@@ -26,15 +35,6 @@ from specpilot.autotune.policy.decision import (
     PolicyInputs,
     PolicyState,
     Proposal,
-    apply_overrides,
-    budget_check,
-    decide,
-    desired_intent,
-    evaluate_alone,
-    no_op_as_keep,
-    probe_deadline,
-    record_actuation,
-    required_dwell,
 )
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
 from specpilot.autotune.signals.promql import Signal, Window

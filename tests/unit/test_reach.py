@@ -9,7 +9,9 @@ import pytest
 
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, k_for_batch, model_for_method
-from specpilot.autotune.policy.decision import Action, PolicyState, decide, record_actuation
+from specpilot.autotune.policy.budget import record_actuation
+from specpilot.autotune.policy.decision import decide
+from specpilot.autotune.policy.state import Action, PolicyState
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
 from specpilot.autotune.signals.reach import MIN_REACH, correct_positions, drafts_reaching

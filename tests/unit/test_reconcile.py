@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specpilot.api import v1alpha1
-from specpilot.autotune.policy.decision import PolicyState, spec_fingerprints
+from specpilot.autotune.policy.state import PolicyState, spec_fingerprints
 from specpilot.reconcile import conditions as cond
 from specpilot.reconcile import core as rec
 from specpilot.vllm.intent import intent_from_spec

@@ -38,14 +38,9 @@ from specpilot.autotune.model.stepcost import (
     with_output_length,
 )
 from specpilot.autotune.model.stepfit import mean_output_tokens
-from specpilot.autotune.policy.decision import (
-    Action,
-    OffReason,
-    PolicyInputs,
-    PolicyState,
-    evaluate_alone,
-    with_measured_context,
-)
+from specpilot.autotune.policy.decision import evaluate_alone
+from specpilot.autotune.policy.proposals import with_measured_context
+from specpilot.autotune.policy.state import Action, OffReason, PolicyInputs, PolicyState
 from specpilot.autotune.signals.measurements import Measurement, positions
 from specpilot.autotune.signals.promql import Signal
 from specpilot.bench.specpilot_policy import bench_spec, to_datetime

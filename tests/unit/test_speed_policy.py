@@ -37,18 +37,9 @@ from specpilot.autotune.policy.agreement import (
     stabilized,
 )
 from specpilot.autotune.policy.backlog import Priced
-from specpilot.autotune.policy.decision import (
-    Action,
-    OffReason,
-    OffRecord,
-    PolicyState,
-    Proposal,
-    Streak,
-    decide,
-    evaluate_alone,
-    prices_its_own_gain,
-    record_actuation,
-)
+from specpilot.autotune.policy.budget import record_actuation
+from specpilot.autotune.policy.decision import decide, evaluate_alone, prices_its_own_gain
+from specpilot.autotune.policy.state import Action, OffReason, OffRecord, PolicyState, Proposal, Streak
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
 from specpilot.vllm.intent import SpeculationIntent

@@ -9,7 +9,8 @@ import pytest
 import tests.unit.test_policy as tp
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, StepCostModel, with_context_length
 from specpilot.autotune.model.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
-from specpilot.autotune.policy.decision import PolicyState, evaluate_alone
+from specpilot.autotune.policy.decision import evaluate_alone
+from specpilot.autotune.policy.state import PolicyState
 from specpilot.autotune.signals.measurements import MeasurementClass
 from specpilot.autotune.signals.promql import Signal
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig

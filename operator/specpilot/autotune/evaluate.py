@@ -23,7 +23,8 @@ from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy import framework_rules
 from specpilot.autotune.policy.backlog import ttft_deadline_s
-from specpilot.autotune.policy.decision import PolicyInputs, PolicyState, desired_intent, evaluate_alone
+from specpilot.autotune.policy.decision import desired_intent, evaluate_alone
+from specpilot.autotune.policy.state import PolicyInputs, PolicyState
 from specpilot.autotune.signals.measurements import (
     Measurement,
     RawResult,
@@ -332,7 +333,7 @@ def evaluate_once(
 
     Keys: `scope`, `window`, `current`, `measurements` (name -> class, value, samples, resolved query, detail),
     `canaryMeasurements` (the canary replica's, or null), `warnings` (from Prometheus), `decision` (`action` one of
-    decision.Action's values; `reason`; `to`; `evidence`), `framework` (the seed framework's findings: `condition`,
+    state.Action's values; `reason`; `to`; `evidence`), `framework` (the seed framework's findings: `condition`,
     `status`, `reason`, `message`, `evidence`, from framework_rules.assess, the function the operator uses for
     status.recommendation.framework). `current` defaults to what the spec asks for; `state` (status.autotune)
     supplies the baseline record and the history of an existing deployment; `framework` (status.autotune.framework)

@@ -23,7 +23,15 @@ from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy import drafters, framework_rules
 from specpilot.autotune.policy import trial as trials
+from specpilot.autotune.policy.budget import actuation_entry, budget_check, record_actuation, record_candidate_trial
 from specpilot.autotune.policy.decision import (
+    decide,
+    desired_intent,
+    rendered_hash,
+    revert_failed_rollout,
+    running_intent,
+)
+from specpilot.autotune.policy.state import (
     PAUSED_BY_ANNOTATION,
     Action,
     Decision,
@@ -31,15 +39,6 @@ from specpilot.autotune.policy.decision import (
     OffRecord,
     PolicyInputs,
     PolicyState,
-    actuation_entry,
-    budget_check,
-    decide,
-    desired_intent,
-    record_actuation,
-    record_candidate_trial,
-    rendered_hash,
-    revert_failed_rollout,
-    running_intent,
 )
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
 from specpilot.autotune.signals.promql import Scope, Signal, Window

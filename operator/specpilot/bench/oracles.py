@@ -181,18 +181,18 @@ def window_scores(
 
 @dataclass(frozen=True)
 class WindowBudget:
-    """A deployment's actuation budget (spec.autotune.budget) in seconds, as decision.budget_check applies it
+    """A deployment's actuation budget (spec.autotune.budget) in seconds, as budget.budget_check applies it
     (specpilot_policy.window_budget reads it off a spec).
 
-    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (decision.dwell_after of
-    the trailing reversals, +1 when this one undoes the previous one within decision.quick_reversal_window), when fewer
+    An actuation at `now` is allowed when `now` is at least the dwell after the previous one (budget.dwell_after of
+    the trailing reversals, +1 when this one undoes the previous one within budget.quick_reversal_window), when fewer
     than maxPerHour actuations fall in the hour before `now`, and fewer than maxPerDay in the day before.
     """
 
     max_per_hour: int
     max_per_day: int
     quick_reversal_s: float
-    dwells_s: tuple[float, ...]  # decision.dwell_after for 0, 1, 2... reversals, up to where it stops growing
+    dwells_s: tuple[float, ...]  # budget.dwell_after for 0, 1, 2... reversals, up to where it stops growing
 
     def dwell_s(self, trailing_reversals: int) -> float:
         return self.dwells_s[min(trailing_reversals, len(self.dwells_s) - 1)]

@@ -3,7 +3,7 @@
 It does per evaluation what operator/specpilot/autotune/evaluation.py does in the operator: measure through
 `evaluate.measure` (here against the simulated Prometheus of bench.queries), build PolicyInputs with the running
 intent, the rollout state and the config's start time, call `decision.decide`, and when the decision actuates,
-`decision.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
+`budget.record_actuation`. The spec is an ordinary SpeculativeDeployment in mode Auto with the defaults a user gets
 (interval 60s, window 5m, 3 agreeing evaluations over 10m, budget 15m / 2 per hour / 8 per day), the scenario's
 vLLM version (0.32.0 unless it names another), and the scenario's TTFT SLO as latency.ttftDeadline.
 
@@ -27,16 +27,9 @@ from specpilot.autotune.evaluate import Measured, measure, query_settings
 from specpilot.autotune.evaluation import choose_intent, conclude, measurement_starts
 from specpilot.autotune.model.costprofile import GPU_PRODUCT_LABEL, fit_settings_for
 from specpilot.autotune.model.schedule import FitSettings
-from specpilot.autotune.policy.decision import (
-    MAX_DWELL,
-    PolicyInputs,
-    PolicyState,
-    decide,
-    dwell_after,
-    quick_reversal_window,
-    record_actuation,
-    rendered_hash,
-)
+from specpilot.autotune.policy.budget import MAX_DWELL, dwell_after, quick_reversal_window, record_actuation
+from specpilot.autotune.policy.decision import decide, rendered_hash
+from specpilot.autotune.policy.state import PolicyInputs, PolicyState
 from specpilot.autotune.signals.promql import Scope
 from specpilot.bench.oracles import WindowBudget, label
 from specpilot.bench.queries import ScrapeHistory, SimQueryClient

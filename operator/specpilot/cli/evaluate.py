@@ -30,7 +30,8 @@ from specpilot.api.v1alpha1 import (
     parse_resource,
 )
 from specpilot.autotune.evaluate import evaluate_once
-from specpilot.autotune.policy.decision import PolicyState, desired_intent, running_intent
+from specpilot.autotune.policy.decision import desired_intent, running_intent
+from specpilot.autotune.policy.state import PolicyState
 from specpilot.autotune.signals.measurements import (
     MeasurementClass,
 )

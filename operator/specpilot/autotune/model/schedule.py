@@ -542,7 +542,7 @@ def plan_threshold(
     `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
     `drafter_memory` (k0tax.DrafterMemory): the KV the drafter holds, priced in the K = 0 comparison when KV-bound.
     `forgone_s`: seconds of serving already forgone by not installing a refit (the per-request speed-up at the load
-    of each evaluation since the refit first paid, times its interval; decision.PolicyState.forgone_s). A refit is worth
+    of each evaluation since the refit first paid, times its interval; state.PolicyState.forgone_s). A refit is worth
     a restart when its gain over the load record repays it within the horizon, or once waiting has already cost as
     much as the restart (rent or buy, `repaid_by_waiting`).
     `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
@@ -593,7 +593,7 @@ def plan_threshold(
     )  # fmt: skip
     off = None
     # a schedule's K = 0 ranges pay the drafter tax; one K for every batch size has none, and the comparison prices
-    # it against off alone, which an acceptance-only disable must not contradict (decision._fit_beats_off)
+    # it against off alone, which an acceptance-only disable must not contradict (proposals._fit_beats_off)
     if support is not ThresholdSupport.THRESHOLD:
         off = compare_with_off(
             refit.profile, model, refit.proposed, max_k=refit.max_k, load=_load_batches(load),
@@ -931,7 +931,7 @@ def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settin
     ski-rental rule needs no forecast: keep paying
     the forgone gain until it adds up to the restart, then restart; whatever the load does next, that costs at most
     twice the best choice in hindsight. Waiting only counts while the gain at the load now is past the fit's minimum
-    gain (within it, the model's error dominates; decision.PolicyState.forgone_s), and the refit must not lose over the
+    gain (within it, the model's error dominates; state.PolicyState.forgone_s), and the refit must not lose over the
     record (a refit is K per batch at its best, so it loses nowhere but within ties and the K = 0 tax:
     `loses_only_ties`)."""
     return (

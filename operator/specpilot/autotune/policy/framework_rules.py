@@ -42,7 +42,7 @@ from specpilot.autotune.model.baseline import (
     record_acceptance,
     summary,
 )
-from specpilot.autotune.policy.decision import BASELINE_MAX_AGE, PolicyInputs
+from specpilot.autotune.policy.state import BASELINE_MAX_AGE, PolicyInputs
 from specpilot.autotune.signals.measurements import Measurement, valid_value, why_not_valid
 from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal, short_output_bound
 from specpilot.reconcile.conditions import (
