@@ -695,10 +695,10 @@ def run_scenario(
     }
     from_declared = _oracle_from_declared(scenario, declared_refs, switches, layout)
     oracle_run, oracle_plan = _oracle_row(scenario, refs, from_declared, layout)
-    runs: list[PolicyRun] = []
-
-    runs.append(replace(statics["off"], policy="off"))
-    runs.append(replace(statics[oracles.label(oracles.static(k))], policy="always-on"))
+    runs = [
+        replace(statics["off"], policy="off"),
+        replace(statics[oracles.label(oracles.static(k))], policy="always-on"),
+    ]
     threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
     if threshold_32 in statics:  # a version that cannot stop speculating at a batch size has no such row
         runs.append(replace(statics[threshold_32], policy="static-threshold"))
@@ -712,7 +712,6 @@ def run_scenario(
                                   workers, layout))  # fmt: skip
     runs.append(mine)
     runs.append(lenient)
-    oracle_candidates = {**refs.candidate_goodput, **from_declared.candidate_goodput}
     meta = {
         "scenario": scenario.name,
         "seed": seed,
@@ -721,11 +720,7 @@ def run_scenario(
         "best_static": best,
         "best_static_without_searched_schedules": best_unscheduled,
         "searched_schedules": sorted(searched),
-        "oracle_plan": oracle_plan,
-        "oracle_within_budget_plan": refs.budgeted_plan,
-        "oracle_candidates": {kind: round(g, 2) for kind, g in oracle_candidates.items()},
-        "oracle_from_declared_plan": [[at, name] for at, name in from_declared.run.timeline],
-        "oracle_from_declared_candidates": {kind: round(g, 2) for kind, g in from_declared.candidate_goodput.items()},
+        **_oracle_meta(oracle_plan, refs, from_declared),
         "dynamic": scenario.dynamic,
         "actuation_reasons": mine.notes,
         "lenient_actuation_reasons": lenient.notes,
@@ -733,10 +728,34 @@ def run_scenario(
         "window_s": scenario.window_s,
         "client_timeout_s": scenario.client_timeout_s,
         "objective": scenario.objective.value,
-        **({"replicas": layout.replicas, "balancer": layout.balancer.value, "max_surge": layout.max_surge,
-            "max_unavailable": layout.max_unavailable, "drain_s": layout.drain_s} if not layout.outage else {}),
-    }  # fmt: skip
+        **_layout_meta(layout),
+    }
     return runs, meta
+
+
+def _oracle_meta(oracle_plan: list[str] | None, refs: OracleReferences, from_declared: FromDeclared) -> dict[str, Any]:
+    """The oracles' plans and the goodput of every candidate plan they chose among, as the report shows them."""
+    candidates = {**refs.candidate_goodput, **from_declared.candidate_goodput}
+    return {
+        "oracle_plan": oracle_plan,
+        "oracle_within_budget_plan": refs.budgeted_plan,
+        "oracle_candidates": {kind: round(g, 2) for kind, g in candidates.items()},
+        "oracle_from_declared_plan": [[at, name] for at, name in from_declared.run.timeline],
+        "oracle_from_declared_candidates": {kind: round(g, 2) for kind, g in from_declared.candidate_goodput.items()},
+    }
+
+
+def _layout_meta(layout: Layout) -> dict[str, Any]:
+    """The replicas and rollout a run served on; nothing for the one-replica outage layout."""
+    if layout.outage:
+        return {}
+    return {
+        "replicas": layout.replicas,
+        "balancer": layout.balancer.value,
+        "max_surge": layout.max_surge,
+        "max_unavailable": layout.max_unavailable,
+        "drain_s": layout.drain_s,
+    }
 
 
 def _totals(scenario: Scenario, statics: Mapping[str, PolicyRun]) -> dict[str, float]:
