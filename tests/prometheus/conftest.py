@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
@@ -106,19 +107,43 @@ def replayed_prometheus(
     times = load_recording(REPLAY, promtool_binary, work / "data", ago=120)
     server = PrometheusServer(prometheus_binary, work, []).start()
     try:
-        # Recording rules over the replayed range, as Prometheus would have evaluated them live.
-        rules_out = work / "rules-blocks"
-        done = subprocess.run(
-            [str(promtool_binary), "tsdb", "create-blocks-from", "rules", f"--start={int(times['start'])}",
-             f"--end={int(times['end']) + 60}", f"--url={server.url}", f"--output-dir={rules_out}",
-             "--eval-interval=15s", str(RULES)],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-        server.stop()
-        for block in rules_out.iterdir():
-            shutil.move(str(block), str(work / "data" / block.name))
-        server.start()
+        # Recording rules over the replayed range, as Prometheus would have evaluated them live. The replay is only
+        # usable once the recorded acceptance series answer: one backfill that left them empty is tried once more,
+        # and a second says so here rather than as every panel over them finding no data.
+        for attempt in (1, 2):
+            notes = _backfill_rules(server, promtool_binary, times, work / f"rules-blocks-{attempt}")
+            if _recorded_acceptance(server, times):
+                break
+        else:
+            pytest.fail(f"the recording rules backfilled over the replay answer no acceptance series: {notes}")
         yield Replay(server, times["switch"], times["start"], times["end"])
     finally:
         server.stop()
+
+
+def _backfill_rules(server: PrometheusServer, promtool: Path, times: dict[str, float], out: Path) -> str:
+    """Evaluate the chart's recording rules over the replayed range against `server`, then restart it on the
+    resulting blocks; promtool's last words, for a failure message."""
+    done = subprocess.run(
+        [str(promtool), "tsdb", "create-blocks-from", "rules", f"--start={int(times['start'])}",
+         f"--end={int(times['end']) + 60}", f"--url={server.url}", f"--output-dir={out}",
+         "--eval-interval=15s", str(RULES)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    server.stop()
+    for block in out.iterdir():
+        shutil.move(str(block), str(server.workdir / "data" / block.name))
+    server.start()
+    return (done.stderr or done.stdout)[-500:]
+
+
+def _recorded_acceptance(server: PrometheusServer, times: dict[str, float]) -> bool:
+    """Does the recorded acceptance series (the rule the dashboard's acceptance panels read) hold data?"""
+    answer = httpx.get(
+        f"{server.url}/api/v1/query_range",
+        params={"query": "namespace_deployment:vllm_spec_decode_acceptance_rate:ratio_rate5m",
+                "start": times["start"], "end": times["end"] + 60, "step": "15s"},
+        timeout=30,
+    ).json()  # fmt: skip
+    return answer.get("status") == "success" and bool(answer.get("data", {}).get("result"))
