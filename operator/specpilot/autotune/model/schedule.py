@@ -564,15 +564,15 @@ def plan_threshold(
     if max_k <= 0 or not load:
         return _no_change(support, settings, "no batch-size evidence yet", evidence)
     batch = max(1, round(batch_now))
+    k_current = k_for_batch(current, batch, max_k)
     model = _calibrated_model(
-        model_for_method(settings.model, method), profile, k_for_batch(current, batch, max_k), batch,
-        tpot_on_ms, tpot_off_ms, evidence,
-    )  # fmt: skip
+        model_for_method(settings.model, method), profile, k_current, batch, tpot_on_ms, tpot_off_ms, evidence
+    )
     if tpot_on_ms is None:
         reason = "no per-token latency measured: cannot check the cost model against this deployment"
         return _no_change(support, settings, reason, evidence)
     ok, consistency = model_consistency(
-        model, profile, batch=batch, k=max(k_for_batch(current, batch, max_k), 0), tpot_ms=tpot_on_ms,
+        model, profile, batch=batch, k=max(k_current, 0), tpot_ms=tpot_on_ms,
         tolerance=settings.model_tolerance,
     )  # fmt: skip
     evidence["consistency"] = consistency
@@ -587,8 +587,9 @@ def plan_threshold(
     if at_load is not None:
         evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
         settings = replace(settings, restart_cost_s=0.0) if at_load.free else settings
+    batches = _load_batches(load)  # the load record as representative batch sizes
     refit, shown = _propose(
-        support, version, current, profile, model, load, max_k, max_num_seqs, bounds, settings, objective,
+        support, version, current, profile, model, batches, max_k, max_num_seqs, bounds, settings, objective,
         declared_k, rate, evidence,
     )  # fmt: skip
     off = None
@@ -596,7 +597,7 @@ def plan_threshold(
     # it against off alone, which an acceptance-only disable must not contradict (proposals._fit_beats_off)
     if support is not ThresholdSupport.THRESHOLD:
         off = compare_with_off(
-            refit.profile, model, refit.proposed, max_k=refit.max_k, load=_load_batches(load),
+            refit.profile, model, refit.proposed, max_k=refit.max_k, load=batches,
             restart_cost_s=settings.restart_cost_s, horizon_s=settings.horizon_s, drafter_memory=drafter_memory,
         )  # fmt: skip
         evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
@@ -604,9 +605,7 @@ def plan_threshold(
             return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off)
     if refit.proposed == current:
         return _no_change(support, settings, f"{shown} already installed", evidence, off)
-    judged = _judge(
-        refit, _load_batches(load), batch, max_num_seqs, settings, at_load, forgone_s, forecast, anchor, evidence
-    )
+    judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forgone_s, forecast, anchor, evidence)
     return ThresholdPlan(
         support, refit.proposed if judged.worth else None, judged.gain, judged.payback_s, judged.worth,
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
@@ -704,7 +703,7 @@ def _propose(
     current: SpeculationIntent,
     profile: AcceptanceProfile,
     model: StepCostModel,
-    load: Mapping[int, float],
+    batches: Mapping[int, float],
     max_k: int,
     max_num_seqs: int,
     bounds: tuple[int, int],
@@ -727,7 +726,7 @@ def _propose(
         max_k = max(max_k, declared_k or 0)
         profile = profile.extended(max_k)
         evidence["acceptance"]["source"] = profile.source
-        k = fit_static_k(profile, model, _load_batches(load), max_k, settings.prefer_within, objective)
+        k = fit_static_k(profile, model, batches, max_k, settings.prefer_within, objective)
         proposed = replace(current, num_speculative_tokens=k, batch_schedule=None, disable_above_batch_size=None)
         shown = f"K = {k} at every batch size"
         evidence["note"] = f"vLLM {version} has no batch-size schedule here: one K for every batch, over the load"
