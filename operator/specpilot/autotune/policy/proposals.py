@@ -215,29 +215,52 @@ def _propose_while_on(
     speed = measured_speed(inputs, state, now)
     evidence["speed"] = {"outcome": speed.outcome.value, "reason": speed.reason, **speed.evidence}
     filed.speed = speed
+    drafted = _Drafted.of(inputs)
     if inputs.spec.autotune.overrides.speculation is not SpeculationOverride.FORCE_ON:
-        off = _reason_to_switch_off(inputs, state, now, speed, evidence, filed)
+        off = _reason_to_switch_off(inputs, state, now, speed, drafted, evidence, filed)
         if off is not None:
             return off
-    return _refit_or_keep(inputs, state, now, speed, evidence, filed)
+    return _refit_or_keep(inputs, state, now, speed, drafted, evidence, filed)
+
+
+@dataclass(frozen=True)
+class _Drafted:
+    """This window's acceptance and the draft tokens behind it, as the reasons quote them."""
+
+    acceptance: float | None
+    tokens: str  # draft tokens in the window (_count)
+    window: str  # the window, as PromQL
+
+    @classmethod
+    def of(cls, inputs: PolicyInputs) -> _Drafted:
+        m = inputs.measurements
+        tokens = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+        return cls(valid_value(m, Signal.ACCEPTANCE_RATE), tokens, inputs.window.promql())
+
+    def against(self, below: float) -> str:
+        """The acceptance against disableBelow; only for a measured acceptance."""
+        assert self.acceptance is not None
+        relation = "<" if self.acceptance < below else ">="
+        return (
+            f"acceptance {self.acceptance:.2f} {relation} disableBelow {below:.2f} over {self.window}, "
+            f"{self.tokens} draft tokens"
+        )
 
 
 def _reason_to_switch_off(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, speed: SpeedVerdict, evidence: dict[str, Any],
-    filed: _Filed,
+    inputs: PolicyInputs, state: PolicyState, now: datetime, speed: SpeedVerdict, drafted: _Drafted,
+    evidence: dict[str, Any], filed: _Filed,
 ) -> Proposal | None:  # fmt: skip
     """The first of: acceptance below disableBelow (unless measured faster), a probe that did not reach enableAbove
     or found no evidence by its deadline, a latency regression, measured slower, a canary that hurts."""
     at = inputs.spec.autotune
     m = inputs.measurements
-    w = inputs.window.promql()
-    acceptance = valid_value(m, Signal.ACCEPTANCE_RATE)
-    drafted = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+    acceptance = drafted.acceptance
     below, above = at.acceptance.disable_below, at.acceptance.enable_above
     off_target = inputs.current.without_speculation()
     faster = speed.outcome is Speed.FASTER
     if acceptance is not None and acceptance < below and not faster:
-        reason = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+        reason = drafted.against(below)
         if speed.known:
             return Proposal(
                 Action.DISABLE, off_target, f"{reason}; {speed.reason}", evidence, off_kind=OffReason.ACCEPTANCE
@@ -246,7 +269,7 @@ def _reason_to_switch_off(
     if state.probe_started is not None and acceptance is not None and acceptance < above and not faster:
         reason = (
             f"probe since {format_time(state.probe_started)}: acceptance {acceptance:.2f} did not reach "
-            f"enableAbove {above:.2f} over {w}, {drafted} draft tokens"
+            f"enableAbove {above:.2f} over {drafted.window}, {drafted.tokens} draft tokens"
         )
         return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.ACCEPTANCE)
     deadline = probe_deadline(inputs.spec)
@@ -281,16 +304,14 @@ def _reason_to_switch_off(
 
 
 def _refit_or_keep(
-    inputs: PolicyInputs, state: PolicyState, now: datetime, speed: SpeedVerdict, evidence: dict[str, Any],
-    filed: _Filed,
+    inputs: PolicyInputs, state: PolicyState, now: datetime, speed: SpeedVerdict, drafted: _Drafted,
+    evidence: dict[str, Any], filed: _Filed,
 ) -> Proposal:  # fmt: skip
     """No reason to switch off: a K = 0 window's proposal while acceptance is unknown, else the fit's refit (or the
     K = 0 tax's disable), else keep, with the acceptance summary."""
     at = inputs.spec.autotune
     m = inputs.measurements
-    w = inputs.window.promql()
-    acceptance = valid_value(m, Signal.ACCEPTANCE_RATE)
-    drafted = _count(valid_value(m, Signal.DRAFT_TOKENS_IN_WINDOW))
+    acceptance = drafted.acceptance
     below = at.acceptance.disable_below
     off_target = inputs.current.without_speculation()
     batch = valid_value(m, Signal.BATCH_SIZE)
@@ -299,12 +320,9 @@ def _refit_or_keep(
         if at_k0 is not None:
             return at_k0
         return _keep(inputs, f"holding: {why_not_valid(m, Signal.ACCEPTANCE_RATE)}", evidence)
-    if acceptance < below:  # kept only because speculation is measured faster (or pinned on)
-        summary_text = f"acceptance {acceptance:.2f} < disableBelow {below:.2f} over {w}, {drafted} draft tokens"
-        if speed.outcome is Speed.FASTER:
-            summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
-    else:
-        summary_text = f"acceptance {acceptance:.2f} >= disableBelow {below:.2f} over {w}, {drafted} draft tokens"
+    summary_text = drafted.against(below)
+    if acceptance < below and speed.outcome is Speed.FASTER:  # kept only because measured faster (or pinned on)
+        summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
     plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed)
