@@ -28,7 +28,6 @@ from specpilot.autotune.model.forecast import RateSample
 from specpilot.autotune.model.schedule import (
     FitSettings,
     ThresholdSupport,
-    schedule_text,
 )
 from specpilot.autotune.model.stepfit import (
     StepSample,
@@ -68,18 +67,6 @@ class OffReason(StrEnum):
     ACCEPTANCE = "acceptance"  # the drafter is poor on this traffic: only a probe or a canary can tell otherwise
     LOAD = "load"  # the drafter is fine but the batch is too large: back on when the load falls
     CANARY = "canary"  # a plain canary was faster on the same traffic
-
-
-def describe_intent(intent: SpeculationIntent) -> str:
-    if not intent.enabled:
-        return "speculation off"
-    k = intent.num_speculative_tokens
-    text = f"speculation on (K={k if k is not None else 'model default'})"
-    if intent.batch_schedule:
-        return f"{text}, schedule {schedule_text(intent.batch_schedule)}"
-    if intent.disable_above_batch_size is not None:
-        return f"{text}, off at batch >= {intent.disable_above_batch_size}"
-    return text
 
 
 @dataclass(frozen=True)
