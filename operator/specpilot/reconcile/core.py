@@ -420,81 +420,147 @@ def reconcile(inputs: ReconcileInputs, chosen: ChosenIntent | None) -> Reconcile
     try:
         spec = v1alpha1.parse_spec(dict(inputs.spec))
     except v1alpha1.InvalidSpec as err:
-        msg = "; ".join(err.problems)
-        return _finish(inputs, [cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], {}, [])
+        return _finish(inputs, [_invalid_spec("; ".join(err.problems))], {}, [])
 
     fields: dict[str, Any] = {}
     fit_update, refusal = _memory_verdict(inputs, spec, fields)
     if refusal is not None:
         return _finish(inputs, [fit_update, refusal], fields, [])
+    try:
+        plan = _render(inputs, spec, chosen)
+    except _Refused as refused:
+        return _finish(inputs, [fit_update, refused.update], fields, [])
 
+    children = manifests.build_children(
+        spec,
+        manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid),
+        command=plan.rendered.argv,
+        config_hash=plan.rendered.config_hash,
+        speculation=plan.chosen.intent.enabled,
+        canary=plan.canary,
+    )
+    diff = _diff_children(inputs, children)
+    rollout, clock = _rollout(inputs, spec, plan, diff)
+    updates = [
+        fit_update,
+        *rollout,
+        _threshold_condition(plan.rendered),
+        _speculation_condition(inputs, spec, plan.chosen),
+        *_write_problems(inputs.name, diff.conflicts(inputs.conflicts), diff.refused),
+    ]
+    fields["effective"] = _effective(inputs, plan.running, plan.chosen, plan.rendered, clock, plan.canary)
+    live = inputs.deployment
+    fields["replicas"] = live.replicas if live else 0
+    fields["readyReplicas"] = live.ready_replicas if live else 0
+    fields["updatedReplicas"] = live.updated_replicas if live else 0
+    return _finish(inputs, updates, fields, diff.apply, plan.rendered, diff.delete)
+
+
+def _invalid_spec(message: str) -> cond.ConditionUpdate:
+    return cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", message)
+
+
+class _Refused(Exception):
+    """The spec cannot be deployed as written: `update` is the Ready=False InvalidSpec that says why."""
+
+    def __init__(self, update: cond.ConditionUpdate) -> None:
+        super().__init__(update.message)
+        self.update = update
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    """What the pods run: `running` (the spec with a promoted candidate's drafter), its command for the chosen intent,
+    and the canary or trial pod's command beside it."""
+
+    chosen: ChosenIntent
+    running: v1alpha1.SpeculativeDeploymentSpec
+    rendered: RenderedCommand
+    canary: manifests.CanaryCommand | None
+
+
+def _render(
+    inputs: ReconcileInputs, spec: v1alpha1.SpeculativeDeploymentSpec, chosen: ChosenIntent | None
+) -> _Rendered:
+    """Render the chosen intent for the engine in use, and the canary or trial pod's command; raises _Refused where
+    the image, the command, a candidate or the canary's command cannot run."""
     image_problem = image_version_problem(spec.engine.image, spec.engine.version)
     if image_problem is not None:
-        invalid = cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", f"spec.engine.image: {image_problem}")
-        return _finish(inputs, [fit_update, invalid], fields, [])
-
+        raise _Refused(_invalid_spec(f"spec.engine.image: {image_problem}"))
     if chosen is None:
         raise ValueError("reconcile: a spec that parses needs a chosen intent (autotune.evaluation.choose_intent)")
-    intent = chosen.intent
     running = spec if chosen.drafter is None else v1alpha1.spec_running(spec, chosen.drafter)  # a promoted candidate
     try:
-        rendered = render_command(running, intent)
+        rendered = render_command(running, chosen.intent)
     except UnsupportedCombination as err:
-        msg = f"{err.field}: {err}"
-        return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
-
+        raise _Refused(_invalid_spec(f"{err.field}: {err}")) from err
     unusable = _candidate_refusal(inputs, spec)
     if unusable is not None:
-        return _finish(inputs, [fit_update, unusable], fields, [])
-
-    owner = manifests.Owner(name=inputs.name, namespace=inputs.namespace, uid=inputs.uid)
+        raise _Refused(unusable)
     try:
         if chosen.trial is not None:
             canary: manifests.CanaryCommand | None = trial_command(spec, chosen.trial, chosen.trial_candidate)
         else:
-            canary = canary_command(running, intent)
+            canary = canary_command(running, chosen.intent)
     except UnsupportedCombination as err:
         needed_by = "the trial pod" if chosen.trial is not None else "the canary replica, spec.autotune.canary"
-        msg = f"{err.field}: {err} (needed by {needed_by})"
-        return _finish(inputs, [fit_update, cond.ConditionUpdate(cond.READY, "False", "InvalidSpec", msg)], fields, [])
-    children = manifests.build_children(
-        spec,
-        owner,
-        command=rendered.argv,
-        config_hash=rendered.config_hash,
-        speculation=intent.enabled,
-        canary=canary,
-    )
+        raise _Refused(_invalid_spec(f"{err.field}: {err} (needed by {needed_by})")) from err
+    return _Rendered(chosen, running, rendered, canary)
+
+
+@dataclass(frozen=True)
+class _ChildrenDiff:
+    """The children to write and to delete, the keys wanted, and those the API server refused before (key: its
+    message), which are not retried."""
+
+    apply: list[dict[str, Any]]
+    delete: list[str]
+    wanted: set[str]
+    refused: dict[str, str]
+
+    def conflicts(self, owners: Mapping[str, str]) -> dict[str, str]:
+        """Of the children owned by someone else (key: the owner), those this reconcile wants."""
+        return {key: who for key, who in owners.items() if key in self.wanted}
+
+
+def _diff_children(inputs: ReconcileInputs, children: Sequence[dict[str, Any]]) -> _ChildrenDiff:
     canary_key = f"Deployment/{manifests.canary_name(inputs.name)}"
     refused: dict[str, str] = {}
     apply = _children_to_apply(inputs, children, canary_key, refused)
     wanted = {child_key(c) for c in children}
     delete = _children_to_delete(inputs, wanted, canary_key, refused)
-    applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in apply)
+    return _ChildrenDiff(apply, delete, wanted, refused)
+
+
+def _rollout(
+    inputs: ReconcileInputs, spec: v1alpha1.SpeculativeDeploymentSpec, plan: _Rendered, diff: _ChildrenDiff
+) -> tuple[list[cond.ConditionUpdate], RolloutClock]:
+    """The rollout conditions of the main Deployment toward the rendered config, and its clock (started, completed),
+    overdue once the rollout outlasts the budget for the pods it rolls."""
+    config_hash = plan.rendered.config_hash
+    applying_main = any(child_key(c) == f"Deployment/{inputs.name}" for c in diff.apply)
+    canary = plan.canary
     want = manifests.main_replicas(spec, with_canary=canary is not None, trial=canary is not None and canary.trial)
-    clock = RolloutClock.of(inputs.status.get("effective") or {}, rendered.config_hash, inputs.now)
+    clock = RolloutClock.of(inputs.status.get("effective") or {}, config_hash, inputs.now)
     overdue = clock.overdue(inputs.now, manifests.rollout_budget_seconds(spec, want))
-    rollout, summary = _rollout_conditions(want, rendered.config_hash, inputs.deployment, applying_main, overdue)
+    rollout, summary = _rollout_conditions(want, config_hash, inputs.deployment, applying_main, overdue)
     if summary == "settled" and clock.completed is None:
         clock = replace(clock, completed=inputs.now)
+    return rollout, clock
 
-    speculating = intent.enabled
-    spec_reason = "SpeculationEnabled" if speculating else "SpeculationDisabled"
+
+def _speculation_condition(
+    inputs: ReconcileInputs, spec: v1alpha1.SpeculativeDeploymentSpec, chosen: ChosenIntent
+) -> cond.ConditionUpdate:
+    """SpeculationActive: whether the chosen intent speculates, and who chose it."""
+    speculating = chosen.intent.enabled
     halt = inputs.autotune_fields.get("autotuneHalt", inputs.status.get("autotuneHalt")) or {}
-    spec_message = _speculation_message(spec, chosen, halt.get("reason"))
-    updates = [
-        fit_update,
-        *rollout,
-        _threshold_condition(rendered),
-        cond.ConditionUpdate(cond.SPECULATION_ACTIVE, "True" if speculating else "False", spec_reason, spec_message),
-        *_write_problems(inputs.name, {k: who for k, who in inputs.conflicts.items() if k in wanted}, refused),
-    ]
-    fields["effective"] = _effective(inputs, running, chosen, rendered, clock, canary)
-    live = inputs.deployment
-    fields["replicas"] = live.replicas if live else 0
-    fields["readyReplicas"] = live.ready_replicas if live else 0
-    fields["updatedReplicas"] = live.updated_replicas if live else 0
-    return _finish(inputs, updates, fields, apply, rendered, delete)
+    return cond.ConditionUpdate(
+        cond.SPECULATION_ACTIVE,
+        "True" if speculating else "False",
+        "SpeculationEnabled" if speculating else "SpeculationDisabled",
+        _speculation_message(spec, chosen, halt.get("reason")),
+    )
 
 
 def _memory_verdict(
