@@ -167,28 +167,77 @@ def from_status(
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     try:
-        loaded = _load(args.file)
-        headers = dict(_header(h) for h in args.header)
-    except LoadError as err:
-        print(printable(f"error: {err}"), file=sys.stderr)
+        loaded, headers = _read_input(args)
+        url = _prometheus_url(args, loaded.spec)
+        scope, connection = _target(args, loaded, url, headers)
+    except _InputError as err:
+        for line in err.lines:
+            print(printable(f"error: {line}"), file=sys.stderr)
         return EXIT_INVALID_INPUT
+    if connection.insecure_skip_verify:
+        print("warning: TLS verification is off for Prometheus", file=sys.stderr)
+    spec, status = loaded.spec, loaded.status
+    notes = list(loaded.notes)
+    state = _policy_state(status, notes)
+    for note in notes:
+        print(printable(f"warning: {args.file}: {note}"), file=sys.stderr)
+    stored = from_status(status.model_dump(by_alias=True, exclude_none=True) if status else {}, spec, scope, state)
+    with PrometheusClient(connection) as client:
+        result = evaluate_once(
+            spec,
+            scope,
+            client,
+            datetime.now(UTC),
+            current=stored.current,
+            state=state,
+            canary_scope=stored.canary_scope,
+            framework=stored.framework,
+            conditions=stored.conditions,
+        )
+    if scope.config_hash is None:
+        result["scope"]["note"] = "no config hash known: measured every configuration of this deployment"
+    return _print_result(args, result)
+
+
+class _InputError(Exception):
+    """The command's input cannot be used: each line says what and where (printed after "error: ")."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = list(lines)
+
+
+def _read_input(args: argparse.Namespace) -> tuple[_Loaded, dict[str, str]]:
+    """The file's spec and status, and the --header pairs."""
+    try:
+        return _load(args.file), dict(_header(h) for h in args.header)
+    except LoadError as err:
+        raise _InputError([str(err)]) from err
     except (InvalidSpec, ValueError) as err:
         problems = err.problems if isinstance(err, InvalidSpec) else [str(err)]
-        for line in problems:
-            print(printable(f"error: {args.file}: {line}"), file=sys.stderr)
-        return EXIT_INVALID_INPUT
-    spec = loaded.spec
-    notes = list(loaded.notes)
+        raise _InputError([f"{args.file}: {line}" for line in problems]) from err
+
+
+def _prometheus_url(args: argparse.Namespace, spec: SpeculativeDeploymentSpec) -> str:
+    """--prometheus, else spec.autotune.prometheus.url."""
     prom = spec.autotune.prometheus
     url = args.prometheus or (prom.url if prom else None)
-    if not url:
-        hint = (
-            f" (spec.autotune.prometheus.connection {prom.connection!r} is defined by the operator's administrator)"
-            if prom and prom.connection
-            else ""
-        )
-        print(f"error: no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url{hint}", file=sys.stderr)
-        return EXIT_INVALID_INPUT
+    if url:
+        return url
+    hint = (
+        f" (spec.autotune.prometheus.connection {prom.connection!r} is defined by the operator's administrator)"
+        if prom and prom.connection
+        else ""
+    )
+    raise _InputError([f"no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url{hint}"])
+
+
+def _target(
+    args: argparse.Namespace, loaded: _Loaded, url: str, headers: Mapping[str, str]
+) -> tuple[Scope, PrometheusConnection]:
+    """Which series to read (the deployment, its config hash: the flag's, else the status's) and how to reach
+    Prometheus (the flags over the spec's connection settings)."""
+    prom = loaded.spec.autotune.prometheus
     status = loaded.status
     config_hash = args.config_hash or (status.effective.config_hash if status and status.effective else None)
     spec_headers = prom.headers if prom and not args.prometheus else {}
@@ -213,28 +262,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             allow_plain_http=args.allow_plain_http,
         )
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_INVALID_INPUT
-    if connection.insecure_skip_verify:
-        print("warning: TLS verification is off for Prometheus", file=sys.stderr)
-    state = _policy_state(status, notes)
-    for note in notes:
-        print(printable(f"warning: {args.file}: {note}"), file=sys.stderr)
-    stored = from_status(status.model_dump(by_alias=True, exclude_none=True) if status else {}, spec, scope, state)
-    with PrometheusClient(connection) as client:
-        result = evaluate_once(
-            spec,
-            scope,
-            client,
-            datetime.now(UTC),
-            current=stored.current,
-            state=state,
-            canary_scope=stored.canary_scope,
-            framework=stored.framework,
-            conditions=stored.conditions,
-        )
-    if config_hash is None:
-        result["scope"]["note"] = "no config hash known: measured every configuration of this deployment"
+        raise _InputError([str(err)]) from err
+    return scope, connection
+
+
+def _print_result(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    """Print the evaluation as asked (-o), and its exit code: EXIT_PROMETHEUS_FAILED where nothing was measured."""
     failure = prometheus_failure(result["measurements"])
     if failure is not None:
         result["failure"] = failure
