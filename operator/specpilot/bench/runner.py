@@ -661,28 +661,15 @@ def run_scenario(
     scenario = for_replicas(scenario, layout.replicas)
     items = arrivals(scenario, seed)
     k = scenario.num_speculative_tokens
-    preset = preset_for(scenario)
     support = batch_size_support(scenario)
     theta = oracles.candidates(k, scenario.max_num_seqs, thresholds=support is not ThresholdSupport.UNSUPPORTED)
-    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     statics, (mine, lenient) = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)
-    searched = (_band_search(scenario, seed, statics, workers, say, layout)
-                if support is ThresholdSupport.BATCH_SCHEDULE else {})  # fmt: skip
-    by_name = {**{oracles.label(i): i for i in theta}, **searched}
-    declared = oracles.label(intent_from_spec(closed_loop_spec(scenario)))
-    refs = _oracle_references(scenario, seed, items, preset, statics, by_name, _totals(scenario, statics), layout,
-                              declared)  # fmt: skip
-    declared_refs = refs
-    say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
-    drafter_of = dict.fromkeys(statics, scenario.method)
+    found = _search_declared(scenario, seed, items, statics, support, theta, workers, say, layout)
     for drafter in scenario.candidates:  # each candidate drafter searched as the declared one, on its own
-        more, more_searched, more_by_name, more_refs = _drafter_references(scenario, drafter, seed, items, theta,
-                                                                           workers, say, layout)  # fmt: skip
-        statics.update(more)
-        searched.update(more_searched)
-        by_name.update(more_by_name)
-        drafter_of.update(dict.fromkeys(more, drafter))
-        refs = max(refs, more_refs, key=lambda r: _goodput(scenario, r.oracle.outcomes))
+        found = _with_drafter(found, scenario, drafter, seed, items, theta, workers, say, layout)
+    statics, searched, by_name, drafter_of, refs = (found.statics, found.searched, found.by_name, found.drafter_of,
+                                                    found.refs)  # fmt: skip
+    tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
     scores = {n: oracles.score(r.outcomes, scenario.duration_s, tpot_slo, ttft_slo) for n, r in statics.items()}
     totals = _totals(scenario, statics)
     best = oracles.best_static(scores)
@@ -693,20 +680,10 @@ def run_scenario(
         "best static from the earliest refit": reachable,
         **_drafter_switches(scenario, seed, items, statics, by_name, drafter_of, best, reachable, layout),
     }
-    from_declared = _oracle_from_declared(scenario, declared_refs, switches, layout)
+    from_declared = _oracle_from_declared(scenario, found.declared_refs, switches, layout)
     oracle_run, oracle_plan = _oracle_row(scenario, refs, from_declared, layout)
-    runs = [
-        replace(statics["off"], policy="off"),
-        replace(statics[oracles.label(oracles.static(k))], policy="always-on"),
-    ]
-    threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
-    if threshold_32 in statics:  # a version that cannot stop speculating at a batch size has no such row
-        runs.append(replace(statics[threshold_32], policy="static-threshold"))
-    runs.append(replace(statics[best], policy="best-static"))
-    runs.append(oracle_run)
-    runs.append(_plan_run(scenario, "oracle-within-budget", refs.budgeted_plan, refs.budgeted, refs.wall_s, layout))
-    runs.append(reachable)
-    runs.append(from_declared.run)
+    runs = _reference_rows(scenario, statics, best, oracle_run, refs, layout)
+    runs += [reachable, from_declared.run]
     plans = {"oracle": oracle_run, "specpilot": mine}
     runs.extend(_restart_controls(replace(scenario, method=best_drafter), seed, statics[best], by_name[best], plans,
                                   workers, layout))  # fmt: skip
@@ -731,6 +708,89 @@ def run_scenario(
         **_layout_meta(layout),
     }
     return runs, meta
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The static runs and searched schedules of every drafter (labels carry a candidate's drafter), which drafter
+    each runs, and the oracles: the best over every drafter, and the declared drafter's alone."""
+
+    statics: dict[str, PolicyRun]
+    searched: dict[str, SpeculationIntent]
+    by_name: dict[str, SpeculationIntent]
+    drafter_of: dict[str, str]
+    refs: OracleReferences
+    declared_refs: OracleReferences
+
+
+def _search_declared(
+    scenario: Scenario,
+    seed: int,
+    items: Sequence[Arrival],
+    statics: dict[str, PolicyRun],
+    support: ThresholdSupport,
+    theta: Sequence[SpeculationIntent],
+    workers: int,
+    say: Callable[[str], None],
+    layout: Layout,
+) -> _Found:
+    """The declared drafter's band search (where the engine takes a per-batch schedule) and its oracles."""
+    searched = (_band_search(scenario, seed, statics, workers, say, layout)
+                if support is ThresholdSupport.BATCH_SCHEDULE else {})  # fmt: skip
+    by_name = {**{oracles.label(i): i for i in theta}, **searched}
+    declared = oracles.label(intent_from_spec(closed_loop_spec(scenario)))
+    refs = _oracle_references(scenario, seed, items, preset_for(scenario), statics, by_name, _totals(scenario, statics),
+                              layout, declared)  # fmt: skip
+    say(f"{scenario.name}: oracles done in {refs.wall_s:.1f}s ({refs.replayed_plans} plans replayed)")
+    return _Found(statics, searched, by_name, dict.fromkeys(statics, scenario.method), refs, refs)
+
+
+def _with_drafter(
+    found: _Found,
+    scenario: Scenario,
+    drafter: str,
+    seed: int,
+    items: Sequence[Arrival],
+    theta: Sequence[SpeculationIntent],
+    workers: int,
+    say: Callable[[str], None],
+    layout: Layout,
+) -> _Found:
+    """`found` with a candidate drafter's runs, schedules and oracles added; the oracle is the better of the two."""
+    more, more_searched, more_by_name, more_refs = _drafter_references(scenario, drafter, seed, items, theta, workers,
+                                                                       say, layout)  # fmt: skip
+    return replace(
+        found,
+        statics={**found.statics, **more},
+        searched={**found.searched, **more_searched},
+        by_name={**found.by_name, **more_by_name},
+        drafter_of={**found.drafter_of, **dict.fromkeys(more, drafter)},
+        refs=max(found.refs, more_refs, key=lambda r: _goodput(scenario, r.oracle.outcomes)),
+    )
+
+
+def _reference_rows(
+    scenario: Scenario,
+    statics: Mapping[str, PolicyRun],
+    best: str,
+    oracle_run: PolicyRun,
+    refs: OracleReferences,
+    layout: Layout,
+) -> list[PolicyRun]:
+    """The fixed rows (off, the declared config always on, the static threshold at batch 32 where the engine has
+    one, the best static) and the oracle's two rows."""
+    k = scenario.num_speculative_tokens
+    runs = [
+        replace(statics["off"], policy="off"),
+        replace(statics[oracles.label(oracles.static(k))], policy="always-on"),
+    ]
+    threshold_32 = oracles.label(oracles.threshold(k, 32, scenario.max_num_seqs))
+    if threshold_32 in statics:  # a version that cannot stop speculating at a batch size has no such row
+        runs.append(replace(statics[threshold_32], policy="static-threshold"))
+    runs.append(replace(statics[best], policy="best-static"))
+    runs.append(oracle_run)
+    runs.append(_plan_run(scenario, "oracle-within-budget", refs.budgeted_plan, refs.budgeted, refs.wall_s, layout))
+    return runs
 
 
 def _oracle_meta(oracle_plan: list[str] | None, refs: OracleReferences, from_declared: FromDeclared) -> dict[str, Any]:
