@@ -94,12 +94,14 @@ def analyse(cluster: Cluster, trial_tpot: float, minutes: int = 10) -> list[str]
 def test_one_pod_first_then_promoted_to_every_pod() -> None:
     cluster = three_replicas()
     start_trial(cluster)
-    phases = analyse(cluster, 0.008)
-    # ready at the first evaluation, analysed 2m30s later (window + 2 scrapes): promoted at the fourth
+    phases = analyse(cluster, 0.010)
+    # 10% faster: within twice the tolerance (10%), so not decisive; ready at the first evaluation, analysed 2m30s
+    # later (window + 2 scrapes): promoted at the fourth
     assert phases == ["Running", "Running", "Running", "Promoted"], phases
     trial = cluster.status["trial"]
     assert trial["outcome"] == "Successful"
-    assert trial["speedup"] == 1.375
+    assert trial["speedup"] == 1.1
+    assert "decisive" not in trial["reason"]
     assert trial["candidate"]["p50TpotMs"] == 10.0
     assert trial["incumbent"]["requests"] == 400
     assert not speculating(cluster.deployment)
@@ -112,6 +114,26 @@ def test_one_pod_first_then_promoted_to_every_pod() -> None:
     # the next decision waits for the promotion's rollout, then for its settling, like any rollout
     cluster.advance(1)
     assert cluster.evaluate(COLLAPSED).decision["gate"] == "rollout in progress"
+
+
+@pytest.mark.parametrize(
+    ("trial_tpot", "phases", "outcome"),
+    [
+        (0.008, ["Promoted"], "Successful"),  # 27% faster (speedup 1.375 > 1.2)
+        (0.020, ["RolledBack"], "Failed"),  # 82% slower
+        (0.0125, ["Running", "Running", "Running", "RolledBack"], "Failed"),  # 14% slower: beyond 10%, within 20%
+        (0.0095, ["Running", "Running", "Running", "Promoted"], "Successful"),  # speedup 1.158: within 20%
+    ],
+)
+def test_a_decisive_analysis_concludes_before_its_span(trial_tpot: float, phases: list[str], outcome: str) -> None:
+    """Beyond twice regressionTolerance either way the trial ends at the first evaluation that measures it; within
+    that, it waits for the whole analysis span even where the span's own bar is already crossed."""
+    cluster = three_replicas()
+    start_trial(cluster)
+    assert analyse(cluster, trial_tpot) == phases
+    trial = cluster.status["trial"]
+    assert trial["outcome"] == outcome
+    assert ("decisive before" in trial["reason"]) == (len(phases) == 1), trial["reason"]
 
 
 def test_slower_trial_rolls_back_and_is_not_retried_at_once() -> None:

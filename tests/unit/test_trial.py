@@ -121,23 +121,23 @@ def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
     span = trials.analysis_span(sp)  # window 2m + 2 x 15 s
     assert span == timedelta(seconds=150)
     trial = started()
-    step = trials.advance(trial, spec=sp, ready=False, observation=observe(0.008), now=T0 + timedelta(minutes=1))
+    step = trials.advance(trial, spec=sp, ready=False, observation=observe(0.009), now=T0 + timedelta(minutes=1))
     assert (step.trial, step.ended) == (trial, None)  # the pod is loading: nothing moves
     ready_at = T0 + timedelta(minutes=2)
-    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), now=ready_at)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.009), now=ready_at)
     assert step.ended is None
     assert step.trial.ready_at == "2026-11-26T12:02:00Z"
     assert step.trial.analysis_at == "2026-11-26T12:04:30Z"
     before = ready_at + span - timedelta(seconds=1)
-    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), now=before)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.009), now=before)
     assert step.ended is None
     assert step.trial.outcome is None
-    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.008), now=ready_at + span)
+    step = trials.advance(step.trial, spec=sp, ready=True, observation=observe(0.009), now=ready_at + span)
     assert step.ended is TrialPhase.PROMOTED
     assert step.event is not None
     assert step.event[1] == "TrialPromoted"
     assert step.trial.outcome is TrialOutcome.SUCCESSFUL
-    assert step.trial.speedup == 1.25
+    assert step.trial.speedup == 1.1111
     assert step.trial.candidate is not None
     assert step.trial.candidate.requests == 400
 
@@ -147,7 +147,7 @@ def analysed(trial: v1alpha1.TrialStatus, tpot: float, now: datetime, requests: 
 
 
 def test_slower_trial_rolls_back_and_blocks_a_retry_until_probe_interval() -> None:
-    step = analysed(started(), 0.008, T0)  # ready now
+    step = analysed(started(), 0.009, T0)  # ready now
     step = analysed(step.trial, 0.020, T0 + timedelta(minutes=3))
     assert step.ended is TrialPhase.ROLLED_BACK
     assert step.trial.outcome is TrialOutcome.FAILED
@@ -160,23 +160,23 @@ def test_slower_trial_rolls_back_and_blocks_a_retry_until_probe_interval() -> No
 
 
 def test_inconclusive_extends_once_then_rolls_back() -> None:
-    step = analysed(started(), 0.008, T0)
-    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=3), requests=5)
+    step = analysed(started(), 0.009, T0)
+    step = analysed(step.trial, 0.009, T0 + timedelta(minutes=3), requests=5)
     assert step.ended is None
     assert step.trial.extended
     assert step.event is not None
     assert step.event[1] == "TrialInconclusive"
     assert step.trial.analysis_at == "2026-11-26T12:05:30Z"
-    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=4), requests=5)
+    step = analysed(step.trial, 0.009, T0 + timedelta(minutes=4), requests=5)
     assert step.ended is None  # the extension's window has not passed
-    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=6), requests=5)
+    step = analysed(step.trial, 0.009, T0 + timedelta(minutes=6), requests=5)
     assert step.ended is TrialPhase.ROLLED_BACK
     assert step.trial.outcome is TrialOutcome.INCONCLUSIVE
 
 
 def test_inconclusive_then_successful_in_the_extension_promotes() -> None:
-    step = analysed(started(), 0.008, T0)
-    step = analysed(step.trial, 0.008, T0 + timedelta(minutes=3), requests=5)
+    step = analysed(started(), 0.009, T0)
+    step = analysed(step.trial, 0.009, T0 + timedelta(minutes=3), requests=5)
     step = analysed(step.trial, 0.009, T0 + timedelta(minutes=6))
     assert step.ended is TrialPhase.PROMOTED
 
@@ -184,10 +184,10 @@ def test_inconclusive_then_successful_in_the_extension_promotes() -> None:
 def test_a_trial_pod_never_ready_rolls_back_after_one_pod_replacement() -> None:
     sp = spec()
     limit = trials.readiness_deadline(sp)
-    step = trials.advance(started(), spec=sp, ready=False, observation=observe(0.008), now=T0 + limit)
+    step = trials.advance(started(), spec=sp, ready=False, observation=observe(0.009), now=T0 + limit)
     assert step.ended is None
     later = T0 + limit + timedelta(seconds=1)
-    step = trials.advance(step.trial, spec=sp, ready=False, observation=observe(0.008), now=later)
+    step = trials.advance(step.trial, spec=sp, ready=False, observation=observe(0.009), now=later)
     assert step.ended is TrialPhase.ROLLED_BACK
     assert step.event is not None
     assert "did not become ready" in step.event[2]
@@ -196,3 +196,32 @@ def test_a_trial_pod_never_ready_rolls_back_after_one_pod_replacement() -> None:
 @pytest.mark.parametrize("raw", [None, "text", {"phase": "Running"}, {"phase": "Nonsense", "intent": {}}])
 def test_unreadable_trial_records_start_nothing(raw: object) -> None:
     assert trials.running({"trial": raw}) is None
+
+
+@pytest.mark.parametrize(
+    ("candidate", "decisive"),
+    [
+        (group(tpot=0.008), True),  # 25% faster, beyond twice 5%
+        (group(tpot=0.0095), False),  # 5% faster: Successful, but within twice the tolerance
+        (group(tpot=0.0125), True),  # 25% slower: Failed, and beyond twice the tolerance
+        (group(tpot=0.0108), False),  # 8% slower: Failed, within twice the tolerance
+        (group(tpot=0.005, requests=10), False),  # twice as fast on too small a sample
+        (group(tpot=0.005, batch=1.0), False),  # twice as fast at a quarter of the load
+        (group(tpot=None), False),  # not measured
+    ],
+)
+def test_an_analysis_is_decisive_beyond_twice_the_tolerance_on_a_sample_at_comparable_load(
+    candidate: GroupFigures, decisive: bool
+) -> None:
+    verdict = trials.analyse(TrialObservation(candidate, INCUMBENT), SETTINGS)
+    assert trials.decisive(verdict, SETTINGS.tolerance) is decisive
+
+
+def test_a_decisive_analysis_ends_the_trial_at_the_evaluation_that_sees_its_pod_ready() -> None:
+    step = analysed(started(), 0.008, T0)  # 0.8 of the incumbents' 10 ms: beyond twice 10%
+    assert step.ended is TrialPhase.PROMOTED
+    assert step.trial.reason is not None
+    assert "decisive before 2026-11-26T12:02:30Z" in step.trial.reason
+    step = analysed(started(), 0.013, T0)
+    assert step.ended is TrialPhase.ROLLED_BACK
+    assert step.trial.outcome is TrialOutcome.FAILED

@@ -1340,7 +1340,9 @@ class TrialStatus(_Model):
     started_at: str = Field(description="When the operator recorded the trial (before creating its pod).")
     ready_at: str | None = Field(None, description="When an evaluation first saw the trial pod ready.")
     analysis_at: str | None = Field(
-        None, description="When the analysis concludes: readyAt + window + 2 scrape intervals, once more if extended."
+        None,
+        description="When the analysis concludes: readyAt + window + 2 scrape intervals, once more if extended; "
+        "sooner where an earlier analysis is decisive (beyond twice regressionTolerance).",
     )
     extended: bool = Field(False, description="The analysis was Inconclusive once and got one more window.")
     ended_at: str | None = Field(None, description="When the trial was promoted, rolled back or abandoned.")

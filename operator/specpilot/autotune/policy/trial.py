@@ -9,6 +9,8 @@ Its life is a small state machine over `status.trial` (the typed record; the ope
 hashes, times, phase and `extended`):
 
     Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it)
+                       (sooner where decisive: beyond twice the tolerance either way, at any evaluation once the
+                       sample, measured and load gates pass)
                                                                --Successful, a candidate drafter in Recommend-->
                                                                                  Recommended (trial pod removed)
                                                                --Failed--------> RolledBack (trial pod removed)
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -168,6 +170,23 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
     return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: {bar} beyond {settings.tolerance:.0%}", speedup)
 
 
+# An analysis concludes before its span only beyond this multiple of regressionTolerance, either way (`decisive`).
+DECISIVE_FACTOR = 2
+DECISIVE_BAR = "faster or slower beyond twice the tolerance"
+
+
+def decisive(verdict: Analysis, tolerance: float) -> bool:
+    """Whether an analysis may conclude before its span is over: it passed the sample, measured and load gates, and
+    the trial pod was faster or slower than the incumbents beyond twice the tolerance. The analysis runs at every
+    evaluation, so an early conclusion on a difference within the span's own bar would be a test repeated until it
+    passes; twice the tolerance keeps a difference that size rare to reach by noise on the minimum sample, while a
+    change that ends a saturated config's misses (or a config that is clearly slower) acts an analysis span sooner."""
+    if verdict.gate != "speed" or verdict.speedup is None or verdict.speedup <= 0:
+        return False
+    bar = 1 + DECISIVE_FACTOR * tolerance
+    return verdict.speedup > bar or 1 / verdict.speedup > bar
+
+
 def _within(a: float | None, b: float | None, floor: float) -> bool:
     """Whether two loads are within COMPARABLE_BATCH_FACTOR of each other (each raised to `floor`)."""
     if a is None or b is None:
@@ -300,9 +319,12 @@ def advance(
             return Step(trial)
         trial = trial.model_copy(update={"ready_at": stamp, "analysis_at": format_time(now + analysis_span(spec))})
     assert trial.analysis_at is not None
-    if now < parse_time(trial.analysis_at):
-        return Step(trial)
     verdict = analyse(observation, AnalysisSettings.of(spec))
+    early = now < parse_time(trial.analysis_at)
+    if early and not decisive(verdict, AnalysisSettings.of(spec).tolerance):
+        return Step(trial)
+    if early:
+        verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
     trial = trial.model_copy(
         update={
             "outcome": verdict.outcome,
