@@ -666,7 +666,8 @@ def run_scenario(
     statics, (mine, lenient) = _theta_and_closed_loop_runs(scenario, seed, theta, workers, say, layout)
     found = _search_declared(scenario, seed, items, statics, support, theta, workers, say, layout)
     for drafter in scenario.candidates:  # each candidate drafter searched as the declared one, on its own
-        found = _with_drafter(found, scenario, drafter, seed, items, theta, workers, say, layout)
+        references = _drafter_references(scenario, drafter, seed, items, theta, workers, say, layout)
+        found = _with_drafter(found, scenario, drafter, references)
     statics, searched, by_name, drafter_of, refs = (found.statics, found.searched, found.by_name, found.drafter_of,
                                                     found.refs)  # fmt: skip
     tpot_slo, ttft_slo = scenario.tpot_slo_ms / 1000, scenario.ttft_slo_s
@@ -710,6 +711,12 @@ def run_scenario(
     return runs, meta
 
 
+# A candidate drafter's static runs, searched schedules, every configuration by name, and its oracles.
+_DrafterReferences = tuple[
+    dict[str, PolicyRun], dict[str, SpeculationIntent], dict[str, SpeculationIntent], "OracleReferences"
+]
+
+
 @dataclass(frozen=True)
 class _Found:
     """The static runs and searched schedules of every drafter (labels carry a candidate's drafter), which drafter
@@ -745,20 +752,10 @@ def _search_declared(
     return _Found(statics, searched, by_name, dict.fromkeys(statics, scenario.method), refs, refs)
 
 
-def _with_drafter(
-    found: _Found,
-    scenario: Scenario,
-    drafter: str,
-    seed: int,
-    items: Sequence[Arrival],
-    theta: Sequence[SpeculationIntent],
-    workers: int,
-    say: Callable[[str], None],
-    layout: Layout,
-) -> _Found:
-    """`found` with a candidate drafter's runs, schedules and oracles added; the oracle is the better of the two."""
-    more, more_searched, more_by_name, more_refs = _drafter_references(scenario, drafter, seed, items, theta, workers,
-                                                                       say, layout)  # fmt: skip
+def _with_drafter(found: _Found, scenario: Scenario, drafter: str, references: _DrafterReferences) -> _Found:
+    """`found` with a candidate drafter's runs, schedules and oracles (`_drafter_references`) added; the oracle is the
+    better of the two."""
+    more, more_searched, more_by_name, more_refs = references
     return replace(
         found,
         statics={**found.statics, **more},
@@ -847,7 +844,7 @@ def _drafter_references(
     workers: int,
     say: Callable[[str], None],
     layout: Layout,
-) -> tuple[dict[str, PolicyRun], dict[str, SpeculationIntent], dict[str, SpeculationIntent], OracleReferences]:
+) -> _DrafterReferences:
     """One candidate drafter's static runs (Theta without "off", which is the declared drafter's), its band search
     and its oracles, searched exactly as the declared drafter's and independently of the policy; every label
     carries the drafter (drafter_label)."""
