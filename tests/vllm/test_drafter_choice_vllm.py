@@ -163,9 +163,11 @@ def run_trial(spec: Any, candidate: Mapping[str, Measurement], incumbent: Mappin
         intent=target, config_hash="trial", incumbent=current, incumbent_hash="incumbent", action="candidate",
         now=t0, candidate_name="other",
     )  # fmt: skip
-    observation = trials.TrialObservation(trials.GroupFigures.of(candidate), trials.GroupFigures.of(incumbent))
-    step = trials.advance(record, spec=spec, ready=True, observation=observation, now=t0)
+    # the evaluation that first sees the trial pod ready: it has served nothing yet, so nothing is concluded
+    just_ready = trials.TrialObservation(trials.GroupFigures.of({}), trials.GroupFigures.of(incumbent))
+    step = trials.advance(record, spec=spec, ready=True, observation=just_ready, now=t0)
     assert step.ended is None
+    observation = trials.TrialObservation(trials.GroupFigures.of(candidate), trials.GroupFigures.of(incumbent))
     assert step.trial.analysis_at is not None
     later = t0 + trials.analysis_span(spec) + timedelta(seconds=1)
     step = trials.advance(step.trial, spec=spec, ready=True, observation=observation, now=later)
