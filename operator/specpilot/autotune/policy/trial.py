@@ -183,8 +183,8 @@ def decisive(verdict: Analysis, tolerance: float) -> bool:
     change that ends a saturated config's misses (or a config that is clearly slower) acts an analysis span sooner."""
     if verdict.gate != "speed" or verdict.speedup is None or verdict.speedup <= 0:
         return False
-    bar = 1 + DECISIVE_FACTOR * tolerance
-    return verdict.speedup > bar or 1 / verdict.speedup > bar
+    margin = DECISIVE_FACTOR * tolerance
+    return faster_with_margin(verdict.speedup, margin) or faster_with_margin(1 / verdict.speedup, margin)
 
 
 def _within(a: float | None, b: float | None, floor: float) -> bool:
@@ -319,9 +319,10 @@ def advance(
             return Step(trial)
         trial = trial.model_copy(update={"ready_at": stamp, "analysis_at": format_time(now + analysis_span(spec))})
     assert trial.analysis_at is not None
-    verdict = analyse(observation, AnalysisSettings.of(spec))
+    settings = AnalysisSettings.of(spec)
+    verdict = analyse(observation, settings)
     early = now < parse_time(trial.analysis_at)
-    if early and not decisive(verdict, AnalysisSettings.of(spec).tolerance):
+    if early and not decisive(verdict, settings.tolerance):
         return Step(trial)
     if early:
         verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
@@ -336,7 +337,7 @@ def advance(
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
     )
-    tolerance = AnalysisSettings.of(spec).tolerance
+    tolerance = settings.tolerance
     candidate = trial.candidate_name
     if verdict.outcome is TrialOutcome.SUCCESSFUL and candidate and not faster_with_margin(verdict.speedup, tolerance):
         # A drafter replaces the running one only when measured faster: within the noise the incumbent stays.
