@@ -68,6 +68,21 @@ def test_the_controller_of_a_perturbed_run_is_handed_the_calibrated_runs_cr(vari
 
 
 @pytest.mark.parametrize(
+    ("scenario", "variant", "ratio"),
+    [("steady-low", "perturbed-ridge-low", 7.432 / 13.178), ("diurnal", "perturbed-ridge-high", 8.272 / 10.492),
+     ("l4-like", "perturbed-ridge-low", 1.0)],
+)  # fmt: skip
+def test_a_perturbed_run_keeps_the_scenarios_share_of_capacity(scenario: str, variant: str, ratio: float) -> None:
+    """A truth slower than the CR says carries the same share of its own capacity (the table's measured capacities),
+    not the calibrated preset's QPS, which would put every configuration past capacity; an unseen class keeps its
+    own scenario's rates."""
+    written = scenario_named(scenario)
+    true = with_true_profile(written, variant)
+    assert [t for t, _ in true.qps] == [t for t, _ in written.qps]
+    assert [q for _, q in true.qps] == pytest.approx([q * ratio for _, q in written.qps])
+
+
+@pytest.mark.parametrize(
     ("scenario", "calibrated", "gpu_label"),
     [("steady-low", True, "NVIDIA-H100-80GB-HBM3"), ("diurnal", True, "NVIDIA-H100-80GB-HBM3"),
      ("l4-like", False, "NVIDIA-L4")],

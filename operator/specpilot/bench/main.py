@@ -16,7 +16,7 @@ from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.bench import report
 from specpilot.bench.layout import Balancer
-from specpilot.bench.scenarios import CLIENT_TIMEOUT_S, SCENARIOS, Scenario, scenario_named
+from specpilot.bench.scenarios import CLIENT_TIMEOUT_S, SCENARIOS, Scenario, on_true_capacity, scenario_named
 from specpilot.bench.trace import TraceError, read_trace
 from specpilot.sim.presets import PERTURBATIONS, TRUE_PROFILES
 
@@ -216,11 +216,16 @@ def _chosen(args: argparse.Namespace) -> list[Scenario]:
 
 
 def with_true_profile(scenario: Scenario, variant: str) -> Scenario:
-    """The scenario (and what its CR ran before) simulated on the perturbed copy of its calibrated preset; a scenario
-    that already runs an uncalibrated profile keeps it."""
+    """The scenario (and what its CR ran before) simulated on the perturbed copy of its calibrated preset, its
+    arrival rates at the same share of that copy's capacity (on_true_capacity; a replay keeps its recorded arrivals);
+    a scenario that already runs an uncalibrated profile keeps it. The CR, and so the operator, is the calibrated
+    run's."""
     previous = None if scenario.previous is None else with_true_profile(scenario.previous, variant)
     name = f"{scenario.preset}-{variant}"
-    return replace(scenario, preset=name if name in TRUE_PROFILES else scenario.preset, previous=previous)
+    if name not in TRUE_PROFILES:
+        return replace(scenario, previous=previous)
+    qps = on_true_capacity(scenario.qps, scenario.preset, name)
+    return replace(scenario, preset=name, previous=previous, qps=qps)
 
 
 def with_objective(scenario: Scenario, objective: AutotuneObjective) -> Scenario:

@@ -52,9 +52,14 @@ LONG_PROMPTS = Lengths(5.22, 0.6, 6.18, 0.8, prompt_cap=4096, output_cap=2048)  
 # lengths, max_num_seqs and max_model_len. The 8B rates were written as QPS against a stated ~20 QPS; the preset
 # measured 17.716 then, and 13.178 since its refit to vLLM PR #32374's batch-256 steps (roofline ridge 320 -> 220,
 # KV read 39.26 -> 48 ns per token, 8 us per scheduled request), so the same QPS would have been 1.5x the load meant.
+# The perturbed true profiles' entries restate a scenario's load on them (`on_true_capacity`).
 NO_SD_CAPACITY_QPS: dict[tuple[str, Lengths, int, int], float] = {
     ("llama8b-h100", SHAREGPT, 256, 8192): 13.178,
     ("llama70b-4xh100", SHAREGPT, 256, 8192): 10.492,
+    ("llama8b-h100-perturbed-ridge-low", SHAREGPT, 256, 8192): 7.432,
+    ("llama8b-h100-perturbed-ridge-high", SHAREGPT, 256, 8192): 10.136,
+    ("llama70b-4xh100-perturbed-ridge-low", SHAREGPT, 256, 8192): 5.251,
+    ("llama70b-4xh100-perturbed-ridge-high", SHAREGPT, 256, 8192): 8.272,
 }
 
 
@@ -79,6 +84,16 @@ def share_of_capacity(
     """Arrival rates (QPS) for load given as shares of the preset's no-speculation capacity."""
     capacity = NO_SD_CAPACITY_QPS[(preset, lengths, max_num_seqs, max_model_len)]
     return tuple((t, share * capacity) for t, share in shares)
+
+
+def on_true_capacity(rates: Points, preset: str, truth: str) -> Points:
+    """Arrival rates written against `preset`'s no-speculation capacity, restated at the same share of `truth`'s: a
+    deployment's traffic is sized to the hardware it runs on, whatever the CR's GPU label says. At the calibrated
+    rates a slower truth is past capacity for every configuration (on the ridge-low profile 60% becomes 106%), every
+    policy misses the SLO on nearly every request, and goodput compares noise."""
+    key = (SHAREGPT, 256, 8192)
+    ratio = NO_SD_CAPACITY_QPS[(truth, *key)] / NO_SD_CAPACITY_QPS[(preset, *key)]
+    return tuple((t, rate * ratio) for t, rate in rates)
 
 
 @dataclass(frozen=True)
