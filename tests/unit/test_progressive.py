@@ -275,3 +275,58 @@ def test_main_replicas_beside_a_trial(replicas: int, surge: int, canary: bool, t
     raw["autotune"]["canary"] = {"enabled": canary}
     spec = v1alpha1.parse_spec(raw)
     assert manifests.main_replicas(spec, with_canary=canary or trial, trial=trial) == main
+
+
+def unexplained(tpot_mean_s: float = 0.040) -> dict[str, Measurement]:
+    """Incumbents at acceptance 0.3 and a mean TPOT the H100 profile prices at a quarter of it: no usable cost model,
+    and no plain figure yet to compare with."""
+    window = window_measurements(speculating=True, acceptance=0.3)
+    window[str(Signal.TPOT_MEAN)] = m(Signal.TPOT_MEAN, tpot_mean_s)
+    return window
+
+
+SPAN = ["Running", "Running", "Running"]  # ready at the first evaluation, analysed 2m30s later
+
+
+@pytest.mark.parametrize(
+    ("trial_tpot", "incumbents_tpot", "phases", "outcome"),
+    [
+        (0.030, 0.040, [*SPAN, "Promoted"], "Successful"),  # plain 25% faster: switched off after the whole span
+        (0.038, 0.040, [*SPAN, "RolledBack"], "Successful"),  # 5% faster: not enough
+        (0.060, 0.040, ["RolledBack"], "Failed"),  # plain 50% slower: speculation stays, decisively
+        # the incumbents slowed by the trial's restart (60 ms against 40 ms before it): 37% faster than them, 5%
+        # faster than they ran before the trial, which is the verdict that counts
+        (0.038, 0.060, [*SPAN, "RolledBack"], "Successful"),
+    ],
+)
+def test_an_experiment_measures_plain_on_one_pod_and_keeps_it_only_if_faster(
+    trial_tpot: float, incumbents_tpot: float, phases: list[str], outcome: str
+) -> None:
+    """Low acceptance that neither a usable cost model nor a plain comparison can judge: the disable is an experiment,
+    plain on one pod beside the speculating ones (status.trial.experiment), promoted only when measured faster
+    beyond the tolerance than the incumbents both during the trial and as they ran before it, and never before the
+    end of its span (a fresh pod beside incumbents that carried its traffic flatters itself)."""
+    cluster = three_replicas()
+    evaluate_until_actuated(cluster, unexplained())
+    trial = cluster.status["trial"]
+    assert (trial["phase"], trial["experiment"], trial["intent"]["enabled"]) == ("Running", True, False)
+    assert trial["incumbentTpotBeforeMs"] == 40.0
+    started = next(e for e in cluster.events if e.reason == "TrialStarted")
+    assert started.message.startswith("one pod first: experiment: acceptance 0.30 < disableBelow 0.50"), started
+    assert speculating(cluster.deployment)
+    assert not speculating(cluster.canary)
+    cluster.settle()
+    seen = []
+    for _ in range(10):
+        cluster.advance(1)
+        cluster.evaluate(unexplained(incumbents_tpot), trial_pod(trial_tpot))
+        seen.append(cluster.status["trial"]["phase"])
+        if seen[-1] != "Running":
+            break
+    assert seen == phases, cluster.status["trial"]
+    assert cluster.status["trial"]["outcome"] == outcome
+    assert speculating(cluster.deployment) is (phases[-1] == "RolledBack")
+    if trial_tpot == 0.038:
+        assert "not faster beyond 10%" in cluster.status["trial"]["reason"]
+        before = "40.00 ms on the incumbents before the trial (-5%)"
+        assert (before in cluster.status["trial"]["reason"]) is (incumbents_tpot > 0.040)

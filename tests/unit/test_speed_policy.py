@@ -185,6 +185,44 @@ def test_without_measured_speed_a_plain_deployment_acts_only_when_the_model_agre
         assert "acceptance alone never switches speculation off" in decision.reason
 
 
+def with_replicas(spec: SpeculativeDeploymentSpec, replicas: int) -> SpeculativeDeploymentSpec:
+    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return parse_spec({**raw, "replicas": replicas})
+
+
+@pytest.mark.parametrize(
+    ("replicas", "mode", "acceptance", "tpot_s", "action", "opening"),
+    [
+        # a pod to spare in Auto: neither a usable model nor a comparison, so plain is measured on one pod
+        (2, "Auto", 0.30, 0.030, Action.DISABLE, "experiment: acceptance 0.30 < disableBelow 0.50"),
+        (2, "Auto", 0.30, None, Action.DISABLE, "experiment: acceptance 0.30 < disableBelow 0.50"),
+        # one replica (an outage to restart) or Recommend (nothing runs on its own): acceptance alone holds
+        (1, "Auto", 0.30, 0.030, Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
+        (2, "Recommend", 0.30, 0.030, Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
+        # acceptance at disableBelow raises no doubt: nothing to measure
+        (2, "Auto", 0.55, 0.030, Action.KEEP, "acceptance 0.55 >= disableBelow 0.50"),
+    ],
+)
+def test_with_neither_a_model_nor_a_comparison_the_only_action_is_a_one_pod_experiment(
+    replicas: int, mode: str, acceptance: float, tpot_s: float | None, action: Action, opening: str
+) -> None:
+    """Low acceptance with no usable cost model (off by x3 here, or no mean TPOT) and no plain comparison: where a
+    pod can be spared in Auto, the proposal is plain on one pod (an experiment its trial promotes only when measured
+    faster), never a threshold; elsewhere the config holds."""
+    spec = with_replicas(spec_with(agreeingEvaluations=1, stabilization="0s", mode=mode), replicas)
+    ms = tp.observed(acceptance=acceptance, batch=20, tpot_s=tpot_s or 0.010)
+    if tpot_s is None:
+        ms[Signal.TPOT_MEAN] = tp.m(Signal.TPOT_MEAN, None, tp.NO_DATA)
+    decision = tp.run(spec, [ms]).decisions[0]
+    assert decision.proposal is action, decision.reason
+    assert decision.reason.startswith(opening), decision.reason
+    assert decision.experiment is (action is Action.DISABLE)
+    if decision.experiment:
+        assert decision.actuate
+        assert decision.off_kind is OffReason.CANARY
+        assert "kept only if faster beyond 10%" in decision.reason
+
+
 def test_a_proposal_between_acting_and_holding_restarts_the_streak() -> None:
     """At a borderline prediction the model alternates between pricing speculation faster (hold) and slower (disable):
     a hold between two disables breaks their agreement, so nothing acts until two agree in a row."""

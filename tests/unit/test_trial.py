@@ -159,6 +159,49 @@ def test_slower_trial_rolls_back_and_blocks_a_retry_until_probe_interval() -> No
     assert not trials.blocks_retry(step.trial, SpeculationIntent(True, 3, 16), T0 + timedelta(minutes=5))
 
 
+@pytest.mark.parametrize(
+    ("tpot", "experiment", "phase"),
+    [
+        # 5% faster: within the 10% tolerance. A priced change needs only not to be slower; an experiment, which
+        # nothing priced, needs a measured gain, so the incumbent config stays
+        (0.0095, False, TrialPhase.PROMOTED),
+        (0.0095, True, TrialPhase.ROLLED_BACK),
+        # 15% faster: beyond the tolerance (within twice it, so at the end of the span), promoted either way
+        (0.0085, True, TrialPhase.PROMOTED),
+        (0.0115, True, TrialPhase.ROLLED_BACK),
+    ],
+)
+def test_an_experiment_is_promoted_only_when_measured_faster(tpot: float, experiment: bool, phase: TrialPhase) -> None:
+    trial = trials.start(intent=OFF, config_hash="trialhash", incumbent=ON, incumbent_hash="inchash",
+                         action="DisableSpeculation", now=T0, experiment=experiment)  # fmt: skip
+    assert trials.to_status(trial)["experiment"] is experiment
+    step = analysed(trial, tpot, T0)  # ready now; nothing decisive
+    assert step.ended is None
+    step = analysed(step.trial, tpot, T0 + timedelta(minutes=3))
+    assert step.ended is phase, step.trial.reason
+    if experiment and phase is TrialPhase.ROLLED_BACK:
+        assert step.event is not None
+        assert "not faster beyond 10%" in step.event[2] or "slower beyond 10%" in step.event[2]
+
+
+@pytest.mark.parametrize(
+    ("before_ms", "speedup"),
+    [
+        (None, 1.4286),  # no figure from before the trial: the verdict during it stands
+        (12.0, 1.4286),  # the incumbents ran slower before: the smaller speedup is the one during the trial
+        (7.35, 1.05),  # they ran at 7.35 ms before and 10 ms during it (its restart's backlog): 5% is the gain
+    ],
+)
+def test_an_experiment_counts_the_smaller_gain_over_the_incumbents_before_and_during_it(
+    before_ms: float | None, speedup: float
+) -> None:
+    verdict = trials.analyse(observe(0.007), SETTINGS)
+    assert verdict.speedup == 1.4286
+    counted = trials.experiment_gain(verdict, group(tpot=0.007), before_ms)
+    assert counted.speedup == speedup
+    assert ("before the trial" in counted.reason) is (speedup != 1.4286)
+
+
 def test_inconclusive_extends_once_then_rolls_back() -> None:
     step = analysed(started(), 0.009, T0)
     step = analysed(step.trial, 0.009, T0 + timedelta(minutes=3), requests=5)

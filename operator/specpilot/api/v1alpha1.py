@@ -1320,8 +1320,8 @@ class TrialOutcome(StrEnum):
 class TrialStatus(_Model):
     """The one-pod trial of a speculation config (progressive actuation, docs/rollout.md).
 
-    The operator reads back only the typed record of the trial (intents, hashes, times, phase, extended); the figures,
-    speedup and reason are evidence for people.
+    The operator reads back only the typed record of the trial (intents, hashes, times, phase, extended, experiment,
+    incumbentTpotBeforeMs); the figures, speedup and reason are evidence for people.
     """
 
     intent: IntentStatus = Field(description="The speculation config on trial (what the trial pod runs).")
@@ -1345,6 +1345,19 @@ class TrialStatus(_Model):
         "sooner where an earlier analysis is decisive (beyond twice regressionTolerance).",
     )
     extended: bool = Field(False, description="The analysis was Inconclusive once and got one more window.")
+    experiment: bool = Field(
+        False,
+        description="An experiment: started because neither a usable cost model nor a measured comparison could "
+        "decide, so it is promoted only when the trial pod is faster than the incumbents beyond regressionTolerance "
+        "(a tie keeps the incumbent config), both during the trial and as they ran before it "
+        "(incumbentTpotBeforeMs).",
+    )
+    incumbent_tpot_before_ms: float | None = Field(
+        None,
+        description="An experiment's yardstick from before its trial: the incumbents' mean time per output token over "
+        "the window that decided it. While the trial pod restarts the incumbents carry its traffic, and the backlog "
+        "can slow them for the whole analysis; the trial pod must beat them as they ran before too.",
+    )
     ended_at: str | None = Field(None, description="When the trial was promoted, rolled back or abandoned.")
     retry_after: str | None = Field(
         None, description="After a rollback: the same config is not tried again before this time (probeInterval)."

@@ -40,7 +40,7 @@ from specpilot.autotune.policy.state import (
     PolicyInputs,
     PolicyState,
 )
-from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
+from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, valid_value
 from specpilot.autotune.signals.promql import Scope, Signal, Window
 from specpilot.reconcile import conditions as cond
 from specpilot.reconcile.core import Event, ObservedDeployment, ReconcileInputs, trial_command
@@ -375,7 +375,8 @@ def conclude(
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
         promoted = desired_intent(spec, state).drafter
-        record = _announce_actuation(spec, status, decision, (current, promoted), now, events) or record
+        running = (current, promoted, valid_value(measurements, Signal.TPOT_MEAN))
+        record = _announce_actuation(spec, status, decision, running, now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
     turn = _CandidateTurn(current, measurements, quiet, now)
@@ -575,15 +576,15 @@ def _announce_actuation(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
     decision: Decision,
-    running: tuple[SpeculationIntent, v1alpha1.SpeculationCandidate | None],
+    running: tuple[SpeculationIntent, v1alpha1.SpeculationCandidate | None, float | None],
     now: datetime,
     events: list[Event],
 ) -> v1alpha1.TrialStatus | None:
     """An applied decision starts a one-pod trial where it can (TrialStarted; its action's event waits for the
-    promotion), else goes to every pod at once with its action's event. `running`: the running config and the
-    promoted candidate drafter, if any, that the trial pod keeps."""
-    current, promoted = running
-    started = _start_trial(spec, status, decision.action.value, decision.target, current, now, promoted)
+    promotion), else goes to every pod at once with its action's event. `running`: the running config, the
+    promoted candidate drafter, if any, that the trial pod keeps, and its mean TPOT (s) in the deciding window."""
+    current, promoted, tpot_s = running
+    started = _start_trial(spec, status, decision, (current, tpot_s), now, promoted)
     if started is not None:
         events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
     else:
@@ -594,27 +595,29 @@ def _announce_actuation(
 def _start_trial(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
-    action: str,
-    target: SpeculationIntent,
-    current: SpeculationIntent,
+    decision: Decision,
+    incumbent: tuple[SpeculationIntent, float | None],
     now: datetime,
     promoted: v1alpha1.SpeculationCandidate | None,
 ) -> v1alpha1.TrialStatus | None:
-    """The record of a one-pod trial of `target` (run by the `promoted` candidate drafter, if any), when the
-    deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as before. Generic over
-    the config to try: `action` labels why (an autotune Action's value, or another path's own label), and only an
-    Action posts its own event when promoted."""
+    """The record of a one-pod trial of the decision's target (run by the `promoted` candidate drafter, if any), when
+    the deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as before. The
+    trial is labelled with the decision's action, which posts its own event when promoted. `incumbent`: the running
+    config and its mean TPOT (s) in the deciding window (an experiment's yardstick from before its trial)."""
+    current, tpot_s = incumbent
     incumbent_hash = (status.get("effective") or {}).get("configHash")
-    trial_hash = rendered_hash(spec, target, promoted)
+    trial_hash = rendered_hash(spec, decision.target, promoted)
     if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
         return None
     return trials.start(
-        intent=target,
+        intent=decision.target,
         config_hash=trial_hash,
         incumbent=current,
         incumbent_hash=str(incumbent_hash),
-        action=action,
+        action=decision.action.value,
         now=now,
+        experiment=decision.experiment,
+        incumbent_tpot_before_ms=None if tpot_s is None else tpot_s * 1000,
     )
 
 

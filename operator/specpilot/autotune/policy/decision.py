@@ -353,8 +353,9 @@ class _Verdict:
         r, p = self.round, self.proposal
         return Decision(
             action, target, reason, self.evidence, proposal=p.action, metrics_available=state.metrics_available,
-            paused=False, probe=p.probe, off_kind=p.off_kind, batch=r.value(Signal.BATCH_SIZE),
-            request_rate=r.value(Signal.REQUEST_RATE), acceptance=r.value(Signal.ACCEPTANCE_RATE),
+            paused=False, probe=p.probe, off_kind=p.off_kind, experiment=p.experiment,
+            batch=r.value(Signal.BATCH_SIZE), request_rate=r.value(Signal.REQUEST_RATE),
+            acceptance=r.value(Signal.ACCEPTANCE_RATE),
             handled_reevaluate=r.handled, events=tuple(r.events), **kw,
         )  # fmt: skip
 
@@ -754,5 +755,6 @@ def evaluate_alone(inputs: PolicyInputs, state: PolicyState, now: datetime) -> D
         paused=False,
         probe=proposal.probe,
         off_kind=proposal.off_kind,
+        experiment=proposal.experiment,
         batch=valid_value(inputs.measurements, Signal.BATCH_SIZE),
     )

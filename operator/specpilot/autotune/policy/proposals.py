@@ -76,6 +76,7 @@ from specpilot.autotune.model.stepfit import (
     mean_output_tokens,
     prefill_tokens_per_step,
 )
+from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.agreement import (
     anchor_intent,
 )
@@ -393,6 +394,8 @@ def _acceptance_only(
         )
     if inputs.spec.speculation.adaptive_verification:
         why = "adaptive verification lowers acceptance by design"
+    elif predicted is None and trials.can_trial(inputs.spec):
+        return _experiment(inputs, off_target, f"{reason}, no measured speed comparison yet ({missing})", evidence)
     elif predicted is None:
         why = f"no usable cost model ({prediction})"
     elif predicted >= 1.0:
@@ -405,6 +408,19 @@ def _acceptance_only(
         "never switches speculation off",
         evidence,
     )
+
+
+def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
+    """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance says
+    it may not: measure instead of guessing. Plain goes to one pod beside the speculating ones on the same traffic
+    (a one-pod trial), and is promoted only when that pod is measured faster beyond the tolerance; otherwise the
+    trial rolls back and is not tried again before probeInterval. Only where a pod can be spared (trials.can_trial):
+    elsewhere the config holds, as acceptance alone never switches speculation off."""
+    reason = (
+        f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
+        f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"
+    )
+    return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.CANARY, experiment=True)
 
 
 @dataclass(frozen=True)

@@ -348,6 +348,7 @@ class Proposal:
     probe: bool = False
     off_kind: OffReason | None = None
     priced: Priced = field(default_factory=Priced)  # what its gain is read from (propose fills it)
+    experiment: bool = False  # nothing priced it: one pod first, promoted only when measured faster
 
     def key(self) -> str:
         """Agreement key: the action and the config it proposes."""
@@ -368,6 +369,7 @@ class Decision:
     paused: bool
     probe: bool = False
     off_kind: OffReason | None = None
+    experiment: bool = False  # the proposal's: its trial is promoted only when measured faster
     batch: float | None = None
     request_rate: float | None = None  # this window's finished requests per second (Valid only)
     acceptance: float | None = None  # this window's acceptance rate (Valid only)

@@ -6,9 +6,11 @@ on one pod only, behind the same Service, while the other pods keep the incumben
 chosen.
 
 Its life is a small state machine over `status.trial` (the typed record; the operator reads back only its intents,
-hashes, times, phase and `extended`):
+hashes, times, phase, `extended` and `experiment`):
 
-    Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it)
+    Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it;
+                                                                                 a candidate drafter or an experiment
+                                                                                 only when faster beyond the tolerance)
                        (sooner where decisive: beyond twice the tolerance either way, at any evaluation once the
                        sample, measured and load gates pass)
                                                                --Successful, a candidate drafter in Recommend-->
@@ -264,10 +266,13 @@ def incumbent_intent(trial: TrialStatus) -> SpeculationIntent:
 
 def start(
     *, intent: SpeculationIntent, config_hash: str, incumbent: SpeculationIntent, incumbent_hash: str, action: str,
-    now: datetime, candidate_name: str | None = None,
+    now: datetime, candidate_name: str | None = None, experiment: bool = False,
+    incumbent_tpot_before_ms: float | None = None,
 ) -> TrialStatus:  # fmt: skip
     """The record of a new trial, written to status before its pod is created. `candidate_name`: the trial pod runs
-    that spec.speculation.candidates element's drafter instead of the declared one."""
+    that spec.speculation.candidates element's drafter instead of the declared one. `experiment`: nothing priced the
+    change, so only a measured gain promotes it (`needs_gain`), over the incumbents as they ran before the trial too
+    (`incumbent_tpot_before_ms`, `experiment_gain`)."""
     return TrialStatus.model_validate(
         {
             "intent": intent_to_dict(intent),
@@ -278,6 +283,8 @@ def start(
             "candidateName": candidate_name,
             "phase": TrialPhase.RUNNING,
             "startedAt": format_time(now),
+            "experiment": experiment,
+            "incumbentTpotBeforeMs": incumbent_tpot_before_ms if experiment else None,
         }
     )
 
@@ -322,8 +329,11 @@ def advance(
     settings = AnalysisSettings.of(spec)
     verdict = analyse(observation, settings)
     early = now < parse_time(trial.analysis_at)
-    if early and not decisive(verdict, settings.tolerance):
-        return Step(trial)
+    promising = verdict.outcome is TrialOutcome.SUCCESSFUL
+    if early and (not decisive(verdict, settings.tolerance) or (trial.experiment and promising)):
+        return Step(trial)  # an experiment ends early only on a slower trial pod: a fresh pod flatters itself
+    if trial.experiment:
+        verdict = experiment_gain(verdict, observation.candidate, trial.incumbent_tpot_before_ms)
     if early:
         verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
     trial = trial.model_copy(
@@ -339,10 +349,13 @@ def advance(
     )
     tolerance = settings.tolerance
     candidate = trial.candidate_name
-    if verdict.outcome is TrialOutcome.SUCCESSFUL and candidate and not faster_with_margin(verdict.speedup, tolerance):
-        # A drafter replaces the running one only when measured faster: within the noise the incumbent stays.
-        why = f"candidate {candidate} not faster beyond {tolerance:.0%}: {verdict.reason}"
-        return _rolled_back(trial, spec, now, why)
+    if (
+        verdict.outcome is TrialOutcome.SUCCESSFUL
+        and needs_gain(trial)
+        and not faster_with_margin(verdict.speedup, tolerance)
+    ):
+        why = f"{_challenger(trial)} not faster beyond {tolerance:.0%}: {verdict.reason}"
+        return _rolled_back(trial.model_copy(update={"reason": f"{verdict.gate}: {why}"}), spec, now, why)
     recommend_only = candidate is not None and spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO
     if verdict.outcome is TrialOutcome.SUCCESSFUL and recommend_only:
         done = trial.model_copy(update={"phase": TrialPhase.RECOMMENDED, "ended_at": stamp})
@@ -359,6 +372,32 @@ def advance(
         extended = trial.model_copy(update={"extended": True, "analysis_at": later})
         return Step(extended, None, ("Normal", "TrialInconclusive", f"{verdict.reason}; analysing again at {later}"))
     return _rolled_back(trial, spec, now, verdict.reason)
+
+
+def needs_gain(trial: TrialStatus) -> bool:
+    """Whether only a measured gain promotes the trial: a candidate drafter (a change of drafter must pay for itself)
+    and an experiment (nothing priced it). Within the noise the incumbent config stays. An autotune change the
+    decision priced needs only not to be slower: the trial guards against the model being wrong."""
+    return trial.candidate_name is not None or trial.experiment
+
+
+def experiment_gain(verdict: Analysis, candidate: GroupFigures, before_ms: float | None) -> Analysis:
+    """An experiment's verdict against the incumbents both during the trial and as they ran before it: the smaller
+    speedup counts. During the trial pod's restart the incumbents carry its traffic, and the backlog can inflate
+    their time per token for the whole analysis, flattering a fresh trial pod; before the trial they ran at their
+    own load."""
+    c_tpot = candidate.tpot_mean_s
+    if verdict.outcome is not TrialOutcome.SUCCESSFUL or before_ms is None or not c_tpot or verdict.speedup is None:
+        return verdict
+    before = round(before_ms / (c_tpot * 1000), 4)
+    if before >= verdict.speedup:
+        return verdict
+    why = f"{verdict.reason}; {before_ms:.2f} ms on the incumbents before the trial ({1 / before - 1:+.0%})"
+    return replace(verdict, speedup=before, reason=why)
+
+
+def _challenger(trial: TrialStatus) -> str:
+    return f"candidate {trial.candidate_name}" if trial.candidate_name else "the experiment's trial pod"
 
 
 def _rolled_back(trial: TrialStatus, spec: v1alpha1.SpeculativeDeploymentSpec, now: datetime, why: str) -> Step:
