@@ -278,10 +278,11 @@ def test_main_replicas_beside_a_trial(replicas: int, surge: int, canary: bool, t
 
 
 def unexplained(tpot_mean_s: float = 0.040) -> dict[str, Measurement]:
-    """Incumbents at acceptance 0.3 and a mean TPOT the H100 profile prices at a quarter of it: no usable cost model,
-    and no plain figure yet to compare with."""
+    """Incumbents at acceptance 0.3, requests waiting, and a mean TPOT the H100 profile prices at a quarter of it: no
+    usable cost model, and no plain figure yet to compare with."""
     window = window_measurements(speculating=True, acceptance=0.3)
     window[str(Signal.TPOT_MEAN)] = m(Signal.TPOT_MEAN, tpot_mean_s)
+    window[str(Signal.WAITING_REQUESTS)] = m(Signal.WAITING_REQUESTS, 4.0)  # a queue: the engine at its limit
     return window
 
 
@@ -313,6 +314,7 @@ def test_an_experiment_measures_plain_on_one_pod_and_keeps_it_only_if_faster(
     assert trial["incumbentTpotBeforeMs"] == 40.0
     started = next(e for e in cluster.events if e.reason == "TrialStarted")
     assert started.message.startswith("one pod first: experiment: acceptance 0.30 < disableBelow 0.50"), started
+    assert "at saturation (4 requests waiting on average)" in started.message
     assert speculating(cluster.deployment)
     assert not speculating(cluster.canary)
     cluster.settle()

@@ -191,34 +191,41 @@ def with_replicas(spec: SpeculativeDeploymentSpec, replicas: int) -> Speculative
 
 
 @pytest.mark.parametrize(
-    ("replicas", "mode", "acceptance", "tpot_s", "action", "opening"),
+    ("replicas", "mode", "acceptance", "tpot_s", "load", "action", "opening"),
     [
-        # a pod to spare in Auto: neither a usable model nor a comparison, so plain is measured on one pod
-        (2, "Auto", 0.30, 0.030, Action.DISABLE, "experiment: acceptance 0.30 < disableBelow 0.50"),
-        (2, "Auto", 0.30, None, Action.DISABLE, "experiment: acceptance 0.30 < disableBelow 0.50"),
+        # a pod to spare in Auto, the engine saturated: neither a usable model nor a comparison, so plain is measured
+        # on one pod
+        (2, "Auto", 0.30, 0.090, (240, 0), Action.DISABLE, "experiment: acceptance 0.30 < disableBelow 0.50"),
+        (2, "Auto", 0.30, None, (20, 12), Action.DISABLE, "experiment: acceptance 0.30 < disableBelow 0.50"),
+        # a small batch and no queue: speculation's own regime, not worth two restarts without a reason
+        (2, "Auto", 0.30, 0.030, (20, 0), Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
         # one replica (an outage to restart) or Recommend (nothing runs on its own): acceptance alone holds
-        (1, "Auto", 0.30, 0.030, Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
-        (2, "Recommend", 0.30, 0.030, Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
+        (1, "Auto", 0.30, 0.030, (20, 12), Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
+        (2, "Recommend", 0.30, 0.030, (20, 12), Action.KEEP, "holding: acceptance 0.30 < disableBelow 0.50"),
         # acceptance at disableBelow raises no doubt: nothing to measure
-        (2, "Auto", 0.55, 0.030, Action.KEEP, "acceptance 0.55 >= disableBelow 0.50"),
+        (2, "Auto", 0.55, 0.030, (20, 12), Action.KEEP, "acceptance 0.55 >= disableBelow 0.50"),
     ],
 )
 def test_with_neither_a_model_nor_a_comparison_the_only_action_is_a_one_pod_experiment(
-    replicas: int, mode: str, acceptance: float, tpot_s: float | None, action: Action, opening: str
-) -> None:
-    """Low acceptance with no usable cost model (off by x3 here, or no mean TPOT) and no plain comparison: where a
-    pod can be spared in Auto, the proposal is plain on one pod (an experiment its trial promotes only when measured
-    faster), never a threshold; elsewhere the config holds."""
+    replicas: int, mode: str, acceptance: float, tpot_s: float | None, load: tuple[float, float], action: Action,
+    opening: str,
+) -> None:  # fmt: skip
+    """Low acceptance with no usable cost model (off by x3 or more here, or no mean TPOT) and no plain comparison:
+    where a pod can be spared in Auto and the engine runs at its limit (batch >= 90% of max_num_seqs, or requests
+    waiting), the proposal is plain on one pod (an experiment its trial promotes only when measured faster), never a
+    threshold; elsewhere the config holds."""
     spec = with_replicas(spec_with(agreeingEvaluations=1, stabilization="0s", mode=mode), replicas)
-    ms = tp.observed(acceptance=acceptance, batch=20, tpot_s=tpot_s or 0.010)
+    batch, waiting = load
+    ms = tp.observed(acceptance=acceptance, batch=batch, tpot_s=tpot_s or 0.010)
+    ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
     if tpot_s is None:
         ms[Signal.TPOT_MEAN] = tp.m(Signal.TPOT_MEAN, None, tp.NO_DATA)
     decision = tp.run(spec, [ms]).decisions[0]
     assert decision.proposal is action, decision.reason
     assert decision.reason.startswith(opening), decision.reason
     assert decision.experiment is (action is Action.DISABLE)
-    if decision.experiment:
-        assert decision.actuate
+    if decision.experiment:  # its actuation through a trial: test_progressive
+        assert "at saturation" in decision.reason
         assert decision.off_kind is OffReason.CANARY
         assert "kept only if faster beyond 10%" in decision.reason
 

@@ -394,8 +394,9 @@ def _acceptance_only(
         )
     if inputs.spec.speculation.adaptive_verification:
         why = "adaptive verification lowers acceptance by design"
-    elif predicted is None and trials.can_trial(inputs.spec):
-        return _experiment(inputs, off_target, f"{reason}, no measured speed comparison yet ({missing})", evidence)
+    elif predicted is None and trials.can_trial(inputs.spec) and (saturated := _saturation(inputs)):
+        return _experiment(inputs, off_target, f"{reason} {saturated}, no measured speed comparison yet ({missing})",
+                           evidence)  # fmt: skip
     elif predicted is None:
         why = f"no usable cost model ({prediction})"
     elif predicted >= 1.0:
@@ -410,12 +411,32 @@ def _acceptance_only(
     )
 
 
+# The share of max_num_seqs from which a running batch is saturation: the engine admits no more (_saturation).
+SATURATED_BATCH_SHARE = 0.9
+
+
+def _saturation(inputs: PolicyInputs) -> str:
+    """The model-free evidence that the engine runs at its limit, where speculation loses (each verify step is
+    compute-bound and the drafts cost batch slots): requests waiting on average over the window, or a running batch
+    at SATURATED_BATCH_SHARE of max_num_seqs. Empty where neither: at a small batch speculation is in the regime
+    where it pays, and with no model to say otherwise an experiment would cost two restarts for little."""
+    m = inputs.measurements
+    waiting = valid_value(m, Signal.WAITING_REQUESTS)
+    batch = valid_value(m, Signal.BATCH_SIZE)
+    limit = inputs.spec.engine.max_num_seqs
+    if waiting is not None and waiting >= 1:
+        return f"at saturation ({waiting:.0f} requests waiting on average)"
+    if batch is not None and batch >= SATURATED_BATCH_SHARE * limit:
+        return f"at saturation (batch {batch:.0f} of max_num_seqs {limit})"
+    return ""
+
+
 def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
-    """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance says
-    it may not: measure instead of guessing. Plain goes to one pod beside the speculating ones on the same traffic
-    (a one-pod trial), and is promoted only when that pod is measured faster beyond the tolerance; otherwise the
-    trial rolls back and is not tried again before probeInterval. Only where a pod can be spared (trials.can_trial):
-    elsewhere the config holds, as acceptance alone never switches speculation off."""
+    """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance and
+    saturation say it may not: measure instead of guessing. Plain goes to one pod beside the speculating ones on the
+    same traffic (a one-pod trial), and is promoted only when that pod is measured faster beyond the tolerance;
+    otherwise the trial rolls back and is not tried again before probeInterval. Only where a pod can be spared
+    (trials.can_trial): elsewhere the config holds, as acceptance alone never switches speculation off."""
     reason = (
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"
