@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,7 +22,8 @@ from specpilot.autotune.policy.backlog import (
     restart_under_backlog,
     ttft_deadline_s,
 )
-from specpilot.autotune.policy.state import Action, PolicyState
+from specpilot.autotune.policy.decision import backlog_gate
+from specpilot.autotune.policy.state import Action, PolicyState, Proposal, Streak
 from specpilot.autotune.signals.promql import Signal
 
 T0, MINUTE = tp.T0, tp.MINUTE
@@ -490,3 +492,20 @@ def test_a_restart_under_a_hopeless_backlog_costs_only_the_work_still_in_time(
         mixed_temperature_queue(waiting), restart_cost_s=90.0, ttft_deadline_s=deadline_s, queue_before=before, now=T0
     )
     assert got == (None if seconds is None else pytest.approx(seconds, abs=0.05))
+
+
+@pytest.mark.parametrize(("experiment", "hold", "dropped"), [(True, False, 36), (False, True, 943)])
+def test_an_experiments_restart_is_priced_at_the_queues_measured_trend(
+    experiment: bool, hold: bool, dropped: int
+) -> None:
+    """An experiment carries no gain figure (the gate assumes the regression tolerance), like an acceptance-only
+    disable; unlike it, its downside is bounded by its own analysis on one pod, so what its restart drops is priced
+    at the queue's measured trend: grown by 106 since the streak began, no arrival of the restart could have started
+    in time, and only the 36 queued in time are dropped. The acceptance-only disable keeps the nominal pricing (the
+    queue draining at the completion rate) and waits."""
+    spec = tp.make_spec(latency={"ttftDeadline": "2s"})
+    measurements = mixed_temperature_queue(749.0)
+    proposal = Proposal(Action.DISABLE, tp.OFF, "why", {}, experiment=experiment)
+    streak = Streak(proposal.key(), Action.DISABLE, 3, T0 - timedelta(minutes=1), waiting=643.0)
+    verdict, _ = backlog_gate(tp.inputs(spec, measurements), PolicyState(streak=streak), proposal, T0)
+    assert (verdict.hold, round(verdict.dropped or 0)) == (hold, dropped), verdict.reason

@@ -615,8 +615,12 @@ def backlog_gate(
     inputs: PolicyInputs, state: PolicyState, proposal: Proposal, now: datetime
 ) -> tuple[BacklogVerdict, PolicyState]:
     """An agreed, budgeted restart waits while requests queue until waiting has cost what the restart would drop
-    (backlog.py); the first deferral's time is kept in the state so the wait is bounded across evaluations."""
+    (backlog.py); the first deferral's time is kept in the state so the wait is bounded across evaluations. What it
+    drops is priced at the queue's measured trend for a change with a gain of its own (prices_its_own_gain) and for
+    an experiment, whose downside its own one-pod analysis bounds; otherwise at the queue draining at the completion
+    rate, the assumption most in favour of holding."""
     gain, source = proposal_gain(proposal.priced, inputs.spec.autotune.latency.regression_tolerance)
+    measured_trend = prices_its_own_gain(proposal) or proposal.experiment
     verdict = restart_under_backlog(
         inputs.measurements,
         restart_cost_s=inputs.fit.restart_cost_s,
@@ -628,7 +632,7 @@ def backlog_gate(
         dropped_at_deferral=state.backlog_dropped,
         ttft_deadline_s=ttft_deadline_s(inputs.spec.autotune.latency),
         interval_s=parse_duration(inputs.spec.autotune.interval),
-        queue_before=queue_when_proposed(state.streak) if prices_its_own_gain(proposal) else None,
+        queue_before=queue_when_proposed(state.streak) if measured_trend else None,
     )
     if verdict.hold:
         first = state.backlog_since is None or state.backlog_dropped is None
