@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("calibrated", *PERTURBATIONS),
         default="calibrated",
         help="the hardware the simulator runs: the calibrated preset the CR describes, or a perturbed copy of it "
-        "(roofline ridge x0.6 or x1.4, verify x1.5, drafter x2, restart x1.5) that the operator is not told about",
+        "(roofline ridge x0.6 or x1.4, verify x1.5, drafter x2, restart x1.5) that the operator is not told about, "
+        "the scenario's load at the same share of that copy's own capacity",
     )
     p.add_argument(
         "--replicas",
