@@ -6,7 +6,7 @@ on one pod only, behind the same Service, while the other pods keep the incumben
 chosen.
 
 Its life is a small state machine over `status.trial` (the typed record; the operator reads back only its intents,
-hashes, times, phase, `extended` and `experiment`):
+hashes, times, phase, `extended`, `experiment` and `incumbent_tpot_before_ms`):
 
     Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it;
                                                                                  a candidate drafter or an experiment
