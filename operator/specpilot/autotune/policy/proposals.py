@@ -81,6 +81,7 @@ from specpilot.autotune.policy.agreement import (
     anchor_intent,
 )
 from specpilot.autotune.policy.backlog import (
+    BACKLOG_WAITING,
     Priced,
 )
 from specpilot.autotune.policy.state import (
@@ -417,14 +418,15 @@ SATURATED_BATCH_SHARE = 0.9
 
 def _saturation(inputs: PolicyInputs) -> str:
     """The model-free evidence that the engine runs at its limit, where speculation loses (each verify step is
-    compute-bound and the drafts cost batch slots): requests waiting on average over the window, or a running batch
-    at SATURATED_BATCH_SHARE of max_num_seqs. Empty where neither: at a small batch speculation is in the regime
-    where it pays, and with no model to say otherwise an experiment would cost two restarts for little."""
+    compute-bound and the drafts cost batch slots): requests waiting on average over the window (BACKLOG_WAITING,
+    the backlog gate's own floor), or a running batch at SATURATED_BATCH_SHARE of max_num_seqs. Empty where neither:
+    at a small batch speculation is in the regime where it pays, and with no model to say otherwise an experiment
+    would cost two restarts for little."""
     m = inputs.measurements
     waiting = valid_value(m, Signal.WAITING_REQUESTS)
     batch = valid_value(m, Signal.BATCH_SIZE)
     limit = inputs.spec.engine.max_num_seqs
-    if waiting is not None and waiting >= 1:
+    if waiting is not None and waiting >= BACKLOG_WAITING:
         return f"at saturation ({waiting:.0f} requests waiting on average)"
     if batch is not None and batch >= SATURATED_BATCH_SHARE * limit:
         return f"at saturation (batch {batch:.0f} of max_num_seqs {limit})"

@@ -161,7 +161,7 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
         why = f"load not comparable: batch {c_batch:.1f} on the trial pod vs {i_batch:.1f} on the incumbents{rates}"
         return Analysis(TrialOutcome.INCONCLUSIVE, "load", why)
     ratio = c_tpot / i_tpot if i_tpot > 0 else math.inf
-    speedup = None if ratio == 0 or math.isinf(ratio) else round(1 / ratio, 4)
+    speedup = _speedup(ratio)
     shown = (
         f"mean TPOT {c_tpot * 1000:.2f} ms on the trial pod vs {i_tpot * 1000:.2f} ms on the incumbents "
         f"({ratio - 1:+.0%}) at batch {c_batch:.1f}/{i_batch:.1f}"
@@ -170,6 +170,12 @@ def analyse(observation: TrialObservation, settings: AnalysisSettings) -> Analys
         return Analysis(TrialOutcome.FAILED, "speed", f"{shown}: slower beyond {settings.tolerance:.0%}", speedup)
     bar = "faster" if faster_with_margin(speedup, settings.tolerance) else "not slower"
     return Analysis(TrialOutcome.SUCCESSFUL, "speed", f"{shown}: {bar} beyond {settings.tolerance:.0%}", speedup)
+
+
+def _speedup(ratio: float) -> float | None:
+    """Incumbent over trial-pod mean TPOT, to 4 places, from `ratio` (trial pod over incumbents); None when either
+    is zero."""
+    return None if ratio == 0 or math.isinf(ratio) else round(1 / ratio, 4)
 
 
 # An analysis concludes before its span only beyond this multiple of regressionTolerance, either way (`decisive`).
@@ -387,12 +393,13 @@ def experiment_gain(verdict: Analysis, candidate: GroupFigures, before_ms: float
     their time per token for the whole analysis, flattering a fresh trial pod; before the trial they ran at their
     own load."""
     c_tpot = candidate.tpot_mean_s
-    if verdict.outcome is not TrialOutcome.SUCCESSFUL or before_ms is None or not c_tpot or verdict.speedup is None:
+    if verdict.outcome is not TrialOutcome.SUCCESSFUL or not before_ms or c_tpot is None or verdict.speedup is None:
         return verdict
-    before = round(before_ms / (c_tpot * 1000), 4)
-    if before >= verdict.speedup:
+    ratio = c_tpot * 1000 / before_ms
+    before = _speedup(ratio)
+    if before is None or before >= verdict.speedup:
         return verdict
-    why = f"{verdict.reason}; {before_ms:.2f} ms on the incumbents before the trial ({1 / before - 1:+.0%})"
+    why = f"{verdict.reason}; {before_ms:.2f} ms on the incumbents before the trial ({ratio - 1:+.0%})"
     return replace(verdict, speedup=before, reason=why)
 
 
