@@ -375,7 +375,7 @@ def conclude(
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
         promoted = desired_intent(spec, state).drafter
-        running = (current, promoted, valid_value(measurements, Signal.TPOT_MEAN))
+        running = _Running(current, promoted, valid_value(measurements, Signal.TPOT_MEAN))
         record = _announce_actuation(spec, status, decision, running, now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
@@ -572,19 +572,26 @@ def _candidate_ended(
     return done
 
 
+@dataclass(frozen=True)
+class _Running:
+    """What the incumbent pods run when a change is applied, and what they measured in the window that decided it."""
+
+    config: SpeculationIntent
+    drafter: v1alpha1.SpeculationCandidate | None  # the promoted candidate drafter, which a trial pod keeps
+    tpot_mean_s: float | None  # an experiment's yardstick from before its trial
+
+
 def _announce_actuation(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
     decision: Decision,
-    running: tuple[SpeculationIntent, v1alpha1.SpeculationCandidate | None, float | None],
+    running: _Running,
     now: datetime,
     events: list[Event],
 ) -> v1alpha1.TrialStatus | None:
     """An applied decision starts a one-pod trial where it can (TrialStarted; its action's event waits for the
-    promotion), else goes to every pod at once with its action's event. `running`: the running config, the
-    promoted candidate drafter, if any, that the trial pod keeps, and its mean TPOT (s) in the deciding window."""
-    current, promoted, tpot_s = running
-    started = _start_trial(spec, status, decision, (current, tpot_s), now, promoted)
+    promotion), else goes to every pod at once with its action's event."""
+    started = _start_trial(spec, status, decision, running, now)
     if started is not None:
         events.append(Event("Normal", "TrialStarted", f"one pod first: {decision.reason}"))
     else:
@@ -596,28 +603,25 @@ def _start_trial(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
     decision: Decision,
-    incumbent: tuple[SpeculationIntent, float | None],
+    running: _Running,
     now: datetime,
-    promoted: v1alpha1.SpeculationCandidate | None,
 ) -> v1alpha1.TrialStatus | None:
-    """The record of a one-pod trial of the decision's target (run by the `promoted` candidate drafter, if any), when
-    the deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as before. The
-    trial is labelled with the decision's action, which posts its own event when promoted. `incumbent`: the running
-    config and its mean TPOT (s) in the deciding window (an experiment's yardstick from before its trial)."""
-    current, tpot_s = incumbent
+    """The record of a one-pod trial of the decision's target (run by the running promoted candidate drafter, if
+    any), when the deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as
+    before. The trial is labelled with the decision's action, which posts its own event when promoted."""
     incumbent_hash = (status.get("effective") or {}).get("configHash")
-    trial_hash = rendered_hash(spec, decision.target, promoted)
+    trial_hash = rendered_hash(spec, decision.target, running.drafter)
     if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
         return None
     return trials.start(
         intent=decision.target,
         config_hash=trial_hash,
-        incumbent=current,
+        incumbent=running.config,
         incumbent_hash=str(incumbent_hash),
         action=decision.action.value,
         now=now,
         experiment=decision.experiment,
-        incumbent_tpot_before_ms=None if tpot_s is None else tpot_s * 1000,
+        incumbent_tpot_before_ms=None if running.tpot_mean_s is None else running.tpot_mean_s * 1000,
     )
 
 
