@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import tests.unit.test_policy as tp
+from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.k0tax import OffComparison
 from specpilot.autotune.model.schedule import ThresholdPlan, ThresholdSupport
 from specpilot.autotune.model.speed import Speed, SpeedVerdict
@@ -509,3 +510,37 @@ def test_an_experiments_restart_is_priced_at_the_queues_measured_trend(
     streak = Streak(proposal.key(), Action.DISABLE, 3, T0 - timedelta(minutes=1), waiting=643.0)
     verdict, _ = backlog_gate(tp.inputs(spec, measurements), PolicyState(streak=streak), proposal, T0)
     assert (verdict.hold, round(verdict.dropped or 0)) == (hold, dropped), verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("case", "drain_s", "dropped"),
+    [
+        # 30 queued + 256 running + 20/s x 90 s: an outage aborts the requests in flight
+        ("no drain", 0.0, 2086),
+        # 20/s x 5 s: the pods taken out finish 100 of the 286 in flight before they stop
+        ("a short drain", 5.0, 1986),
+        # the drain outlasts the 286 in flight (14.3 s at 20/s): only the restart's lost capacity is dropped
+        ("a drain that finishes them all", 300.0, 1800),
+    ],
+)
+def test_a_drained_rollout_drops_only_what_its_drain_cannot_finish(case: str, drain_s: float, dropped: int) -> None:
+    verdict = restart_under_backlog(
+        queue(30.0), restart_cost_s=90.0, gain=0.1, gain_source="test", deferred_since=None, now=T0,
+        horizon_s=3600.0, drain_s=drain_s,
+    )  # fmt: skip
+    assert verdict.evidence["droppedByRestart"] == dropped, verdict.reason
+    assert verdict.evidence["finishedByDrain"] == min(286.0, 20.0 * drain_s)
+    assert ("the drained rollout finishes" in verdict.reason) is (drain_s > 0), verdict.reason
+
+
+def test_the_gate_prices_the_drain_of_the_specs_rollout_path() -> None:
+    """The backlog gate reads the drain from the fit (costprofile.fit_settings_for): a 3-replica deployment's drained
+    rollout finishes the queued and running requests, so a short queue's restart drops the lost capacity alone."""
+    measurements = queue(30.0)
+    proposal = Proposal(Action.DISABLE, tp.OFF, "why", {})
+    for replicas, dropped in ((1, 2086), (3, 1800)):
+        spec = tp.make_spec().model_copy(update={"replicas": replicas})
+        inputs = tp.inputs(spec, measurements, fit=fit_settings_for(spec))
+        assert inputs.fit.drain_s == (0 if replicas == 1 else 300)
+        verdict, _ = backlog_gate(inputs, PolicyState(), proposal, T0)
+        assert round(verdict.dropped or 0) == dropped, verdict.reason

@@ -9,6 +9,7 @@ import pytest
 
 from specpilot.api import v1alpha1
 from specpilot.autotune.model.costprofile import calibrated_presets, choose_cost_profile, fit_settings_for
+from specpilot.autotune.model.rollcost import drain_for
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, LLAMA70B_4XH100, PROFILES, step_cost_model
 from specpilot.sim import presets
@@ -153,3 +154,23 @@ def test_the_operator_prices_the_fit_with_the_specs_profile(
     assert settings["modelChoice"]["profile"] == profile
     assert settings["modelChoice"]["match"] == "calibrated"
     assert settings["restartCostSeconds"] == restart
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "rollout", "version", "drain"),
+    [
+        ("one replica without surge: an outage", 1, {}, "0.33.0", 0.0),
+        ("one replica with a surge pod", 1, {"maxSurge": 1}, "0.33.0", 300.0),
+        ("three replicas, the default drain", 3, {}, "0.33.0", 300.0),
+        ("three replicas, a declared drain", 3, {"drainSeconds": 120}, "0.33.0", 120.0),
+        ("a version without --shutdown-timeout aborts", 3, {}, "0.17.0", 0.0),
+    ],
+)
+def test_the_fit_knows_how_long_a_rollouts_pods_drain(
+    case: str, replicas: int, rollout: dict[str, int], version: str, drain: float
+) -> None:
+    doc = spec("meta-llama/Llama-3.1-8B-Instruct").model_dump(by_alias=True, exclude_none=True)
+    doc.update(replicas=replicas, rollout=rollout)
+    doc["engine"].update(image=f"vllm/vllm-openai:v{version}", version=version)
+    s = v1alpha1.parse_spec(doc)
+    assert drain_for(s) == fit_settings_for(s).drain_s == drain

@@ -18,6 +18,9 @@ removes, repaid by the change's gain. That figure depends on how the pods are re
   once its replacement serves, so the deployment never serves below its N pods: no serving is removed (the price
   is the surge pod's GPUs for the rollout, not paid in serving). With both, surge + unavailable pods are replaced
   per wave and only the unavailable ones remove serving.
+- Where pods serve beside each wave (or a surge pod loads first) and the vLLM version has --shutdown-timeout, a pod
+  taken out finishes its requests in flight for up to the drain time (`drain_for`): a rollout drops none of them,
+  only the capacity above. One replica without surge is priced as an outage, requests in flight included.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import math
 
 from specpilot.api import rollout
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
+from specpilot.vllm.dialects import rendered_drain_seconds
+from specpilot.vllm.versions import VllmVersion
 
 
 def pods_out_per_wave(replicas: int, max_surge: int, max_unavailable: int) -> int:
@@ -64,3 +69,16 @@ def restart_cost_for(spec: SpeculativeDeploymentSpec, restart_s: float) -> float
     """restart_cost_seconds on the rollout path `spec` declares (spec.replicas, spec.rollout) for pods that each take
     `restart_s` to start."""
     return restart_cost_seconds(restart_s, spec.replicas, rollout.max_surge(spec), rollout.max_unavailable(spec))
+
+
+def drain_for(spec: SpeculativeDeploymentSpec) -> float:
+    """Seconds a pod a rollout wave takes out finishes its requests in flight while other pods serve: the
+    --shutdown-timeout its version renders (module docstring); 0 on one replica without surge (an outage) and where
+    the version cannot drain or does not parse."""
+    if spec.replicas <= 1 and rollout.max_surge(spec) == 0:
+        return 0.0
+    try:
+        version = VllmVersion.parse(spec.engine.version)
+    except ValueError:
+        return 0.0
+    return float(rendered_drain_seconds(spec, version))

@@ -495,6 +495,10 @@ class FitSettings:
     # the capacity over load the pods left serving need while a rollout wave is out (rollcost.needed_headroom); None
     # where no wave leaves pods serving beside it: a change then costs restart_cost_s at any load
     headroom_needed: float | None = None
+    # seconds a pod a rollout wave takes out finishes its requests in flight while other pods serve (vLLM's
+    # --shutdown-timeout; rollcost.drain_for); 0 where a restart aborts them: one replica without surge, or a version
+    # without the flag
+    drain_s: float = 0.0
     # why this profile (costprofile.choose_cost_profile); None: the default, chosen by no spec
     model_choice: Mapping[str, Any] | None = None
     # the profile was calibrated on this set-up; False: the nearest one, a prior for the deployment's own fit only
@@ -508,6 +512,7 @@ class FitSettings:
             else {"profile": self.model.name, "match": "default", "note": "no spec chose a profile"},
             "restartCostSeconds": self.restart_cost_s,
             "headroomNeeded": None if self.headroom_needed is None else round(self.headroom_needed, 3),
+            "drainSeconds": self.drain_s,
             "horizonSeconds": self.horizon_s,
             "minGain": self.min_gain,
             "modelTolerance": self.model_tolerance,

@@ -36,6 +36,18 @@ restarts or not: serving them late adds no goodput, dropping them loses none. So
     running in time  = running x F                                  (all running when no S is declared)
     dropped          = queued in time + running in time + arrivals in time
 
+A drained rollout aborts none of the requests in flight (FitSettings.drain_s: pods serve beside each wave, or a
+surge pod loads first, and the vLLM version has --shutdown-timeout). The pod a wave takes out receives no new
+requests and finishes those it holds, queued and running, for up to the drain time at its share of the completion
+rate; wave after wave, the deployment's pods finish about X x drain of the in-flight requests that way, and only
+the rest is dropped:
+
+    in flight dropped = max(0, queued in time + running in time - X x drain)
+
+The arrivals term stays on the path's restart cost (rollcost): the pods left serving take the arrivals, but the
+capacity the wave removes is lost all the same. One replica without surge, or a version that cannot drain, is an
+outage: drain 0, every request in flight counts.
+
 D is how fast the queue drains: the queue's measured shrink per second since the change was first proposed (the
 window's mean queue then and now), at most X, the fastest it can drain (no arrivals); X where nothing was measured.
 A queue longer than X x S that did not shrink lets no arrival in (D <= 0: none in time).
@@ -205,6 +217,7 @@ def restart_seconds_under_backlog(
     ttft_deadline_s: float | None,
     queue_before: QueueSeen | None,
     now: datetime,
+    drain_s: float = 0.0,
 ) -> float | None:
     """What a restart now costs, in seconds of serving at the measured completion rate, when requests queue: the
     work it drops that could still meet its TTFT deadline (`restart_under_backlog`'s figure) over that rate, at most
@@ -227,6 +240,7 @@ def restart_seconds_under_backlog(
         horizon_s=restart_cost_s,  # no wait is priced here, only what the restart drops
         ttft_deadline_s=ttft_deadline_s,
         queue_before=queue_before,
+        drain_s=drain_s,
     )
     if verdict.dropped is None or verdict.request_rate <= 0:
         return None
@@ -246,6 +260,7 @@ def restart_under_backlog(
     ttft_deadline_s: float | None = None,
     interval_s: float = 0.0,
     queue_before: QueueSeen | None = None,
+    drain_s: float = 0.0,
 ) -> BacklogVerdict:
     """Hold a restart while requests queue, until the gain forgone by waiting matches the work a restart drops.
 
@@ -266,12 +281,15 @@ def restart_under_backlog(
     with, and what a restart drops is priced at the lower of the first deferral's figure and now's: the first may
     have been priced without the trend (the queue draining at the full completion rate, the assumption most in
     favour of holding), and taking the lower never lets a growing queue push the restart further out.
+
+    `drain_s`: how long a pod a drained rollout takes out finishes its requests in flight (FitSettings.drain_s; 0
+    where a restart aborts them): about the completion rate times it of the queued and running are not dropped.
     """
     waiting = valid_value(measurements, Signal.WAITING_REQUESTS)
     running = valid_value(measurements, Signal.RUNNING_REQUESTS) or 0.0
     if waiting is None or waiting < max(BACKLOG_WAITING, BACKLOG_SHARE * running):
         return BacklogVerdict(False, "", {})
-    drop = _drop_now(measurements, waiting, running, restart_cost_s, ttft_deadline_s, queue_before, now)
+    drop = _drop_now(measurements, waiting, running, restart_cost_s, ttft_deadline_s, queue_before, now, drain_s)
     deferred_s = 0.0 if deferred_since is None else max(0.0, (now - deferred_since).total_seconds())
     gain = max(gain, 0.0)
     forgone = gain * drop.rate * deferred_s
@@ -325,10 +343,11 @@ class _Drop:
     arriving: float
     share: float | None  # the window's first tokens within the deadline
     drain: float | None  # the queue's measured shrink per second since the change was first proposed
+    drained: float  # of the in-flight requests in time, those a drained rollout finishes before its pods stop
 
     @property
     def dropped(self) -> float:
-        return self.in_time + self.running_kept + self.arriving
+        return self.in_time + self.running_kept - self.drained + self.arriving
 
     def evidence(
         self, restart_cost_s: float, ttft_deadline_s: float | None, interval_s: float, queue_before: QueueSeen | None
@@ -347,6 +366,7 @@ class _Drop:
             "restartCostSeconds": restart_cost_s,
             "waitingWhenProposed": None if queue_before is None else round(queue_before.waiting, 1),
             "queueDrainPerSecond": None if self.drain is None else round(self.drain, 3),
+            "finishedByDrain": round(self.drained, 1),
             "droppedByRestart": round(self.dropped),
         }
 
@@ -369,6 +389,8 @@ class _Drop:
                 f"{running - self.running_kept:.0f} running and {rate * restart_cost_s - self.arriving:.0f} arriving "
                 "miss it either way"
             )
+        if self.drained > 0:
+            parts += f", less the {self.drained:.0f} in flight the drained rollout finishes"
         if self.drain is not None and queue_before is not None and ttft_deadline_s is not None:
             parts += (
                 f"; the queue went from {queue_before.waiting:.0f} to {waiting:.0f} since the change was first "
@@ -383,7 +405,9 @@ _FORMULA = (
     "rate x ttftDeadline), runningInTime = running x ttftWithinDeadline and arrivalsInTime = rate x max(0, "
     "restartCost - max(0, waiting - rate x ttftDeadline) / drain)) with drain = min(rate, the queue's "
     "measured shrink per second since the change was first proposed; none in time if it did not shrink), else "
-    "waiting, running and rate x restartCost; the drop is priced at the lower of the first deferral's and now's"
+    "waiting, running and rate x restartCost; a drained rollout finishes finishedByDrain = min(queuedInTime + "
+    "runningInTime, rate x drainSeconds) of those in flight; the drop is priced at the lower of the first "
+    "deferral's and now's"
 )
 
 
@@ -395,17 +419,21 @@ def _drop_now(
     ttft_deadline_s: float | None,
     queue_before: QueueSeen | None,
     now: datetime,
+    drain_s: float,
 ) -> _Drop:
     rate = valid_value(measurements, Signal.REQUEST_RATE) or 0.0
     drain = None if queue_before is None else queue_before.drain_rate(waiting, now)
     share = valid_value(measurements, Signal.TTFT_WITHIN_DEADLINE) if ttft_deadline_s is not None else None
+    in_time = queued_in_time(waiting, rate, ttft_deadline_s)
+    running_kept = running_in_time(running, share)
     return _Drop(
         waiting=waiting,
         running=running,
         rate=rate,
-        in_time=queued_in_time(waiting, rate, ttft_deadline_s),
-        running_kept=running_in_time(running, share),
+        in_time=in_time,
+        running_kept=running_kept,
         arriving=arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s, drain),
         share=share,
         drain=drain,
+        drained=min(in_time + running_kept, rate * max(0.0, drain_s)),
     )

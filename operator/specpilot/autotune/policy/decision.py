@@ -509,7 +509,7 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
         queue = queue_when_proposed(state.streak) if continues and not r.fresh_token else None
         under_backlog = restart_seconds_under_backlog(
             r.inputs.measurements, restart_cost_s=restart_s, ttft_deadline_s=ttft_deadline_s(at.latency),
-            queue_before=queue, now=r.now,
+            queue_before=queue, now=r.now, drain_s=fit.drain_s,
         )  # fmt: skip
         if under_backlog is not None and under_backlog < restart_s:
             restart_s = under_backlog
@@ -633,6 +633,7 @@ def backlog_gate(
         ttft_deadline_s=ttft_deadline_s(inputs.spec.autotune.latency),
         interval_s=parse_duration(inputs.spec.autotune.interval),
         queue_before=queue_when_proposed(state.streak) if measured_trend else None,
+        drain_s=inputs.fit.drain_s,
     )
     if verdict.hold:
         first = state.backlog_since is None or state.backlog_dropped is None
