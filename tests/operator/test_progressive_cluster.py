@@ -11,6 +11,11 @@ temperature 2, where the simulated draft model accepts ~0.36: speculation costs 
    pod goes.
 2. After probeInterval, the probe tries speculation on again, on one pod. At the same traffic the speculating pod
    measures slower, so the trial is rolled back: the main Deployment never left the plain config.
+
+The second test runs the same engines on the A100 node, a GPU no cost profile describes, saturated (max_num_seqs 4),
+with a disableBelow above the drafter's acceptance: neither a cost model nor a measured comparison can decide, so
+each disable is an experiment (status.trial.experiment), kept only when plain measures faster, and the probe finds
+the way back once the traffic changes.
 """
 
 from __future__ import annotations
@@ -87,11 +92,14 @@ def three_replicas(prometheus_url: str) -> dict[str, Any]:
 
 
 class RoundRobinLoad:
-    """`concurrency` completions always in flight, each sent to the next ready pod of the deployment: every pod,
-    the trial pod included, gets the same share of the same traffic, as behind the Service."""
+    """`concurrency` completions always in flight, each sent to the next ready pod of the deployment `name`: every
+    pod, the trial pod included, gets the same share of the same traffic, as behind the Service. `temperature` may
+    change while it runs; each request takes the value current when it is sent."""
 
-    def __init__(self, runner: PodRunner, concurrency: int) -> None:
+    def __init__(self, runner: PodRunner, concurrency: int, *, name: str = NAME, temperature: float = 2.0) -> None:
         self.runner = runner
+        self.name = name
+        self.temperature = temperature
         self.sent = 0
         self.errors = 0
         self._turn = itertools.count()
@@ -99,14 +107,16 @@ class RoundRobinLoad:
         self._threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(concurrency)]
 
     def _worker(self) -> None:
-        body = json.dumps({"model": MODEL, "prompt": "x" * 400, "max_tokens": 64, "temperature": 2.0}).encode()
         while not self._stop.is_set():
-            urls = sorted(self.runner.endpoints(NAME).values())
+            urls = sorted(self.runner.endpoints(self.name).values())
             if not urls:
                 time.sleep(0.5)
                 continue
             url = urls[next(self._turn) % len(urls)]
-            request = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
+            body = {"model": MODEL, "prompt": "x" * 400, "max_tokens": 64, "temperature": self.temperature}
+            request = urllib.request.Request(
+                f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=120) as resp:
                     resp.read()
@@ -207,3 +217,116 @@ def test_one_pod_first_promoted_when_faster_rolled_back_when_slower(
     reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, NAME)]
     assert {"TrialStarted", "TrialPromoted", "TrialRolledBack"} <= set(reasons), reasons
     print(kube_cluster.kubectl("-n", kube_namespace, "get", "specdeploy", NAME, "-o", "wide").stdout)
+
+
+EXPERIMENT = "experiment8b"
+
+
+def runs(deployment: dict[str, Any] | None, *, speculating: bool, replicas: int) -> bool:
+    """Whether the Deployment exists with this many replicas, speculating or not."""
+    if deployment is None:
+        return False
+    return speculates(deployment) is speculating and deployment["spec"]["replicas"] == replicas
+
+
+def unprofiled_saturated(prometheus_url: str) -> dict[str, Any]:
+    """The 3-replica CR on the A100 node, a GPU no cost profile was calibrated on (so no cost model is usable before
+    the deployment's own windows fit one), with max_num_seqs 4 so that the load keeps requests waiting, and a
+    disableBelow above this drafter's acceptance at temperature 0 (~0.44). The TTFT deadline is the SLO the backlog
+    gate prices a restart with: the queue is longer than can start within it, so a restart that does not shorten
+    the queue drops only the work its drain cannot finish."""
+    doc = three_replicas(prometheus_url)
+    doc["metadata"]["name"] = EXPERIMENT
+    doc["spec"]["engine"]["maxNumSeqs"] = 4
+    doc["spec"]["resources"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    doc["spec"]["autotune"]["acceptance"] = {"disableBelow": 0.5, "enableAbove": 0.6}
+    doc["spec"]["autotune"]["latency"]["ttftDeadline"] = "1s"
+    return doc
+
+
+@pytest.mark.timeout(1200)
+def test_experiment_on_an_unprofiled_gpu_keeps_only_a_measured_gain_and_the_probe_finds_the_way_back(
+    kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
+) -> None:
+    """Acceptance below disableBelow on a saturated engine, with neither a usable cost model nor a measured speed
+    comparison: the only action is an experiment, plain on one pod beside the speculating ones.
+
+    1. Temperature 0: the draft model (K 4) is ~13% faster than plain here despite its acceptance under disableBelow.
+       The experiment's plain pod measures slower, so it rolls back and every pod keeps speculating.
+    2. Temperature 2: speculation is ~1.5x slower. After probeInterval the experiment runs again and is promoted.
+    3. Temperature 0 again: the probe puts speculation back on one pod; it is not slower, so it is promoted: the way
+       back after a promoted experiment.
+    """
+    runner, prometheus = sim_pods
+    apply(kube_cluster, kube_namespace, unprofiled_saturated(prometheus.url))
+    wait_for("three simulated pods ready", lambda: len(runner.endpoints(EXPERIMENT)) == 3 or runner.failures(), 300, 1)
+    assert not runner.failures(), runner.failures()
+
+    def cr() -> dict[str, Any]:
+        return get(kube_cluster, kube_namespace, "specdeploy", EXPERIMENT) or {}
+
+    def deployment(name: str = EXPERIMENT) -> dict[str, Any] | None:
+        return get(kube_cluster, kube_namespace, "deployment", name)
+
+    def trial() -> dict[str, Any]:
+        return dict((cr().get("status") or {}).get("trial") or {})
+
+    nodes = {p["spec"].get("nodeName") for p in kube_cluster.kubectl_json("-n", kube_namespace, "get", "pods")["items"]}
+    assert nodes == {"kwok-gpu-4"}, nodes
+    speculating_hash = cr()["status"]["effective"]["configHash"]
+    with RoundRobinLoad(runner, 24, name=EXPERIMENT, temperature=0.0) as load:
+
+        def diagnose() -> str:
+            return f"load sent {load.sent} ({load.errors} errors); trial {trial().get('phase')}; {decision_line(cr())}"
+
+        def next_trial(what: str, previous: str | None) -> Any:
+            return wait_for_or_explain(diagnose, what, lambda: trial().get("phase") == "Running"
+                                       and trial().get("startedAt") != previous and trial(), 240, 1)  # fmt: skip
+
+        def ended(what: str) -> Any:
+            return wait_for_or_explain(diagnose, what, lambda: trial().get("phase") != "Running" and trial(), 180, 1)
+
+        # 1. an experiment, rolled back: plain is slower than this drafter at temperature 0
+        first = next_trial("the first experiment started", None)
+        assert first["experiment"] is True, first
+        assert first["intent"]["enabled"] is False, first
+        assert first["incumbentTpotBeforeMs"] > 0, first
+        posted = wait_for("the TrialStarted event", lambda: [e["message"] for e in events(
+            kube_cluster, kube_namespace, EXPERIMENT) if e["reason"] == "TrialStarted"], 30, 1)  # fmt: skip
+        assert posted[0].startswith("one pod first: experiment:"), posted
+        assert runs(deployment(), speculating=True, replicas=2), "two pods keep the incumbent config"
+        assert runs(deployment(f"{EXPERIMENT}-canary"), speculating=False, replicas=1), "one pod runs plain"
+        rolled = ended("the first experiment ended")
+        assert rolled["phase"] == "RolledBack", rolled
+        assert rolled["speedup"] < 1, rolled
+        print(f"\nexperiment rolled back: {rolled['reason']}")
+        wait_for("the trial pod gone", lambda: deployment(f"{EXPERIMENT}-canary") is None, 60, 1)
+        assert runs(deployment(), speculating=True, replicas=3)
+        assert cr()["status"]["effective"]["configHash"] == speculating_hash
+
+        # 2. the experiment again after probeInterval, at temperature 2: plain is faster, promoted
+        load.temperature = 2.0
+        second = next_trial("the second experiment started", first["startedAt"])
+        assert second["experiment"] is True, second
+        promoted = ended("the second experiment ended")
+        assert promoted["phase"] == "Promoted", promoted
+        assert promoted["speedup"] > 1.05, promoted
+        print(f"experiment promoted: {promoted['reason']}")
+        plain_hash = promoted["configHash"]
+        wait_for_or_explain(diagnose, "every pod plain, the trial pod gone", lambda: deployment(f"{EXPERIMENT}-canary")
+                            is None and runs(deployment(), speculating=False, replicas=3), 120, 1)  # fmt: skip
+
+        # 3. the way back: at temperature 0 the probe puts speculation on one pod, measures it no slower, promotes it
+        load.temperature = 0.0
+        probe = next_trial("the probe's trial started", second["startedAt"])
+        assert probe["intent"]["enabled"] is True, probe
+        assert not probe.get("experiment"), probe
+        back = ended("the probe's trial ended")
+        assert back["phase"] == "Promoted", back
+        print(f"probe promoted: {back['reason']}")
+        wait_for_or_explain(diagnose, "every pod speculating", lambda: runs(deployment(), speculating=True,
+                            replicas=3), 120, 1)  # fmt: skip
+    assert cr()["status"]["effective"]["configHash"] != plain_hash
+    reasons = [e["reason"] for e in events(kube_cluster, kube_namespace, EXPERIMENT)]
+    assert reasons.count("TrialStarted") >= 3, reasons
+    assert {"TrialPromoted", "TrialRolledBack"} <= set(reasons), reasons
