@@ -197,7 +197,7 @@ def test_an_experiment_counts_the_smaller_gain_over_the_incumbents_before_and_du
 ) -> None:
     verdict = trials.analyse(observe(0.007), SETTINGS)
     assert verdict.speedup == 1.4286
-    counted = trials.experiment_gain(verdict, group(tpot=0.007), before_ms)
+    counted = trials.measured_gain(verdict, group(tpot=0.007), before_ms)
     assert counted.speedup == speedup
     assert ("before the trial" in counted.reason) is (speedup != 1.4286)
 

@@ -1354,9 +1354,10 @@ class TrialStatus(_Model):
     )
     incumbent_tpot_before_ms: float | None = Field(
         None,
-        description="An experiment's yardstick from before its trial: the incumbents' mean time per output token over "
-        "the window that decided it. While the trial pod restarts the incumbents carry its traffic, and the backlog "
-        "can slow them for the whole analysis; the trial pod must beat them as they ran before too.",
+        description="The yardstick from before the trial of an experiment or a candidate drafter: the incumbents' mean "
+        "time per output token over the window that started it. While the trial pod restarts the incumbents carry "
+        "its traffic, and the backlog can slow them for the whole analysis; the trial pod must beat them as they ran "
+        "before too.",
     )
     ended_at: str | None = Field(None, description="When the trial was promoted, rolled back or abandoned.")
     retry_after: str | None = Field(

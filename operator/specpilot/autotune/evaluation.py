@@ -543,6 +543,7 @@ def _candidate_turn(
         action=Action.TRY_CANDIDATE.value,
         now=now,
         candidate_name=candidate.name,
+        incumbent_tpot_before_ms=_ms(valid_value(turn.measurements, Signal.TPOT_MEAN)),
     )
     records[index] = drafters.trialling(records[index], now)
     state = record_candidate_trial(state, current, target, now, reason)
@@ -578,7 +579,7 @@ class _Running:
 
     config: SpeculationIntent
     drafter: v1alpha1.SpeculationCandidate | None  # the promoted candidate drafter, which a trial pod keeps
-    tpot_mean_s: float | None  # an experiment's yardstick from before its trial
+    tpot_mean_s: float | None  # the yardstick from before a trial that must measure its gain (trial.measured_gain)
 
 
 def _announce_actuation(
@@ -621,8 +622,12 @@ def _start_trial(
         action=decision.action.value,
         now=now,
         experiment=decision.experiment,
-        incumbent_tpot_before_ms=None if running.tpot_mean_s is None else running.tpot_mean_s * 1000,
+        incumbent_tpot_before_ms=_ms(running.tpot_mean_s),
     )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _trial_turn(

@@ -277,8 +277,8 @@ def start(
 ) -> TrialStatus:  # fmt: skip
     """The record of a new trial, written to status before its pod is created. `candidate_name`: the trial pod runs
     that spec.speculation.candidates element's drafter instead of the declared one. `experiment`: nothing priced the
-    change, so only a measured gain promotes it (`needs_gain`), over the incumbents as they ran before the trial too
-    (`incumbent_tpot_before_ms`, `experiment_gain`)."""
+    change. Both are promoted only on a measured gain (`needs_gain`), over the incumbents as they ran before the
+    trial too (`incumbent_tpot_before_ms`, `measured_gain`)."""
     return TrialStatus.model_validate(
         {
             "intent": intent_to_dict(intent),
@@ -290,7 +290,7 @@ def start(
             "phase": TrialPhase.RUNNING,
             "startedAt": format_time(now),
             "experiment": experiment,
-            "incumbentTpotBeforeMs": incumbent_tpot_before_ms if experiment else None,
+            "incumbentTpotBeforeMs": incumbent_tpot_before_ms if experiment or candidate_name else None,
         }
     )
 
@@ -336,10 +336,10 @@ def advance(
     verdict = analyse(observation, settings)
     early = now < parse_time(trial.analysis_at)
     promising = verdict.outcome is TrialOutcome.SUCCESSFUL
-    if early and (not decisive(verdict, settings.tolerance) or (trial.experiment and promising)):
-        return Step(trial)  # an experiment ends early only on a slower trial pod: a fresh pod flatters itself
-    if trial.experiment:
-        verdict = experiment_gain(verdict, observation.candidate, trial.incumbent_tpot_before_ms)
+    if early and (not decisive(verdict, settings.tolerance) or (needs_gain(trial) and promising)):
+        return Step(trial)  # a gain to measure ends early only on a slower trial pod: a fresh pod flatters itself
+    if needs_gain(trial):
+        verdict = measured_gain(verdict, observation.candidate, trial.incumbent_tpot_before_ms)
     if early:
         verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
     trial = trial.model_copy(
@@ -387,11 +387,11 @@ def needs_gain(trial: TrialStatus) -> bool:
     return trial.candidate_name is not None or trial.experiment
 
 
-def experiment_gain(verdict: Analysis, candidate: GroupFigures, before_ms: float | None) -> Analysis:
-    """An experiment's verdict against the incumbents both during the trial and as they ran before it: the smaller
-    speedup counts. During the trial pod's restart the incumbents carry its traffic, and the backlog can inflate
-    their time per token for the whole analysis, flattering a fresh trial pod; before the trial they ran at their
-    own load."""
+def measured_gain(verdict: Analysis, candidate: GroupFigures, before_ms: float | None) -> Analysis:
+    """The verdict of a trial that must measure its gain (`needs_gain`: a candidate drafter, an experiment) against
+    the incumbents both during the trial and as they ran before it: the smaller speedup counts. During the trial
+    pod's restart the incumbents carry its traffic, and the backlog can inflate their time per token for the whole
+    analysis, flattering a fresh trial pod; before the trial they ran at their own load."""
     c_tpot = candidate.tpot_mean_s
     if verdict.outcome is not TrialOutcome.SUCCESSFUL or not before_ms or c_tpot is None or verdict.speedup is None:
         return verdict
