@@ -136,6 +136,31 @@ class RoundRobinLoad:
             t.join(timeout=130)
 
 
+class Watched:
+    """What the tests read of one SpeculativeDeployment on the cluster: the CR, its Deployments, its trial record."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, name: str) -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+
+    def cr(self) -> dict[str, Any]:
+        return get(self.cluster, self.namespace, "specdeploy", self.name) or {}
+
+    def deployment(self, suffix: str = "") -> dict[str, Any] | None:
+        return get(self.cluster, self.namespace, "deployment", self.name + suffix)
+
+    def trial(self) -> dict[str, Any]:
+        return dict((self.cr().get("status") or {}).get("trial") or {})
+
+
+def applied_with_three_pods(cluster: KubeCluster, namespace: str, runner: PodRunner, doc: dict[str, Any]) -> Watched:
+    """Apply the CR and wait until its three simulated pods serve."""
+    name = doc["metadata"]["name"]
+    apply(cluster, namespace, doc)
+    wait_for("three simulated pods ready", lambda: len(runner.endpoints(name)) == 3 or runner.failures(), 300, 1)
+    assert not runner.failures(), runner.failures()
+    return Watched(cluster, namespace, name)
+
+
 def speculates(deployment: dict[str, Any] | None) -> bool:
     assert deployment is not None
     return "--speculative-config" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -146,18 +171,8 @@ def test_one_pod_first_promoted_when_faster_rolled_back_when_slower(
     kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
 ) -> None:
     runner, prometheus = sim_pods
-    apply(kube_cluster, kube_namespace, three_replicas(prometheus.url))
-    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
-    assert not runner.failures(), runner.failures()
-
-    def cr() -> dict[str, Any]:
-        return get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}
-
-    def deployment(name: str = NAME) -> dict[str, Any] | None:
-        return get(kube_cluster, kube_namespace, "deployment", name)
-
-    def trial() -> dict[str, Any]:
-        return dict((cr().get("status") or {}).get("trial") or {})
+    watched = applied_with_three_pods(kube_cluster, kube_namespace, runner, three_replicas(prometheus.url))
+    cr, deployment, trial = watched.cr, watched.deployment, watched.trial
 
     speculating_hash = cr()["status"]["effective"]["configHash"]
     with RoundRobinLoad(runner, 12) as load:
@@ -171,7 +186,7 @@ def test_one_pod_first_promoted_when_faster_rolled_back_when_slower(
         )
         assert started["intent"]["enabled"] is False
         assert started["incumbentConfigHash"] == speculating_hash
-        main, canary = deployment(), deployment(f"{NAME}-canary")
+        main, canary = deployment(), deployment("-canary")
         assert main is not None
         assert canary is not None
         assert speculates(main), "two pods keep the incumbent config"
@@ -191,7 +206,7 @@ def test_one_pod_first_promoted_when_faster_rolled_back_when_slower(
                 (d := deployment()) is not None
                 and not speculates(d)
                 and d["spec"]["replicas"] == 3
-                and deployment(f"{NAME}-canary") is None
+                and deployment("-canary") is None
             ),
             60,
             1,
@@ -208,7 +223,7 @@ def test_one_pod_first_promoted_when_faster_rolled_back_when_slower(
     assert rolled["outcome"] == "Failed", rolled
     assert rolled["speedup"] < 1, rolled
     print(f"rolled back: {rolled['reason']}")
-    wait_for("the trial pod gone", lambda: deployment(f"{NAME}-canary") is None, 60, 1)
+    wait_for("the trial pod gone", lambda: deployment("-canary") is None, 60, 1)
     final = deployment()
     assert final is not None
     assert not speculates(final)
@@ -258,18 +273,8 @@ def test_experiment_on_an_unprofiled_gpu_keeps_only_a_measured_gain_and_the_prob
        back after a promoted experiment.
     """
     runner, prometheus = sim_pods
-    apply(kube_cluster, kube_namespace, unprofiled_saturated(prometheus.url))
-    wait_for("three simulated pods ready", lambda: len(runner.endpoints(EXPERIMENT)) == 3 or runner.failures(), 300, 1)
-    assert not runner.failures(), runner.failures()
-
-    def cr() -> dict[str, Any]:
-        return get(kube_cluster, kube_namespace, "specdeploy", EXPERIMENT) or {}
-
-    def deployment(name: str = EXPERIMENT) -> dict[str, Any] | None:
-        return get(kube_cluster, kube_namespace, "deployment", name)
-
-    def trial() -> dict[str, Any]:
-        return dict((cr().get("status") or {}).get("trial") or {})
+    watched = applied_with_three_pods(kube_cluster, kube_namespace, runner, unprofiled_saturated(prometheus.url))
+    cr, deployment, trial = watched.cr, watched.deployment, watched.trial
 
     nodes = {p["spec"].get("nodeName") for p in kube_cluster.kubectl_json("-n", kube_namespace, "get", "pods")["items"]}
     assert nodes == {"kwok-gpu-4"}, nodes
@@ -295,12 +300,12 @@ def test_experiment_on_an_unprofiled_gpu_keeps_only_a_measured_gain_and_the_prob
             kube_cluster, kube_namespace, EXPERIMENT) if e["reason"] == "TrialStarted"], 30, 1)  # fmt: skip
         assert posted[0].startswith("one pod first: experiment:"), posted
         assert runs(deployment(), speculating=True, replicas=2), "two pods keep the incumbent config"
-        assert runs(deployment(f"{EXPERIMENT}-canary"), speculating=False, replicas=1), "one pod runs plain"
+        assert runs(deployment("-canary"), speculating=False, replicas=1), "one pod runs plain"
         rolled = ended("the first experiment ended")
         assert rolled["phase"] == "RolledBack", rolled
         assert rolled["speedup"] < 1, rolled
         print(f"\nexperiment rolled back: {rolled['reason']}")
-        wait_for("the trial pod gone", lambda: deployment(f"{EXPERIMENT}-canary") is None, 60, 1)
+        wait_for("the trial pod gone", lambda: deployment("-canary") is None, 60, 1)
         assert runs(deployment(), speculating=True, replicas=3)
         assert cr()["status"]["effective"]["configHash"] == speculating_hash
 
@@ -313,7 +318,7 @@ def test_experiment_on_an_unprofiled_gpu_keeps_only_a_measured_gain_and_the_prob
         assert promoted["speedup"] > 1.05, promoted
         print(f"experiment promoted: {promoted['reason']}")
         plain_hash = promoted["configHash"]
-        wait_for_or_explain(diagnose, "every pod plain, the trial pod gone", lambda: deployment(f"{EXPERIMENT}-canary")
+        wait_for_or_explain(diagnose, "every pod plain, the trial pod gone", lambda: deployment("-canary")
                             is None and runs(deployment(), speculating=False, replicas=3), 120, 1)  # fmt: skip
 
         # 3. the way back: at temperature 0 the probe puts speculation on one pod, measures it no slower, promotes it

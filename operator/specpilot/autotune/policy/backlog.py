@@ -343,11 +343,11 @@ class _Drop:
     arriving: float
     share: float | None  # the window's first tokens within the deadline
     drain: float | None  # the queue's measured shrink per second since the change was first proposed
-    drained: float  # of the in-flight requests in time, those a drained rollout finishes before its pods stop
+    finished_by_drain: float  # of the in-flight requests in time, those a drained rollout finishes before its pods stop
 
     @property
     def dropped(self) -> float:
-        return self.in_time + self.running_kept - self.drained + self.arriving
+        return self.in_time + self.running_kept - self.finished_by_drain + self.arriving
 
     def evidence(
         self, restart_cost_s: float, ttft_deadline_s: float | None, interval_s: float, queue_before: QueueSeen | None
@@ -366,7 +366,7 @@ class _Drop:
             "restartCostSeconds": restart_cost_s,
             "waitingWhenProposed": None if queue_before is None else round(queue_before.waiting, 1),
             "queueDrainPerSecond": None if self.drain is None else round(self.drain, 3),
-            "finishedByDrain": round(self.drained, 1),
+            "finishedByDrain": round(self.finished_by_drain, 1),
             "droppedByRestart": round(self.dropped),
         }
 
@@ -389,8 +389,8 @@ class _Drop:
                 f"{running - self.running_kept:.0f} running and {rate * restart_cost_s - self.arriving:.0f} arriving "
                 "miss it either way"
             )
-        if self.drained > 0:
-            parts += f", less the {self.drained:.0f} in flight the drained rollout finishes"
+        if self.finished_by_drain > 0:
+            parts += f", less the {self.finished_by_drain:.0f} in flight the drained rollout finishes"
         if self.drain is not None and queue_before is not None and ttft_deadline_s is not None:
             parts += (
                 f"; the queue went from {queue_before.waiting:.0f} to {waiting:.0f} since the change was first "
@@ -435,5 +435,5 @@ def _drop_now(
         arriving=arrivals_in_time(waiting, rate, ttft_deadline_s, restart_cost_s, drain),
         share=share,
         drain=drain,
-        drained=min(in_time + running_kept, rate * max(0.0, drain_s)),
+        finished_by_drain=min(in_time + running_kept, rate * max(0.0, drain_s)),
     )
