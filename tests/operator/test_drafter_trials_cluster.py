@@ -21,8 +21,14 @@ from e2e.prometheus.fixture import PrometheusServer
 from e2e.waiting import wait_for
 from specpilot.cli.main import main as specpilot
 from tests.operator.test_closed_loop import decision_line, wait_for_or_explain
-from tests.operator.test_operator_cluster import apply, events, get
-from tests.operator.test_progressive_cluster import NAME, RoundRobinLoad, sim_pods, three_replicas
+from tests.operator.test_operator_cluster import events, get
+from tests.operator.test_progressive_cluster import (
+    NAME,
+    RoundRobinLoad,
+    applied_with_three_pods,
+    sim_pods,
+    three_replicas,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 __all__ = ["sim_pods"]  # the fixture, shared with test_progressive_cluster.py
@@ -52,21 +58,8 @@ def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     runner, prometheus = sim_pods
-    apply(kube_cluster, kube_namespace, with_ngram_candidate(prometheus.url))
-    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
-    assert not runner.failures(), runner.failures()
-
-    def cr() -> dict[str, Any]:
-        return get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}
-
-    def status() -> dict[str, Any]:
-        return dict(cr().get("status") or {})
-
-    def deployment(name: str = NAME) -> dict[str, Any] | None:
-        return get(kube_cluster, kube_namespace, "deployment", name)
-
-    def trial() -> dict[str, Any]:
-        return dict(status().get("trial") or {})
+    watched = applied_with_three_pods(kube_cluster, kube_namespace, runner, with_ngram_candidate(prometheus.url))
+    cr, status, deployment, trial = watched.cr, watched.status, watched.deployment, watched.trial
 
     def ready() -> str:
         found = [c for c in status().get("conditions") or [] if c.get("type") == "Ready"]
@@ -87,7 +80,7 @@ def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
         )
         assert started["candidateName"] == "ngram", started
         assert status()["candidates"][0]["verdict"] == "Trialling"
-        main, canary = deployment(), deployment(f"{NAME}-canary")
+        main, canary = deployment(), deployment("-canary")
         assert '"method":"ngram"' in command(canary), "one pod runs the candidate's drafter"
         assert "Llama-3.2-1B" in command(main), "the incumbents keep the declared drafter"
         assert main is not None
@@ -106,7 +99,7 @@ def test_a_faster_candidate_drafter_is_tried_on_one_pod_and_promoted(
                 (d := deployment()) is not None
                 and '"method":"ngram"' in command(d)
                 and d["spec"]["replicas"] == 3
-                and deployment(f"{NAME}-canary") is None
+                and deployment("-canary") is None
             ),
             60,
             1,
@@ -135,17 +128,10 @@ def test_in_recommend_the_faster_candidate_is_recommended_and_its_pod_removed(
     kube_cluster: KubeCluster, kube_namespace: str, sim_pods: tuple[PodRunner, PrometheusServer]
 ) -> None:
     runner, prometheus = sim_pods
-    cr = with_ngram_candidate(prometheus.url)
-    cr["spec"]["autotune"]["mode"] = "Recommend"
-    apply(kube_cluster, kube_namespace, cr)
-    wait_for("three simulated pods ready", lambda: len(runner.endpoints(NAME)) == 3 or runner.failures(), 300, 1)
-    assert not runner.failures(), runner.failures()
-
-    def status() -> dict[str, Any]:
-        return dict((get(kube_cluster, kube_namespace, "specdeploy", NAME) or {}).get("status") or {})
-
-    def trial() -> dict[str, Any]:
-        return dict(status().get("trial") or {})
+    doc = with_ngram_candidate(prometheus.url)
+    doc["spec"]["autotune"]["mode"] = "Recommend"
+    watched = applied_with_three_pods(kube_cluster, kube_namespace, runner, doc)
+    status, trial = watched.status, watched.trial
 
     with RoundRobinLoad(runner, 12) as load:
 

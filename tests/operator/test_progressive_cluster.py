@@ -148,8 +148,11 @@ class Watched:
     def deployment(self, suffix: str = "") -> dict[str, Any] | None:
         return get(self.cluster, self.namespace, "deployment", self.name + suffix)
 
+    def status(self) -> dict[str, Any]:
+        return dict(self.cr().get("status") or {})
+
     def trial(self) -> dict[str, Any]:
-        return dict((self.cr().get("status") or {}).get("trial") or {})
+        return dict(self.status().get("trial") or {})
 
 
 def applied_with_three_pods(cluster: KubeCluster, namespace: str, runner: PodRunner, doc: dict[str, Any]) -> Watched:
