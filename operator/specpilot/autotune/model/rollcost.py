@@ -33,6 +33,11 @@ from specpilot.vllm.dialects import rendered_drain_seconds
 from specpilot.vllm.versions import VllmVersion
 
 
+def outage(replicas: int, max_surge: int) -> bool:
+    """One replica without surge: the only pod stops for the restart, and every request in flight counts as lost."""
+    return replicas <= 1 and max_surge == 0
+
+
 def pods_out_per_wave(replicas: int, max_surge: int, max_unavailable: int) -> int:
     """How many of the `replicas` pods a rollout wave takes out of serving at once: `max_unavailable`, at least one
     without surge (the Deployment controller cannot replace a pod otherwise), none with surge and maxUnavailable 0."""
@@ -51,7 +56,7 @@ def needed_headroom(replicas: int, max_surge: int, max_unavailable: int) -> floa
 def restart_cost_seconds(restart_s: float, replicas: int, max_surge: int, max_unavailable: int) -> float:
     """Seconds of the whole deployment's serving one rollout removes (module docstring), for `replicas` pods that
     each take `restart_s` to start, replaced `max_unavailable` at a time with `max_surge` extra pods."""
-    if replicas <= 1 and max_surge == 0:
+    if outage(replicas, max_surge):
         return restart_s
     out_at_once = pods_out_per_wave(replicas, max_surge, max_unavailable)
     if out_at_once == 0:
@@ -75,7 +80,7 @@ def drain_for(spec: SpeculativeDeploymentSpec) -> float:
     """Seconds a pod a rollout wave takes out finishes its requests in flight while other pods serve: the
     --shutdown-timeout its version renders (module docstring); 0 on one replica without surge (an outage) and where
     the version cannot drain or does not parse."""
-    if spec.replicas <= 1 and rollout.max_surge(spec) == 0:
+    if outage(spec.replicas, rollout.max_surge(spec)):
         return 0.0
     try:
         version = VllmVersion.parse(spec.engine.version)
