@@ -202,6 +202,29 @@ def test_an_experiment_counts_the_smaller_gain_over_the_incumbents_before_and_du
     assert ("before the trial" in counted.reason) is (speedup != 1.4286)
 
 
+@pytest.mark.parametrize(
+    ("tpot", "before_ms", "ends_early"),
+    [
+        (0.007, 10.0, True),  # 1.43x faster during the trial and before it: decisive
+        (0.007, 8.0, False),  # 1.14x faster than before the trial: beyond the tolerance, not twice it
+        (0.007, None, False),  # nothing from before the trial: the flattered comparison waits for the span
+        (0.020, None, True),  # 2x slower: a slower trial pod ends early whatever came before
+    ],
+)
+def test_an_experiment_ends_early_only_on_a_decisive_gain_over_the_incumbents_before_it_too(
+    tpot: float, before_ms: float | None, ends_early: bool
+) -> None:
+    trial = trials.start(intent=OFF, config_hash="trialhash", incumbent=ON, incumbent_hash="inchash",
+                         action="DisableSpeculation", now=T0, experiment=True,
+                         incumbent_tpot_before_ms=before_ms)  # fmt: skip
+    step = analysed(trial, tpot, T0)  # ready now: the analysis span has not passed
+    assert (step.ended is not None) is ends_early, step.trial
+    if ends_early:
+        assert step.trial.reason is not None
+        assert "decisive before" in step.trial.reason
+        assert step.ended is (TrialPhase.PROMOTED if tpot < 0.010 else TrialPhase.ROLLED_BACK)
+
+
 def test_inconclusive_extends_once_then_rolls_back() -> None:
     step = analysed(started(), 0.009, T0)
     step = analysed(step.trial, 0.009, T0 + timedelta(minutes=3), requests=5)

@@ -12,7 +12,7 @@ hashes, times, phase, `extended`, `experiment` and `incumbent_tpot_before_ms`):
                                                                                  a candidate drafter or an experiment
                                                                                  only when faster beyond the tolerance)
                        (sooner where decisive: beyond twice the tolerance either way, at any evaluation once the
-                       sample, measured and load gates pass)
+                       sample, measured and load gates pass; for a gain to measure, the smaller of its two gains)
                                                                --Successful, a candidate drafter in Recommend-->
                                                                                  Recommended (trial pod removed)
                                                                --Failed--------> RolledBack (trial pod removed)
@@ -188,7 +188,11 @@ def decisive(verdict: Analysis, tolerance: float) -> bool:
     the trial pod was faster or slower than the incumbents beyond twice the tolerance. The analysis runs at every
     evaluation, so an early conclusion on a difference within the span's own bar would be a test repeated until it
     passes; twice the tolerance keeps a difference that size rare to reach by noise on the minimum sample, while a
-    change that ends a saturated config's misses (or a config that is clearly slower) acts an analysis span sooner."""
+    change that ends a saturated config's misses (or a config that is clearly slower) acts an analysis span sooner.
+    A trial that must measure its gain (`needs_gain`) is judged on `measured_gain`'s verdict, the smaller of its
+    speedups over the incumbents during and before the trial: the backlog of the trial pod's own restart inflates
+    only the first, so a fresh pod does not conclude early on the flattery of that backlog (`advance` waits for the
+    span where there is no figure from before the trial)."""
     if verdict.gate != "speed" or verdict.speedup is None or verdict.speedup <= 0:
         return False
     margin = DECISIVE_FACTOR * tolerance
@@ -334,12 +338,11 @@ def advance(
     assert trial.analysis_at is not None
     settings = AnalysisSettings.of(spec)
     verdict = analyse(observation, settings)
-    early = now < parse_time(trial.analysis_at)
-    promising = verdict.outcome is TrialOutcome.SUCCESSFUL
-    if early and (not decisive(verdict, settings.tolerance) or (needs_gain(trial) and promising)):
-        return Step(trial)  # a gain to measure ends early only on a slower trial pod: a fresh pod flatters itself
     if needs_gain(trial):
         verdict = measured_gain(verdict, observation.candidate, trial.incumbent_tpot_before_ms)
+    early = now < parse_time(trial.analysis_at)
+    if early and not (decisive(verdict, settings.tolerance) and _guarded(trial, verdict)):
+        return Step(trial)
     if early:
         verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
     trial = trial.model_copy(
@@ -378,6 +381,14 @@ def advance(
         extended = trial.model_copy(update={"extended": True, "analysis_at": later})
         return Step(extended, None, ("Normal", "TrialInconclusive", f"{verdict.reason}; analysing again at {later}"))
     return _rolled_back(trial, spec, now, verdict.reason)
+
+
+def _guarded(trial: TrialStatus, verdict: Analysis) -> bool:
+    """Whether a decisive verdict may end the trial early: a gain to measure only when it was also measured against
+    the incumbents before the trial (`incumbentTpotBeforeMs`); without that figure the comparison during the trial,
+    which the backlog of the trial pod's own restart can flatter, waits for the end of the span."""
+    promising = verdict.outcome is TrialOutcome.SUCCESSFUL
+    return not (needs_gain(trial) and promising and not trial.incumbent_tpot_before_ms)
 
 
 def needs_gain(trial: TrialStatus) -> bool:
