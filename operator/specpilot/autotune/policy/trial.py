@@ -341,7 +341,7 @@ def advance(
     if needs_gain(trial):
         verdict = measured_gain(verdict, observation.candidate, trial.incumbent_tpot_before_ms)
     early = now < parse_time(trial.analysis_at)
-    if early and not (decisive(verdict, settings.tolerance) and _guarded(trial, verdict)):
+    if early and not _may_end_early(trial, verdict, settings.tolerance):
         return Step(trial)
     if early:
         verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
@@ -383,12 +383,13 @@ def advance(
     return _rolled_back(trial, spec, now, verdict.reason)
 
 
-def _guarded(trial: TrialStatus, verdict: Analysis) -> bool:
-    """Whether a decisive verdict may end the trial early: a gain to measure only when it was also measured against
-    the incumbents before the trial (`incumbentTpotBeforeMs`); without that figure the comparison during the trial,
-    which the backlog of the trial pod's own restart can flatter, waits for the end of the span."""
+def _may_end_early(trial: TrialStatus, verdict: Analysis, tolerance: float) -> bool:
+    """Whether this verdict ends the trial before analysisAt: a decisive one, and for a gain to measure only when it
+    was also measured against the incumbents before the trial (`incumbentTpotBeforeMs`); without that figure the
+    comparison during the trial, which the backlog of the trial pod's own restart can flatter, waits for the span."""
     promising = verdict.outcome is TrialOutcome.SUCCESSFUL
-    return not (needs_gain(trial) and promising and not trial.incumbent_tpot_before_ms)
+    unguarded = needs_gain(trial) and promising and not trial.incumbent_tpot_before_ms
+    return decisive(verdict, tolerance) and not unguarded
 
 
 def needs_gain(trial: TrialStatus) -> bool:
