@@ -371,6 +371,32 @@ def test_every_plan_held_to_the_budget_passes_the_closed_loops_check(budget_name
             assert held == list(plan)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.timeout(120)
+def test_a_budgeted_plan_over_a_day_of_short_windows(seed: int) -> None:
+    """The shape of diurnal-24h --quick: 18 configurations, 288 windows of 30 s, so the rolling hour spans 120 of
+    them. Each configuration's score drifts, so the unconstrained plan switches more often than the budget allows.
+    The budgeted plan keeps the budget and is worth at least what holding the unconstrained plan to it and every
+    constant plan are."""
+    draw = random.Random(seed)
+    scores: dict[str, list[float]] = {}
+    for i in range(18):
+        level, series = draw.uniform(0.0, 100.0), []
+        for _ in range(288):
+            level = max(0.0, level + draw.gauss(0.0, 20.0))
+            series.append(level)
+        scores[f"c{i}"] = series
+    budget = window_budget(BudgetSpec())
+    free = oracles.switching_plan(scores, 9.0, 30.0)
+    plan = oracles.switching_plan(scores, 9.0, 30.0, budget)
+    assert oracles.held_to_budget(plan, 30.0, budget) == plan
+    assert oracles.held_to_budget(free, 30.0, budget) != free  # the budget binds
+    floor = max(plan_value(oracles.held_to_budget(free, 30.0, budget), scores, 9.0, 30.0),
+                *(plan_value([name] * 288, scores, 9.0, 30.0) for name in scores))  # fmt: skip
+    assert plan_value(plan, scores, 9.0, 30.0) >= floor - 1e-6
+    assert plan_value(plan, scores, 9.0, 30.0) <= plan_value(free, scores, 9.0, 30.0) + 1e-6
+
+
 def test_a_budgeted_plan_refuses_a_trace_longer_than_the_day_it_counts() -> None:
     scores = {"A": [0.0] * 300, "B": [1.0] * 300}
     with pytest.raises(ValueError, match="up to one day"):

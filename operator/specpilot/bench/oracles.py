@@ -12,8 +12,11 @@ as misses.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
 
 from specpilot.vllm.intent import SpeculationIntent
 
@@ -198,15 +201,71 @@ class WindowBudget:
         return self.dwells_s[min(trailing_reversals, len(self.dwells_s) - 1)]
 
 
-@dataclass(frozen=True)
-class _Switched:
-    """What the budget needs to remember of the plan so far, besides the configuration running now."""
+ROUGH_BEAM = 1000  # states kept per window by the beam-limited DP whose plan sets the exact DP's floor
+HOUR_S = 3600.0  # the rolling hour of maxPerHour
 
-    last_at: float | None = None  # the latest switch
-    last_from: str | None = None  # what that switch left
-    within_hour: tuple[float, ...] = ()  # switch instants less than an hour before the current window
-    trailing_reversals: int = 0
-    count: int = 0  # switches so far (the trace is at most a day long: all of them are in the rolling day)
+# Columns of a plan's budget memory, one row per DP state (the configuration running now, then what the budget needs).
+_CONFIG, _COUNT, _LAST, _FROM, _REVERSALS, _HOUR = range(6)
+
+
+def _memory_width(budget: WindowBudget | None) -> int:
+    return _HOUR + (max(1, budget.max_per_hour) if budget is not None else 1)
+
+
+def _forget(rows: NDArray[np.int64], w: int, window_s: float, budget: WindowBudget | None) -> NDArray[np.int64]:
+    """`rows` at window w with what no later switch depends on set to -1 (0 for the reversals), so that plans whose
+    pasts the budget can no longer tell apart are one DP state: a switch that left the rolling hour; the configuration
+    the latest switch left, once undoing it is no longer a quick reversal; the latest switch and its reversal chain,
+    once no later switch can be a reversal and the dwell after it has passed; everything, once the day's switches
+    are spent."""
+    if budget is None:
+        return rows
+    rows = rows.copy()
+    now = w * window_s
+    hour = rows[:, _HOUR:]
+    hour[(hour >= 0) & ~(now - hour * window_s < HOUR_S)] = -1
+    has_last = rows[:, _LAST] >= 0
+    last_at = rows[:, _LAST] * window_s
+    past_reversal = has_last & ~(now - last_at <= budget.quick_reversal_s)
+    rows[past_reversal, _FROM] = -1
+    dwell = np.asarray(budget.dwells_s)[np.minimum(rows[:, _REVERSALS], len(budget.dwells_s) - 1)]
+    settled = past_reversal & ~(now < last_at + dwell)
+    spent = rows[:, _COUNT] >= budget.max_per_day
+    rows[settled | spent, _LAST] = -1
+    rows[settled | spent, _REVERSALS] = 0
+    rows[spent, _FROM] = -1
+    hour[spent] = -1
+    return rows
+
+
+def _switches(
+    rows: NDArray[np.int64], configs: int, w: int, window_s: float, budget: WindowBudget | None
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Every switch the budget allows at window w from `rows` (as `_forget` leaves them) to another configuration:
+    the row each one leaves and the memory after it, ordered by that row, then by target."""
+    source = np.repeat(np.arange(len(rows)), configs)
+    target = np.tile(np.arange(configs), len(rows))
+    past = rows[source]
+    allowed = target != past[:, _CONFIG]
+    after = past.copy()
+    after[:, _CONFIG] = target
+    if budget is not None:
+        now = w * window_s
+        has_last = past[:, _LAST] >= 0
+        last_at = past[:, _LAST] * window_s
+        reversing = has_last & (past[:, _FROM] == target) & (now - last_at <= budget.quick_reversal_s)
+        chain = past[:, _REVERSALS] + reversing
+        dwell = np.asarray(budget.dwells_s)[np.minimum(chain, len(budget.dwells_s) - 1)]
+        allowed &= ~(has_last & (now < last_at + dwell))
+        allowed &= (past[:, _HOUR:] >= 0).sum(axis=1) < budget.max_per_hour
+        allowed &= past[:, _COUNT] < budget.max_per_day
+        after[:, _COUNT] += 1
+        after[:, _LAST] = w
+        after[:, _FROM] = past[:, _CONFIG]
+        after[:, _REVERSALS] = np.where(reversing, chain, 0)
+        after[:, _HOUR] = w
+        after[:, _HOUR + 1 :] = past[:, _HOUR:-1]
+    return source[allowed], after[allowed]
 
 
 def switching_plan(
@@ -226,7 +285,9 @@ def switching_plan(
     With `budget`, a switch at a window boundary must also pass the deployment's actuation budget (WindowBudget),
     as the closed loop's every actuation must: the DP's state is then the configuration and the switches the budget
     remembers, so the plan is the best one the budget allows, not the unconstrained plan cut short. The first window's
-    configuration is free, as without a budget.
+    configuration is free, as without a budget. It stays tractable over a day of short windows because memories no
+    later switch can tell apart are one state (`_forget`) and a state that cannot reach the value of a plan known to
+    keep the budget is dropped (`_best_plan`); neither changes the best plan's value.
 
     With `start` (a label of `scores`), the first window runs that configuration, as a deployment starts in the one it
     declares: the plan is the best one from there, each later switch paying its cost (and passing the budget) as any.
@@ -237,34 +298,102 @@ def switching_plan(
         raise ValueError("a budgeted switching plan counts every switch in the rolling day: traces up to one day")
     if start is not None and start not in scores:
         raise ValueError(f"the starting configuration {start!r} has no scores")
-    State = tuple[str, _Switched]
-    value: dict[State, float] = {(n, _Switched()): scores[n][0] for n in (names if start is None else [start])}
-    back: list[dict[State, State]] = []
-    for w in range(1, count):
-        now = w * window_s
-        cost = {n: max(0.0, scores[n][w]) * min(1.0, restart_s / window_s) for n in names}
-        offers: list[tuple[State, float, State]] = []
-        for (n, past), v in value.items():  # staying first: a tie keeps the running configuration
-            kept = past if budget is None else replace(past, within_hour=_within_hour(past.within_hour, now))
-            offers.append(((n, kept), v + scores[n][w], (n, past)))
-        for (m, past), v in value.items():
-            for n in names:
-                nxt = None if n == m else _switch(past, m, n, now, budget)
-                if nxt is not None:
-                    offers.append(((n, nxt), v - cost[n] + scores[n][w], (m, past)))
-        new: dict[State, float] = {}
-        choice: dict[State, State] = {}
-        for state, v, previous in offers:
-            if state not in new or v > new[state]:
-                new[state], choice[state] = v, previous
-        back.append(choice)
-        value = new
-    state = max(value, key=lambda s: value[s])
-    plan = [state[0]]
-    for choice in reversed(back):
-        state = choice[state]
-        plan.append(state[0])
+    table = np.asarray([scores[n] for n in names], dtype=np.float64)
+    first = range(len(names)) if start is None else [names.index(start)]
+    restart_share = min(1.0, restart_s / window_s)
+    floor = -math.inf
+    if budget is not None:  # two plans that keep the budget set the floor the exact DP prunes below
+        held = held_to_budget(switching_plan(scores, restart_s, window_s, start=start), window_s, budget)
+        floor = _plan_value(table, [names.index(n) for n in held], restart_share)
+        rough = _best_plan(table, first, restart_share, window_s, budget, floor, beam=ROUGH_BEAM)
+        floor = max(floor, _plan_value(table, rough, restart_share))
+    return [names[c] for c in _best_plan(table, first, restart_share, window_s, budget, floor)]
+
+
+def _best_plan(
+    table: NDArray[np.float64],
+    first: Iterable[int],
+    restart_share: float,
+    window_s: float,
+    budget: WindowBudget | None,
+    floor: float,
+    beam: int | None = None,
+) -> list[int]:
+    """The DP of switching_plan over the configurations' rows of `table`, a state being the configuration and the
+    budget's memory (`_forget`). A state that cannot reach `floor` (the value of a plan known to keep the budget) even
+    switching freely from there on (`_best_futures`) is dropped: it cannot lead to the best plan.
+
+    With `beam`, only that many states survive each window, the most promising first: a plan that keeps the budget,
+    quickly, but not always the best one."""
+    rows = _first_rows(first, budget)
+    value = table[rows[:, _CONFIG], 0]
+    futures = _best_futures(table, restart_share)
+    slack = 1e-9 * (1.0 + float(np.abs(table).sum()))  # rounding of the sums, never a real difference
+    configs, back = [rows[:, _CONFIG]], []
+    for w in range(1, table.shape[1]):
+        rows = _forget(rows, w, window_s, budget)
+        source, switched = _switches(rows, table.shape[0], w, window_s, budget)
+        gain = table[:, w]
+        cost = np.maximum(0.0, gain) * restart_share
+        offers = np.concatenate([rows, switched])  # staying first: a tie keeps the running configuration
+        values = np.concatenate(
+            [value + gain[rows[:, _CONFIG]], value[source] - cost[switched[:, _CONFIG]] + gain[switched[:, _CONFIG]]]
+        )
+        sources = np.concatenate([np.arange(len(rows)), source])
+        hopeful = values + futures[offers[:, _CONFIG], w] >= floor - slack
+        rows, value, previous = _best_per_state(offers[hopeful], values[hopeful], sources[hopeful])
+        if beam is not None and len(rows) > beam:
+            kept = np.sort(np.argsort(-(value + futures[rows[:, _CONFIG], w]), kind="stable")[:beam])
+            rows, value, previous = rows[kept], value[kept], previous[kept]
+        configs.append(rows[:, _CONFIG])
+        back.append(previous)
+    state = int(np.argmax(value))
+    plan = [int(configs[-1][state])]
+    for step in range(len(back) - 1, -1, -1):
+        state = int(back[step][state])
+        plan.append(int(configs[step][state]))
     return list(reversed(plan))
+
+
+def _best_futures(table: NDArray[np.float64], restart_share: float) -> NDArray[np.float64]:
+    """[c, w]: the most the windows after w add to a plan that runs c in window w, switching without a budget."""
+    futures = np.zeros_like(table)
+    for w in range(table.shape[1] - 2, -1, -1):
+        staying = table[:, w + 1] + futures[:, w + 1]
+        arriving = staying - np.maximum(0.0, table[:, w + 1]) * restart_share
+        futures[:, w] = np.maximum(staying, arriving.max())
+    return futures
+
+
+def _plan_value(table: NDArray[np.float64], plan: Sequence[int], restart_share: float) -> float:
+    """The DP's objective for a whole plan: each window's score, less the restart share of each switch's window."""
+    total = sum(float(table[c, w]) for w, c in enumerate(plan))
+    switches = [w for w in range(1, len(plan)) if plan[w] != plan[w - 1]]
+    return total - sum(max(0.0, float(table[plan[w], w])) * restart_share for w in switches)
+
+
+def _first_rows(configs: Iterable[int], budget: WindowBudget | None) -> NDArray[np.int64]:
+    first = list(configs)
+    rows = np.full((len(first), _memory_width(budget)), -1, dtype=np.int64)
+    rows[:, _CONFIG] = first
+    rows[:, _COUNT] = 0
+    rows[:, _REVERSALS] = 0
+    return rows
+
+
+def _best_per_state(
+    offers: NDArray[np.int64], values: NDArray[np.float64], sources: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]:
+    """One row per distinct state among `offers`: the first offer of the highest value, the states in the order of
+    their first offer."""
+    _, first, group = np.unique(offers, axis=0, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    order = np.lexsort((np.arange(len(offers)), -values, group))
+    starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])
+    best = order[starts]  # per state, in the order np.unique sorts them
+    by_first_offer = np.argsort(first, kind="stable")
+    chosen = best[by_first_offer]
+    return offers[first[by_first_offer]], values[chosen], sources[chosen]
 
 
 def held_to_budget(plan: Sequence[str], window_s: float, budget: WindowBudget) -> list[str]:
@@ -276,32 +405,15 @@ def held_to_budget(plan: Sequence[str], window_s: float, budget: WindowBudget) -
     rewards); the replay is not. So the unconstrained plan, held to the budget, is a second budgeted candidate beside
     the budgeted DP's own, and the runner keeps whichever replays better.
     """
+    names = list(dict.fromkeys(plan))
+    row = _first_rows([names.index(plan[0])], budget)
     out = [plan[0]]
-    past = _Switched()
     for w in range(1, len(plan)):
-        running, wanted = out[-1], plan[w]
-        nxt = None if wanted == running else _switch(past, running, wanted, w * window_s, budget)
-        if nxt is not None:
-            past = nxt
-            out.append(wanted)
-        else:
-            out.append(running)
+        row = _forget(row, w, window_s, budget)
+        wanted = names.index(plan[w])
+        if wanted != row[0, _CONFIG]:
+            _, after = _switches(row, len(names), w, window_s, budget)
+            allowed = after[after[:, _CONFIG] == wanted]
+            row = allowed if len(allowed) else row
+        out.append(names[row[0, _CONFIG]])
     return out
-
-
-def _within_hour(instants: tuple[float, ...], now: float) -> tuple[float, ...]:
-    return tuple(t for t in instants if now - t < 3600)
-
-
-def _switch(past: _Switched, current: str, target: str, now: float, budget: WindowBudget | None) -> _Switched | None:
-    """The budget's memory after switching `current` -> `target` at `now`, or None when the budget forbids it."""
-    if budget is None:
-        return past  # unconstrained: nothing to remember
-    reversing = past.last_at is not None and past.last_from == target and now - past.last_at <= budget.quick_reversal_s
-    chain = past.trailing_reversals + 1 if reversing else 0
-    if past.last_at is not None and now < past.last_at + budget.dwell_s(past.trailing_reversals + reversing):
-        return None
-    recent = _within_hour(past.within_hour, now)
-    if len(recent) >= budget.max_per_hour or past.count >= budget.max_per_day:
-        return None
-    return _Switched(now, current, (*recent, now), chain, past.count + 1)
