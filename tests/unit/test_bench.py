@@ -188,15 +188,24 @@ def test_goodput_counts_only_requests_within_both_slos() -> None:
     ("scores", "restart_s", "plan"),
     [
         # a two-window dip is not worth two restarts of a full window each
-        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 300.0, ["K3"] * 4),
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 89.0]}, 300.0, ["K3"] * 4),
         # with 30 s restarts it is
-        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, ["K3", "off", "off", "K3"]),
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 89.0]}, 30.0, ["K3", "off", "off", "K3"]),
         # a lasting regime change is worth one restart
         ({"K3": [100.0, 50.0, 50.0, 50.0, 50.0], "off": [0.0, 80.0, 80.0, 80.0, 80.0]}, 300.0, ["K3"] + ["off"] * 4),
     ],
 )
 def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float, plan: list[str]) -> None:
     assert oracles.switching_plan(scores, restart_s, 300.0) == plan
+
+
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_of_two_plans_worth_the_same_the_one_with_fewer_switches_wins(budgeted: bool) -> None:
+    """Switching back to K3 for the last window gains 100 - 10 (its restart share), exactly what staying off gives."""
+    scores = {"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}
+    budget = window_budget(budget_spec(minInterval="5m")) if budgeted else None
+    assert oracles.switching_plan(scores, 30.0, 300.0, budget) == ["K3", "off", "off", "off"]
+    assert oracles.switching_plan(scores, 30.0, 300.0, budget, start="off") == ["off"] * 4
 
 
 @pytest.mark.parametrize(
@@ -209,8 +218,9 @@ def test_switching_aware_oracle(scores: dict[str, list[float]], restart_s: float
         ({"K3": [90.0] * 4, "K1": [100.0] * 4}, 300.0, None, ["K1"] * 4),
         ({"K3": [90.0] * 4, "K1": [100.0] * 4}, 300.0, "K3", ["K3"] * 4),
         # starting where the free start starts is the free start's plan
-        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, "K3", ["K3", "off", "off", "K3"]),
-        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}, 30.0, "off", ["off"] * 4),
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 89.0]}, 30.0, "K3", ["K3", "off", "off", "K3"]),
+        # from off, the one window where K3 beats off by more than its restart share is worth a switch
+        ({"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 89.0]}, 30.0, "off", ["off", "off", "off", "K3"]),
     ],
 )
 def test_a_switching_plan_from_the_declared_config(
@@ -272,7 +282,7 @@ def passes_policy_budget(plan: list[str], budget: BudgetSpec, window_s: float) -
 
 def test_a_budgeted_plan_gives_up_the_switch_back_the_budget_forbids() -> None:
     """The dip of the first table, with 30 s restarts: switching back after 10 minutes breaks minInterval 15m."""
-    scores = {"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 90.0]}
+    scores = {"K3": [100.0, 50.0, 50.0, 100.0], "off": [90.0, 60.0, 60.0, 89.0]}
     budget = window_budget(BudgetSpec())
     assert oracles.switching_plan(scores, 30.0, 300.0) == ["K3", "off", "off", "K3"]
     assert oracles.switching_plan(scores, 30.0, 300.0, budget) == ["K3", "off", "off", "off"]

@@ -289,6 +289,9 @@ def switching_plan(
     later switch can tell apart are one state (`_forget`) and a state that cannot reach the value of a plan known to
     keep the budget is dropped (`_best_plan`); neither changes the best plan's value.
 
+    Of plans worth the same, the one with fewer switches wins (each is a rollout the estimate does not price beyond
+    its downtime); beyond that, staying is offered before switching at every window.
+
     With `start` (a label of `scores`), the first window runs that configuration, as a deployment starts in the one it
     declares: the plan is the best one from there, each later switch paying its cost (and passing the budget) as any.
     """
@@ -327,6 +330,7 @@ def _best_plan(
     quickly, but not always the best one."""
     rows = _first_rows(first, budget)
     value = table[rows[:, _CONFIG], 0]
+    moves = np.zeros(len(rows), dtype=np.int64)  # switches so far: of two plans worth the same, the fewer wins
     futures = _best_futures(table, restart_share)
     slack = 1e-9 * (1.0 + float(np.abs(table).sum()))  # rounding of the sums, never a real difference
     configs, back = [rows[:, _CONFIG]], []
@@ -335,19 +339,22 @@ def _best_plan(
         source, switched = _switches(rows, table.shape[0], w, window_s, budget)
         gain = table[:, w]
         cost = np.maximum(0.0, gain) * restart_share
-        offers = np.concatenate([rows, switched])  # staying first: a tie keeps the running configuration
+        offers = np.concatenate([rows, switched])  # staying first: a full tie keeps the running configuration
         values = np.concatenate(
             [value + gain[rows[:, _CONFIG]], value[source] - cost[switched[:, _CONFIG]] + gain[switched[:, _CONFIG]]]
         )
+        made = np.concatenate([moves, moves[source] + 1])
         sources = np.concatenate([np.arange(len(rows)), source])
         hopeful = values + futures[offers[:, _CONFIG], w] >= floor - slack
-        rows, value, previous = _best_per_state(offers[hopeful], values[hopeful], sources[hopeful])
+        rows, value, moves, previous = _best_per_state(
+            offers[hopeful], values[hopeful], made[hopeful], sources[hopeful]
+        )
         if beam is not None and len(rows) > beam:
             kept = np.sort(np.argsort(-(value + futures[rows[:, _CONFIG], w]), kind="stable")[:beam])
-            rows, value, previous = rows[kept], value[kept], previous[kept]
+            rows, value, moves, previous = rows[kept], value[kept], moves[kept], previous[kept]
         configs.append(rows[:, _CONFIG])
         back.append(previous)
-    state = int(np.argmax(value))
+    state = int(np.lexsort((moves, -value))[0])
     plan = [int(configs[-1][state])]
     for step in range(len(back) - 1, -1, -1):
         state = int(back[step][state])
@@ -382,18 +389,18 @@ def _first_rows(configs: Iterable[int], budget: WindowBudget | None) -> NDArray[
 
 
 def _best_per_state(
-    offers: NDArray[np.int64], values: NDArray[np.float64], sources: NDArray[np.int64]
-) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]:
-    """One row per distinct state among `offers`: the first offer of the highest value, the states in the order of
-    their first offer."""
+    offers: NDArray[np.int64], values: NDArray[np.float64], moves: NDArray[np.int64], sources: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
+    """One row per distinct state among `offers`: its offer of the highest value, of the fewest switches among those,
+    of the first among those; the states in the order of their first offer."""
     _, first, group = np.unique(offers, axis=0, return_index=True, return_inverse=True)
     group = group.reshape(-1)
-    order = np.lexsort((np.arange(len(offers)), -values, group))
+    order = np.lexsort((np.arange(len(offers)), moves, -values, group))
     starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])
     best = order[starts]  # per state, in the order np.unique sorts them
     by_first_offer = np.argsort(first, kind="stable")
     chosen = best[by_first_offer]
-    return offers[first[by_first_offer]], values[chosen], sources[chosen]
+    return offers[first[by_first_offer]], values[chosen], moves[chosen], sources[chosen]
 
 
 def held_to_budget(plan: Sequence[str], window_s: float, budget: WindowBudget) -> list[str]:
