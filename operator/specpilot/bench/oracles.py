@@ -307,9 +307,8 @@ def switching_plan(
     floor = -math.inf
     if budget is not None:  # two plans that keep the budget set the floor the exact DP prunes below
         held = held_to_budget(switching_plan(scores, restart_s, window_s, start=start), window_s, budget)
-        floor = _plan_value(table, [names.index(n) for n in held], restart_share)
-        rough = _best_plan(table, first, restart_share, window_s, budget, floor, beam=ROUGH_BEAM)
-        floor = max(floor, _plan_value(table, rough, restart_share))
+        rough = _best_plan(table, first, restart_share, window_s, budget, -math.inf, beam=ROUGH_BEAM)
+        floor = max(_plan_value(table, plan, restart_share) for plan in ([names.index(n) for n in held], rough))
     return [names[c] for c in _best_plan(table, first, restart_share, window_s, budget, floor)]
 
 
@@ -327,7 +326,7 @@ def _best_plan(
     switching freely from there on (`_best_futures`) is dropped: it cannot lead to the best plan.
 
     With `beam`, only that many states survive each window, the most promising first: a plan that keeps the budget,
-    quickly, but not always the best one."""
+    quickly, but not always the best one. Give it no floor: the states a beam keeps may all fall short of one later."""
     rows = _first_rows(first, budget)
     value = table[rows[:, _CONFIG], 0]
     moves = np.zeros(len(rows), dtype=np.int64)  # switches so far: of two plans worth the same, the fewer wins
