@@ -197,8 +197,9 @@ class WindowBudget:
     quick_reversal_s: float
     dwells_s: tuple[float, ...]  # budget.dwell_after for 0, 1, 2... reversals, up to where it stops growing
 
-    def dwell_s(self, trailing_reversals: int) -> float:
-        return self.dwells_s[min(trailing_reversals, len(self.dwells_s) - 1)]
+    def dwell_s(self, trailing_reversals: NDArray[np.int64]) -> NDArray[np.float64]:
+        """The dwell after each of `trailing_reversals` (it stops growing at the last of dwells_s)."""
+        return np.asarray(self.dwells_s)[np.minimum(trailing_reversals, len(self.dwells_s) - 1)]
 
 
 ROUGH_BEAM = 1000  # states kept per window by the beam-limited DP whose plan sets the exact DP's floor
@@ -228,8 +229,7 @@ def _forget(rows: NDArray[np.int64], w: int, window_s: float, budget: WindowBudg
     last_at = rows[:, _LAST] * window_s
     past_reversal = has_last & ~(now - last_at <= budget.quick_reversal_s)
     rows[past_reversal, _FROM] = -1
-    dwell = np.asarray(budget.dwells_s)[np.minimum(rows[:, _REVERSALS], len(budget.dwells_s) - 1)]
-    settled = past_reversal & ~(now < last_at + dwell)
+    settled = past_reversal & ~(now < last_at + budget.dwell_s(rows[:, _REVERSALS]))
     spent = rows[:, _COUNT] >= budget.max_per_day
     rows[settled | spent, _LAST] = -1
     rows[settled | spent, _REVERSALS] = 0
@@ -255,8 +255,7 @@ def _switches(
         last_at = past[:, _LAST] * window_s
         reversing = has_last & (past[:, _FROM] == target) & (now - last_at <= budget.quick_reversal_s)
         chain = past[:, _REVERSALS] + reversing
-        dwell = np.asarray(budget.dwells_s)[np.minimum(chain, len(budget.dwells_s) - 1)]
-        allowed &= ~(has_last & (now < last_at + dwell))
+        allowed &= ~(has_last & (now < last_at + budget.dwell_s(chain)))
         allowed &= (past[:, _HOUR:] >= 0).sum(axis=1) < budget.max_per_hour
         allowed &= past[:, _COUNT] < budget.max_per_day
         after[:, _COUNT] += 1
