@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster.fixture import KubeCluster
+from e2e.operator_process import RunningOperator
 from e2e.podrunner import PodRunner
 from e2e.prometheus.fixture import PrometheusServer
 from e2e.stack import BAD_DRAFT, GOOD_DRAFT, TARGET_MODEL, tiny_speculative_deployment
@@ -83,6 +84,14 @@ def decision_line(obj: dict[str, Any] | None) -> str:
         f"reason={str(rec.get('reason'))[:160]!r} Progressing={progressing.get('status')}/{progressing.get('reason')} "
         f"actuations={len(status.get('actuations') or [])}]"
     )
+
+
+def operator_notes(running: RunningOperator, limit: int = 1500) -> str:
+    """The operator's log lines that say what it did with a decision, in one line (CI keeps only a failure's first
+    line): actuations, the failpoint, and every warning or error."""
+    wanted = (", actuated", "failpoint", " WARNING ", " ERROR ", " CRITICAL ", "Traceback")
+    lines = [line for line in running.log_tail(2000).splitlines() if any(w in line for w in wanted)]
+    return " | ".join(line[:300] for line in lines)[-limit:]
 
 
 def recommendation(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -278,7 +287,10 @@ def test_operator_killed_after_persisting_an_actuation_resumes_with_exactly_one_
     assert before is not None
     with Load(runner, "crash", 800) as load:
         wait_for_or_explain(
-            lambda: f"load sent {load.sent}; {decision_line(get(kube_cluster, kube_namespace, 'specdeploy', 'crash'))}",
+            lambda: (
+                f"load sent {load.sent}; {decision_line(get(kube_cluster, kube_namespace, 'specdeploy', 'crash'))}; "
+                f"operator log: {operator_notes(crashing)}"
+            ),
             "the operator to die at the failpoint",
             lambda: crashing.process.poll() is not None,
             420,

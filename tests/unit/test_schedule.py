@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpilot.api.v1alpha1 import AutotuneObjective
+from specpilot.api.v1alpha1 import AutotuneObjective, LatencySpec
 from specpilot.autotune.model.baseline import load_bucket
-from specpilot.autotune.model.rollcost import needed_headroom
+from specpilot.autotune.model.rollcost import needed_headroom, tpot_target_ms
 from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
@@ -902,6 +902,48 @@ def test_a_restart_costs_no_serving_while_the_pods_left_carry_the_load(
     assert at_load["capacityOverLoad"] == pytest.approx(2.695 if batch == 20 else 1.39, abs=0.001)
     assert at_load["restartCostSeconds"] == (0.0 if free else 1e6)
     assert ("the restart costs no serving at this load" in result.reason) is free
+
+
+@pytest.mark.parametrize(
+    ("tpot_target_ms", "free"),
+    [
+        (None, True),  # no TPOT objective declared: carrying the load is enough
+        (11.0, True),  # the pod left serving settles at a larger batch: 4.38 ms -> 10.07 ms, within 11 ms
+        (9.0, False),  # ... past 9 ms: its requests would miss the SLO for the wave, so the nominal cost
+    ],
+)
+def test_a_wave_is_free_only_while_the_pods_left_serving_meet_the_tpot_objective(
+    tpot_target_ms: float | None, free: bool
+) -> None:
+    """Two pods, one at a time, batch 20: the other pod carries the load (2.695x its capacity over load, 2x needed),
+    at the batch that serves twice the arrivals, where the model predicts each sequence's tokens 2.3x slower than
+    the 4.38 ms measured now."""
+    settings = FitSettings(restart_cost_s=1e6, headroom_needed=2.0, tpot_target_ms=tpot_target_ms)
+    result = plan("0.33.0", {8: 3600.0}, 20, settings=settings)
+    at_load = result.evidence["restartAtLoad"]
+    assert at_load["capacityOverLoad"] == pytest.approx(2.695, abs=0.001)
+    assert result.worth_installing is free
+    assert at_load["restartCostSeconds"] == (0.0 if free else 1e6)
+    if tpot_target_ms is None:
+        assert "waveTpotMs" not in at_load
+    else:
+        assert at_load["waveTpotMs"] == pytest.approx(10.07, abs=0.01)
+        assert at_load["tpotTargetMs"] == tpot_target_ms
+
+
+@pytest.mark.parametrize(
+    ("latency", "expected_ms"),
+    [
+        ({}, None),
+        ({"tpotTarget": "15ms"}, 15.0),
+        ({"p99Target": "40ms"}, 40.0),  # the guarded metric is TPOT by default: its P99 target bounds every request
+        ({"metric": "ttft", "p99Target": "2s"}, None),  # a TTFT target says nothing of TPOT
+        ({"tpotTarget": "12ms", "p99Target": "40ms"}, 12.0),
+    ],
+)
+def test_the_tpot_objective_a_wave_is_priced_against(latency: dict[str, str], expected_ms: float | None) -> None:
+    spec = LatencySpec.model_validate(latency)
+    assert tpot_target_ms(spec) == expected_ms
 
 
 @pytest.mark.parametrize(

@@ -577,6 +577,15 @@ class LatencySpec(_Spec):
         "within it and the running ones whose first token came within it (backlog.py). Defaults to p99Target when "
         "metric is ttft; unset, every queued and running request counts.",
     )
+    tpot_target: Duration | None = Field(
+        None,
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        description="Optional TPOT objective per request, e.g. 15ms: a request whose mean time per output token is "
+        "longer has missed its SLO. A rollout wave while other pods serve is then priced as free only while the "
+        "pods it leaves serving keep the predicted mean TPOT within it (rollcost.py). Defaults to p99Target when "
+        "metric is tpot; unset, a wave is free whenever the pods left serving carry the load.",
+    )
 
 
 class WorkloadSpec(_Spec):
@@ -1161,6 +1170,12 @@ FIELD_RULES: tuple[CrossFieldRule, ...] = (
         cel="!has(self.ttftDeadline) || duration(self.ttftDeadline) > duration('0s')",
         message="spec.autotune.latency.ttftDeadline must be greater than 0s",
         holds=lambda s: _positive(s.autotune.latency.ttft_deadline),
+    ),
+    CrossFieldRule(
+        at=("autotune", "latency"),
+        cel="!has(self.tpotTarget) || duration(self.tpotTarget) > duration('0s')",
+        message="spec.autotune.latency.tpotTarget must be greater than 0s",
+        holds=lambda s: _positive(s.autotune.latency.tpot_target),
     ),
 )
 

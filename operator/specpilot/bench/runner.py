@@ -310,7 +310,8 @@ def closed_loop_document(
     """The SpeculativeDeployment document of closed_loop_spec."""
     return bench_document(preset_for(scenario), scenario.method, scenario.num_speculative_tokens,
                           scenario.max_num_seqs, scenario.max_model_len, acceptance, scenario.ttft_slo_s,
-                          speculation_enabled=scenario.speculation_enabled, replicas=replicas, max_surge=max_surge,
+                          tpot_slo_s=scenario.tpot_slo_ms / 1000, speculation_enabled=scenario.speculation_enabled,
+                          replicas=replicas, max_surge=max_surge,
                           time_scale=scenario.time_scale, objective=scenario.objective,
                           version=scenario.vllm_version, candidates=scenario.candidates)  # fmt: skip
 

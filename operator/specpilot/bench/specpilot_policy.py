@@ -92,6 +92,7 @@ def bench_document(
     acceptance: dict[str, float] | None = None,
     ttft_slo_s: float | None = None,
     *,
+    tpot_slo_s: float | None = None,
     speculation_enabled: bool = True,
     replicas: int = 1,
     max_surge: int = 0,
@@ -105,8 +106,8 @@ def bench_document(
     The set-up (target, TP, GPU memory and product label) is the preset's, never its step-time numbers.
     `speculation_enabled`: spec.speculation.enabled (a deployment declared without speculation).
     `acceptance` overrides spec.autotune.acceptance (disableBelow / enableAbove) for the sensitivity variant.
-    `ttft_slo_s`: the scenario's TTFT SLO, declared as spec.autotune.latency.ttftDeadline the way a user who is
-    judged on it declares it (the scenario's TPOT SLO stays undeclared: the guarded metric and p99Target keep their
+    `ttft_slo_s` and `tpot_slo_s`: the scenario's SLOs, declared as spec.autotune.latency.ttftDeadline and
+    tpotTarget the way a user who is judged on them declares them (the guarded metric and p99Target keep their
     defaults). `replicas` and `max_surge`: spec.replicas and spec.rollout.maxSurge (the other rollout fields keep
     their defaults). `time_scale`: the scenario's clock (Scenario.time_scale); below 1 every duration the bench
     configures is the default's times it (time_constants_on) and the minimum samples shrink with the window.
@@ -116,6 +117,10 @@ def bench_document(
     speculation: dict[str, Any] = {**speculation_config(method, k), "enabled": speculation_enabled}
     if candidates:
         speculation["candidates"] = [{**speculation_config(c, k), "name": CANDIDATE_NAMES[c]} for c in candidates]
+    latency = {
+        **({"ttftDeadline": f"{round(ttft_slo_s * 1000)}ms"} if ttft_slo_s else {}),
+        **({"tpotTarget": f"{tpot_slo_s * 1000:g}ms"} if tpot_slo_s else {}),
+    }
     doc = {
         "apiVersion": f"{v1alpha1.GROUP}/{v1alpha1.VERSION}",
         "kind": v1alpha1.KIND,
@@ -143,7 +148,7 @@ def bench_document(
                          **({"acceptance": acceptance} if acceptance else {}),
                          **({"objective": objective.value}
                             if objective is not v1alpha1.AutotuneObjective.THROUGHPUT else {}),
-                         **({"latency": {"ttftDeadline": f"{round(ttft_slo_s * 1000)}ms"}} if ttft_slo_s else {})},
+                         **({"latency": latency} if latency else {})},
         },
     }  # fmt: skip
     return doc if time_scale == 1 else time_constants_on(doc, time_scale)

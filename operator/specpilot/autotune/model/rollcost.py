@@ -18,6 +18,10 @@ removes, repaid by the change's gain. That figure depends on how the pods are re
   once its replacement serves, so the deployment never serves below its N pods: no serving is removed (the price
   is the surge pod's GPUs for the rollout, not paid in serving). With both, surge + unavailable pods are replaced
   per wave and only the unavailable ones remove serving.
+- Carrying every arrival is not the same as serving it well: the pods left serving settle at a larger batch, and
+  each of their requests gets its tokens more slowly for the wave. Where the CR declares a TPOT objective
+  (`tpot_target_ms`), a wave is free only while the predicted mean TPOT of the pods left serving stays within it;
+  past it their requests miss the SLO, and the wave costs its nominal capacity (schedule.restart_at_load).
 - Where pods serve beside each wave (or a surge pod loads first) and the vLLM version has --shutdown-timeout, a pod
   taken out finishes its requests in flight for up to the drain time (`drain_for`): a rollout drops none of them,
   only the capacity above. One replica without surge is priced as an outage, requests in flight included.
@@ -28,7 +32,8 @@ from __future__ import annotations
 import math
 
 from specpilot.api import rollout
-from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
+from specpilot.api.durations import parse_duration
+from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec, SpeculativeDeploymentSpec
 from specpilot.vllm.dialects import rendered_drain_seconds
 from specpilot.vllm.versions import VllmVersion
 
@@ -87,3 +92,13 @@ def drain_for(spec: SpeculativeDeploymentSpec) -> float:
     except ValueError:
         return 0.0
     return float(rendered_drain_seconds(spec, version))
+
+
+def tpot_target_ms(latency: LatencySpec) -> float | None:
+    """The mean TPOT a request must meet to count, in ms: `tpotTarget`, else `p99Target` when the guarded metric is
+    tpot (99% of tokens within it: a request slower on average missed it); None when the CR declares neither."""
+    if latency.tpot_target is not None:
+        return parse_duration(latency.tpot_target) * 1000
+    if latency.metric is LatencyMetric.TPOT and latency.p99_target is not None:
+        return parse_duration(latency.p99_target) * 1000
+    return None

@@ -24,6 +24,7 @@ observed load repays the restart (every change restarts vLLM: its speculative co
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -302,30 +303,53 @@ def capacity_over_load(
 
 
 @dataclass(frozen=True)
+class LoadNow:
+    """The running config's load as measured now: its batch and mean TPOT (ms; None where not measured)."""
+
+    batch: int
+    tpot_ms: float | None
+
+
+@dataclass(frozen=True)
 class RestartAtLoad:
     """Whether a rollout wave at the load now costs serving (rollcost): `free` while the pods it leaves serving carry
-    every arrival, the running config's capacity over its load at least what a wave needs."""
+    every arrival, the running config's capacity over its load at least what a wave needs, and, where the CR
+    declares a TPOT objective, keep their predicted mean TPOT (`wave_tpot_ms`) within it."""
 
     capacity_over_load: float
     needed: float
+    wave_tpot_ms: float | None = None
+    tpot_target_ms: float | None = None
+
+    @property
+    def carried(self) -> bool:
+        return self.capacity_over_load >= self.needed
+
+    @property
+    def within_target(self) -> bool:
+        return self.tpot_target_ms is None or self.wave_tpot_ms is None or self.wave_tpot_ms <= self.tpot_target_ms
 
     @property
     def free(self) -> bool:
-        return self.capacity_over_load >= self.needed
+        return self.carried and self.within_target
 
     def to_dict(self, restart_cost_s: float) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "capacityOverLoad": round(self.capacity_over_load, 3),
             "headroomNeeded": round(self.needed, 3),
             "restartCostSeconds": 0.0 if self.free else restart_cost_s,
         }
+        if self.tpot_target_ms is not None and self.wave_tpot_ms is not None:
+            out["waveTpotMs"] = round(self.wave_tpot_ms, 2)
+            out["tpotTargetMs"] = round(self.tpot_target_ms, 2)
+        return out
 
 
 def restart_at_load(
     settings: FitSettings,
     profile: AcceptanceProfile,
     model: StepCostModel,
-    batch_now: int,
+    load: LoadNow,
     max_num_seqs: int,
     k_at: Callable[[int], int],
     rate: Rate,
@@ -334,11 +358,18 @@ def restart_at_load(
 
     Carrying the load is judged at the running config's largest throughput, where every request the pods left hold
     runs slower for the wave: no loss to a Throughput objective, a loss to a Latency one, which keeps the nominal cost
-    (plan_threshold asks only for a Throughput objective)."""
+    (plan_threshold asks only for a Throughput objective). With a TPOT objective the slowdown is priced too: the pods
+    left settle at the batch that serves their share of the arrivals (settled_batch), and the measured mean TPOT
+    grows by the model's per-sequence rate at the batch now over the rate there."""
     if settings.headroom_needed is None or settings.restart_cost_s <= 0:
         return None
-    headroom = capacity_over_load(profile, model, batch_now, max_num_seqs, k_at, rate)
-    return RestartAtLoad(headroom, settings.headroom_needed)
+    headroom = capacity_over_load(profile, model, load.batch, max_num_seqs, k_at, rate)
+    if settings.tpot_target_ms is None or load.tpot_ms is None:
+        return RestartAtLoad(headroom, settings.headroom_needed)
+    served = load.batch * rate(profile, model, load.batch, k_at(load.batch))
+    wave = settled_batch(profile, model, served * settings.headroom_needed, max_num_seqs, k_at, rate)
+    slowdown = rate(profile, model, load.batch, k_at(load.batch)) / rate(profile, model, wave, k_at(wave))
+    return RestartAtLoad(headroom, settings.headroom_needed, load.tpot_ms * slowdown, settings.tpot_target_ms)
 
 
 @dataclass(frozen=True)
@@ -495,6 +526,8 @@ class FitSettings:
     # the capacity over load the pods left serving need while a rollout wave is out (rollcost.needed_headroom); None
     # where no wave leaves pods serving beside it: a change then costs restart_cost_s at any load
     headroom_needed: float | None = None
+    # the CR's TPOT objective (rollcost.tpot_target_ms): a wave is free only while the pods left serving meet it
+    tpot_target_ms: float | None = None
     # seconds a pod a rollout wave takes out finishes its requests in flight while other pods serve (vLLM's
     # --shutdown-timeout; rollcost.drain_for); 0 where a restart aborts them: one replica without surge, or a version
     # without the flag
@@ -512,6 +545,7 @@ class FitSettings:
             else {"profile": self.model.name, "match": "default", "note": "no spec chose a profile"},
             "restartCostSeconds": self.restart_cost_s,
             "headroomNeeded": None if self.headroom_needed is None else round(self.headroom_needed, 3),
+            "tpotTargetMs": self.tpot_target_ms,
             "drainSeconds": self.drain_s,
             "horizonSeconds": self.horizon_s,
             "minGain": self.min_gain,
@@ -586,9 +620,8 @@ def plan_threshold(
     rate = schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms
     at_load = None
     if objective is AutotuneObjective.THROUGHPUT:
-        at_load = restart_at_load(
-            settings, profile, model, batch, max_num_seqs, lambda b: k_for_batch(current, b, max_k), rate
-        )
+        k_running = functools.partial(k_for_batch, current, max_k=max_k)
+        at_load = restart_at_load(settings, profile, model, LoadNow(batch, tpot_on_ms), max_num_seqs, k_running, rate)
     if at_load is not None:
         evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
         settings = replace(settings, restart_cost_s=0.0) if at_load.free else settings
