@@ -587,6 +587,17 @@ class LatencySpec(_Spec):
         "metric is tpot; unset, a wave is free whenever the pods left serving carry the load.",
     )
 
+    def per_request_objective_s(self, metric: LatencyMetric) -> float | None:
+        """The latency in `metric` (TTFT or TPOT) a request must meet to count, in seconds: the field that declares
+        it (ttftDeadline, tpotTarget), else p99Target when `metric` is the guarded one (99% within it: a request
+        past it missed it); None when the CR declares neither."""
+        declared = {LatencyMetric.TTFT: self.ttft_deadline, LatencyMetric.TPOT: self.tpot_target}.get(metric)
+        if declared is not None:
+            return parse_duration(declared)
+        if self.metric is metric and self.p99_target is not None:
+            return parse_duration(self.p99_target)
+        return None
+
 
 class WorkloadSpec(_Spec):
     """Workload shapes where speculation does not pay for everyone (framework rules; framework_rules.py)."""

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 
 from specpilot.api import rollout
-from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec, SpeculativeDeploymentSpec
 from specpilot.vllm.dialects import rendered_drain_seconds
 from specpilot.vllm.versions import VllmVersion
@@ -96,9 +95,6 @@ def drain_for(spec: SpeculativeDeploymentSpec) -> float:
 
 def tpot_target_ms(latency: LatencySpec) -> float | None:
     """The mean TPOT a request must meet to count, in ms: `tpotTarget`, else `p99Target` when the guarded metric is
-    tpot (99% of tokens within it: a request slower on average missed it); None when the CR declares neither."""
-    if latency.tpot_target is not None:
-        return parse_duration(latency.tpot_target) * 1000
-    if latency.metric is LatencyMetric.TPOT and latency.p99_target is not None:
-        return parse_duration(latency.p99_target) * 1000
-    return None
+    tpot; None when the CR declares neither (LatencySpec.per_request_objective_s)."""
+    seconds = latency.per_request_objective_s(LatencyMetric.TPOT)
+    return None if seconds is None else seconds * 1000

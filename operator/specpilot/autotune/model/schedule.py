@@ -366,9 +366,9 @@ def restart_at_load(
     headroom = capacity_over_load(profile, model, load.batch, max_num_seqs, k_at, rate)
     if settings.tpot_target_ms is None or load.tpot_ms is None:
         return RestartAtLoad(headroom, settings.headroom_needed)
-    served = load.batch * rate(profile, model, load.batch, k_at(load.batch))
-    wave = settled_batch(profile, model, served * settings.headroom_needed, max_num_seqs, k_at, rate)
-    slowdown = rate(profile, model, load.batch, k_at(load.batch)) / rate(profile, model, wave, k_at(wave))
+    rate_now = rate(profile, model, load.batch, k_at(load.batch))
+    wave = settled_batch(profile, model, load.batch * rate_now * settings.headroom_needed, max_num_seqs, k_at, rate)
+    slowdown = rate_now / rate(profile, model, wave, k_at(wave))
     return RestartAtLoad(headroom, settings.headroom_needed, load.tpot_ms * slowdown, settings.tpot_target_ms)
 
 

@@ -87,7 +87,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec
 from specpilot.autotune.model.schedule import ThresholdPlan
 from specpilot.autotune.model.speed import Speed, SpeedVerdict
@@ -110,11 +109,7 @@ class BacklogVerdict:
 def ttft_deadline_s(latency: LatencySpec) -> float | None:
     """The TTFT a request must meet to count, in seconds: `ttftDeadline`, else `p99Target` when the guarded metric is
     ttft (99% of first tokens within it: a later one missed it); None when the CR declares neither."""
-    if latency.ttft_deadline is not None:
-        return parse_duration(latency.ttft_deadline)
-    if latency.metric is LatencyMetric.TTFT and latency.p99_target is not None:
-        return parse_duration(latency.p99_target)
-    return None
+    return latency.per_request_objective_s(LatencyMetric.TTFT)
 
 
 def queued_in_time(waiting: float, completion_rate: float, deadline_s: float | None) -> float:
