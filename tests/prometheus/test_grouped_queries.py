@@ -21,7 +21,7 @@ from e2e.prometheus.fixture import PrometheusServer, StartPrometheus
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
 from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec
 from specpilot.autotune.evaluate import Subject, effective_window, measure, measure_many
-from specpilot.autotune.policy.backlog import ttft_deadline_s
+from specpilot.autotune.model.rollcost import ttft_deadline_s
 from specpilot.autotune.signals.measurements import MeasurementClass, classify, split_answer
 from specpilot.autotune.signals.promql import Query, Scope, ScopeSet, Signal, build_queries
 from specpilot.vllm.metrics import metric_names_for

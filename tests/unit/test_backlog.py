@@ -12,6 +12,7 @@ import pytest
 import tests.unit.test_policy as tp
 from specpilot.autotune.model.costprofile import fit_settings_for
 from specpilot.autotune.model.k0tax import OffComparison
+from specpilot.autotune.model.rollcost import ttft_deadline_s
 from specpilot.autotune.model.schedule import ThresholdPlan, ThresholdSupport
 from specpilot.autotune.model.speed import Speed, SpeedVerdict
 from specpilot.autotune.policy.backlog import (
@@ -21,7 +22,6 @@ from specpilot.autotune.policy.backlog import (
     proposal_gain,
     restart_seconds_under_backlog,
     restart_under_backlog,
-    ttft_deadline_s,
 )
 from specpilot.autotune.policy.decision import backlog_gate
 from specpilot.autotune.policy.state import Action, PolicyState, Proposal, Streak

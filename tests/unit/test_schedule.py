@@ -9,6 +9,7 @@ other number is derived from the module itself.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, fields, replace
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import AutotuneObjective, LatencySpec
 from specpilot.autotune.model.baseline import load_bucket
-from specpilot.autotune.model.rollcost import needed_headroom, tpot_target_ms
+from specpilot.autotune.model.rollcost import needed_headroom, out_seconds, tpot_target_ms, ttft_deadline_s
 from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
@@ -32,6 +33,7 @@ from specpilot.autotune.model.schedule import (
     forgone_rate,
     gain_ahead_in_serving_now,
     gain_at_same_load,
+    late_seconds,
     model_consistency,
     plan_threshold,
     predicted_gain,
@@ -929,6 +931,95 @@ def test_a_wave_is_free_only_while_the_pods_left_serving_meet_the_tpot_objective
     else:
         assert at_load["waveTpotMs"] == pytest.approx(10.07, abs=0.01)
         assert at_load["tpotTargetMs"] == tpot_target_ms
+
+
+@pytest.mark.parametrize(
+    ("over_load", "after", "out_s", "deadline_s", "late"),
+    [
+        (2.5, 1.5, 180.0, 3.0, 0.0),  # the pod left serves 1.25x the load: no queue at all
+        (2.0, 1.5, 180.0, 3.0, 0.0),  # ... exactly the load: none either
+        # serves 0.6 of the load: the queue grows 0.4 s per s, passes 3 s x 0.6 after 4.5 s, peaks at 72 s of
+        # arrivals, then drains at 1.0 s per s until it is below 3 s x 2.0: 175.5 s late while out, 66 s draining
+        (1.2, 2.0, 180.0, 3.0, 241.5),
+        (1.2, 1.5, 180.0, 3.0, 175.5 + (72 - 4.5) / 0.5),  # a config that drains half as fast
+        (1.2, 2.0, 5.0, 3.0, 0.5),  # a short wave: the queue passes the deadline for its last 0.5 s only
+        (1.2, 2.0, 180.0, 600.0, 0.0),  # a deadline longer than the wave's queue: nothing late
+        (1.2, 1.0, 180.0, 3.0, math.inf),  # the new config serves exactly the load: the queue never drains
+        (1.2, 0.9, 180.0, 3.0, math.inf),
+    ],
+)
+def test_the_arrivals_a_rollout_makes_miss_their_ttft_deadline(
+    over_load: float, after: float, out_s: float, deadline_s: float, late: float
+) -> None:
+    """Two pods, one at a time (a wave needs 2x): the queue the waves build and drain, in seconds of arrivals."""
+    got = late_seconds(over_load=over_load, after=after, needed=2.0, out_s=out_s, deadline_s=deadline_s)
+    assert got == pytest.approx(late)
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "horizon_s", "late", "installs"),
+    [
+        (None, 3600.0, None, True),  # no TTFT deadline: the nominal 90 s, repaid in 9 m
+        (600.0, 3600.0, 0.0, True),  # a queue within the deadline loses nothing: still the nominal cost
+        (3.0, 3600.0, 267.1, True),  # 267 s of arrivals late, repaid in 27 m
+        (3.0, 1200.0, 267.1, False),  # ... not within a 20 m horizon, where the nominal 90 s was
+    ],
+)
+def test_a_wave_the_pods_left_cannot_carry_costs_the_arrivals_it_makes_late(
+    deadline_s: float | None, horizon_s: float, late: float | None, installs: bool
+) -> None:
+    """Two pods, one at a time, batch 60: the pod left serving can carry 0.695x the load (1.39x / 2), so for the two
+    waves (2 x 90 s out) the arrivals it cannot serve queue, and the refit, which serves up to 1.54x the load, drains
+    them afterwards. With a TTFT deadline the restart costs the arrivals that wait past it, or the nominal capacity
+    it removes where that is more."""
+    settings = FitSettings(restart_cost_s=90.0, headroom_needed=2.0, ttft_deadline_s=deadline_s, horizon_s=horizon_s)
+    result = plan("0.33.0", {8: 3600.0}, 60, settings=settings)
+    at_load = result.evidence["restartAtLoad"]
+    assert at_load["capacityOverLoad"] == pytest.approx(1.39, abs=0.001)
+    assert result.gain == pytest.approx(0.164, abs=0.001)
+    assert result.worth_installing is installs
+    if late is None:
+        assert "lateSeconds" not in at_load
+        assert at_load["restartCostSeconds"] == 90.0
+        return
+    assert at_load["lateSeconds"] == pytest.approx(late, abs=0.1)
+    assert at_load["queueDrains"] is True
+    assert at_load["restartCostSeconds"] == pytest.approx(max(90.0, late), abs=0.1)
+    assert ("miss the TTFT deadline" in result.reason) is (late > 90.0)
+
+
+def test_a_rollout_to_a_config_that_cannot_drain_the_queue_is_never_repaid() -> None:
+    """Batch 300 of 512, two pods: the running K = 5 serves 1.05x its load, speculation off less than the load, so a
+    rollout to off would leave the queue its waves build to grow while the load lasts. Its cost is unbounded, the
+    K = 0 comparison cannot pick off, and the evidence stays strict JSON (a status write rejects Infinity)."""
+    settings = FitSettings(restart_cost_s=90.0, headroom_needed=2.0, ttft_deadline_s=3.0)
+    result = plan("0.33.0", {8: 3600.0}, 300, settings=settings)
+    assert result.off_cost_s == math.inf
+    assert result.off is not None
+    assert not result.off.off_wins
+    assert result.evidence["k0Tax"]["restartCostSeconds"] is None
+    assert result.evidence["restartAtLoad"]["queueDrains"] is True  # the refit itself drains it, slowly
+    assert not result.worth_installing  # 694 s late, repaid by +16.4% in 71 m: past the hour
+    json.dumps(result.evidence, allow_nan=False)
+
+
+def test_the_time_a_rollout_keeps_pods_out_of_serving() -> None:
+    """restart_cost_s is that time times the share of pods out per wave: two pods one at a time, 90 s each."""
+    assert out_seconds(90.0, needed_headroom(2, 0, 1) or 0.0) == pytest.approx(180.0)
+    assert out_seconds(90.0, needed_headroom(3, 0, 1) or 0.0) == pytest.approx(270.0)
+
+
+@pytest.mark.parametrize(
+    ("latency", "expected_s"),
+    [
+        ({}, None),
+        ({"ttftDeadline": "3s"}, 3.0),
+        ({"metric": "ttft", "p99Target": "2s"}, 2.0),
+        ({"p99Target": "40ms"}, None),  # a TPOT target says nothing of TTFT
+    ],
+)
+def test_the_ttft_deadline_a_wave_is_priced_against(latency: dict[str, str], expected_s: float | None) -> None:
+    assert ttft_deadline_s(LatencySpec.model_validate(latency)) == expected_s
 
 
 @pytest.mark.parametrize(

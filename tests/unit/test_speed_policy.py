@@ -230,6 +230,38 @@ def test_with_neither_a_model_nor_a_comparison_the_only_action_is_a_one_pod_expe
         assert "kept only if faster beyond 10%" in decision.reason
 
 
+@pytest.mark.parametrize(
+    ("replicas", "deadline", "horizon_s", "acts", "words"),
+    [
+        # one pod: an outage of the nominal 90 s, repaid by the model's 0.57x (+75%) in 2 m
+        (1, "3s", 300.0, True, "predicts 0.57x over plain at batch 200, K=3"),
+        # two pods, no TTFT deadline: the pod left serving queues, priced at the nominal capacity removed
+        (2, None, 300.0, True, "predicts 0.57x over plain at batch 200, K=3"),
+        # two pods, 3 s deadline: the pod left serves 0.52x the load, the queue makes ~300 s of arrivals late,
+        # repaid in 6.5 m: past a 5 m horizon it holds, within an hour it acts
+        (2, "3s", 300.0, False, "but at this load its rollout costs 288s of serving, which +75.2% does not repay"),
+        (2, "3s", 3600.0, True, "predicts 0.57x over plain at batch 200, K=3"),
+    ],
+)
+def test_a_model_priced_disable_near_capacity_must_repay_the_queue_its_rollout_builds(
+    replicas: int, deadline: str | None, horizon_s: float, acts: bool, words: str
+) -> None:
+    """Acceptance 0.05 at batch 200 of 256, where the consistent model prices speculation at 0.57x plain and the
+    running config can serve 1.04x its load: a disable must repay its rollout like any change."""
+    spec = with_replicas(spec_with(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True}), replicas)
+    if deadline is not None:
+        raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        raw["autotune"]["latency"]["ttftDeadline"] = deadline
+        spec = parse_spec(raw)
+    fit = replace(fit_settings_for(spec), horizon_s=horizon_s)
+    decision = tp.run(spec, [tp.observed(acceptance=0.05, batch=200, tpot_s=0.020)], fit=fit).decisions[0]
+    assert (decision.action is Action.DISABLE) is acts, decision.reason
+    assert words in decision.reason, decision.reason
+    if not acts:
+        assert decision.reason.startswith("holding: acceptance 0.05 < disableBelow 0.50")
+        assert decision.evidence["threshold"]["restartAtLoad"]["lateSeconds"] == pytest.approx(288, abs=1)
+
+
 def test_a_proposal_between_acting_and_holding_restarts_the_streak() -> None:
     """At a borderline prediction the model alternates between pricing speculation faster (hold) and slower (disable):
     a hold between two disables breaks their agreement, so nothing acts until two agree in a row."""

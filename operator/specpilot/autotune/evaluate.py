@@ -20,9 +20,9 @@ from specpilot.api.v1alpha1 import (
     SpeculativeDeploymentSpec,
 )
 from specpilot.autotune.model.costprofile import fit_settings_for
+from specpilot.autotune.model.rollcost import ttft_deadline_s
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.policy import framework_rules
-from specpilot.autotune.policy.backlog import ttft_deadline_s
 from specpilot.autotune.policy.decision import desired_intent, evaluate_alone
 from specpilot.autotune.policy.state import PolicyInputs, PolicyState
 from specpilot.autotune.signals.measurements import (

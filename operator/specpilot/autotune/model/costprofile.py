@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api.v1alpha1 import Quantization, SpeculativeDeploymentSpec
-from specpilot.autotune.model.rollcost import drain_for, headroom_needed_for, restart_cost_for, tpot_target_ms
+from specpilot.autotune.model.rollcost import (
+    drain_for,
+    headroom_needed_for,
+    restart_cost_for,
+    tpot_target_ms,
+    ttft_deadline_s,
+)
 from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, PROFILES, StepCostModel
 from specpilot.planning.catalog import UnknownArchitecture, count_active_parameters, lookup, resolve_architecture
@@ -152,6 +158,7 @@ def fit_settings_for(spec: SpeculativeDeploymentSpec) -> FitSettings:
         restart_cost_s=restart_cost_for(spec, choice.restart_s),
         headroom_needed=headroom_needed_for(spec),
         tpot_target_ms=tpot_target_ms(spec.autotune.latency),
+        ttft_deadline_s=ttft_deadline_s(spec.autotune.latency),
         drain_s=drain_for(spec),
         model_choice=choice.to_dict(),
         calibrated=choice.calibrated,

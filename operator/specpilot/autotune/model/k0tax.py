@@ -169,7 +169,7 @@ def compare_with_off(
         "taxSeconds": round(tax_s, 1),
         "gainSeconds": round(gain_s, 1),
         "netSeconds": round(net_s, 1),
-        "restartCostSeconds": restart_cost_s,
+        "restartCostSeconds": None if math.isinf(restart_cost_s) else restart_cost_s,
         "offWins": off_wins,
         "byBatch": rows,
     }
@@ -181,11 +181,16 @@ def compare_with_off(
         if drafter_memory is not None and drafter_memory.kv_bound and drafter_memory.kv_gain > 0
         else ""
     )
+    restart_text = (
+        "that could not drain the queue it builds at this load"
+        if math.isinf(restart_cost_s)
+        else f"{restart_cost_s:.0f}s"
+    )
     arithmetic = (
         f"{share_above:.0%} of the time at K=0 pays a {tax:.1%} tax (a drafter forward every step and the "
         f"speculative config's overhead{memory_text}) = {tax_s:.0f}s over {horizon_s / 60:.0f}m, against a "
         f"{gain:+.1%} gain "
-        f"{share_below:.0%} of the time = {gain_s:.0f}s; net {net_s:+.0f}s vs one restart {restart_cost_s:.0f}s"
+        f"{share_below:.0%} of the time = {gain_s:.0f}s; net {net_s:+.0f}s vs one restart {restart_text}"
     )
     if off_wins:
         reason = f"speculation off beats the schedule with K=0 above the crossover: {arithmetic}"

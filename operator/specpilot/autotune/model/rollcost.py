@@ -22,6 +22,11 @@ removes, repaid by the change's gain. That figure depends on how the pods are re
   each of their requests gets its tokens more slowly for the wave. Where the CR declares a TPOT objective
   (`tpot_target_ms`), a wave is free only while the predicted mean TPOT of the pods left serving stays within it;
   past it their requests miss the SLO, and the wave costs its nominal capacity (schedule.restart_at_load).
+- Past what the pods left serving carry, the arrivals they cannot serve queue, and the queue drains only at what
+  the new configuration serves above the load. Where the CR declares a TTFT deadline, the requests that wait past it
+  count for nothing: the change costs at least the seconds of arrivals the waves make late (schedule.late_seconds),
+  which near capacity is many times the nominal figure, and unbounded where the new configuration cannot drain the
+  queue while the load lasts.
 - Where pods serve beside each wave (or a surge pod loads first) and the vLLM version has --shutdown-timeout, a pod
   taken out finishes its requests in flight for up to the drain time (`drain_for`): a rollout drops none of them,
   only the capacity above. One replica without surge is priced as an outage, requests in flight included.
@@ -91,6 +96,18 @@ def drain_for(spec: SpeculativeDeploymentSpec) -> float:
     except ValueError:
         return 0.0
     return float(rendered_drain_seconds(spec, version))
+
+
+def out_seconds(restart_cost_s: float, headroom_needed: float) -> float:
+    """Seconds some pods are out of serving over a whole rollout: `restart_cost_s` is that time times the share of
+    the pods out per wave, u / N = 1 - 1 / headroom_needed (restart_cost_seconds, needed_headroom)."""
+    return restart_cost_s / (1 - 1 / headroom_needed)
+
+
+def ttft_deadline_s(latency: LatencySpec) -> float | None:
+    """The TTFT a request must meet to count, in seconds: `ttftDeadline`, else `p99Target` when the guarded metric is
+    ttft; None when the CR declares neither (LatencySpec.per_request_objective_s)."""
+    return latency.per_request_objective_s(LatencyMetric.TTFT)
 
 
 def tpot_target_ms(latency: LatencySpec) -> float | None:

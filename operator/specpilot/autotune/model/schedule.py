@@ -34,6 +34,7 @@ from typing import Any
 from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.autotune.model.k0tax import DrafterMemory, OffComparison, compare_with_off
 from specpilot.autotune.model.objective import choose_k
+from specpilot.autotune.model.rollcost import out_seconds
 from specpilot.autotune.model.stepcost import (
     LLAMA8B_H100,
     AcceptanceProfile,
@@ -298,8 +299,39 @@ def capacity_over_load(
     up to max_num_seqs (throughput is not monotone in the batch: settled_batch) over its throughput at the batch now.
     1.0 or less: it runs at capacity."""
     served = batch_now * rate(profile, model, batch_now, k_at(batch_now))
-    most = max(b * rate(profile, model, b, k_at(b)) for b in range(1, max_num_seqs + 1))
-    return math.inf if served <= 0 else most / served
+    return math.inf if served <= 0 else capacity(profile, model, max_num_seqs, k_at, rate) / served
+
+
+def capacity(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    max_num_seqs: int,
+    k_at: Callable[[int], int],
+    rate: Rate = tokens_per_ms,
+) -> float:
+    """The most tokens per ms a config serves: its throughput at the best batch up to max_num_seqs."""
+    return max(b * rate(profile, model, b, k_at(b)) for b in range(1, max_num_seqs + 1))
+
+
+def late_seconds(*, over_load: float, after: float, needed: float, out_s: float, deadline_s: float) -> float:
+    """Seconds of arrivals a rollout makes miss their TTFT deadline by queueing them (rollcost).
+
+    Arrivals are counted in seconds of the load now. The running config serves up to `over_load` times the load,
+    the pods left serving while a wave is out `over_load / needed` of it, the new config `after` times it. For the
+    `out_s` seconds the waves take, the queue grows by the share the pods left cannot serve; afterwards it drains at
+    what the new config serves above the load. A request waits about the queue over the rate it is served at and
+    misses the deadline while that exceeds `deadline_s`. Infinite where the new config cannot drain the queue while
+    the load lasts. The load is taken as steady: a falling load drains sooner, a rising one later."""
+    serving = over_load / needed
+    deficit = 1.0 - serving
+    if deficit <= 0:
+        return 0.0
+    if after <= 1.0:
+        return math.inf
+    peak = deficit * out_s
+    while_out = max(0.0, out_s - deadline_s * serving / deficit)
+    draining = max(0.0, peak - deadline_s * after) / (after - 1.0)
+    return while_out + draining
 
 
 @dataclass(frozen=True)
@@ -320,6 +352,34 @@ class RestartAtLoad:
     needed: float
     wave_tpot_ms: float | None = None
     tpot_target_ms: float | None = None
+    served: float = 0.0  # tokens per ms the running config serves now
+    # seconds of arrivals the rollout makes miss the TTFT deadline (priced_for); None where not priced so
+    late_s: float | None = None
+
+    def priced_for(self, settings: FitSettings, capacity_after: float) -> RestartAtLoad:
+        """This wave priced for a rollout to a config that serves up to `capacity_after` tokens per ms: the arrivals
+        it makes miss the TTFT deadline (late_seconds). Not priced so where the wave is carried, no deadline is
+        declared, or the running config already serves at capacity (a queue there is the backlog gate's:
+        policy/backlog.py)."""
+        deadline = settings.ttft_deadline_s
+        if self.carried or deadline is None or self.capacity_over_load <= 1.0 or self.served <= 0:
+            return self
+        out_s = out_seconds(settings.restart_cost_s, self.needed)
+        late = late_seconds(
+            over_load=self.capacity_over_load,
+            after=capacity_after / self.served,
+            needed=self.needed,
+            out_s=out_s,
+            deadline_s=deadline,
+        )
+        return replace(self, late_s=late)
+
+    def cost_s(self, nominal_s: float) -> float:
+        """What the rollout costs in seconds of serving: nothing while free, else the nominal capacity it removes or
+        the arrivals it makes late, whichever is more."""
+        if self.free:
+            return 0.0
+        return nominal_s if self.late_s is None else max(nominal_s, self.late_s)
 
     @property
     def carried(self) -> bool:
@@ -333,12 +393,16 @@ class RestartAtLoad:
     def free(self) -> bool:
         return self.carried and self.within_target
 
-    def to_dict(self, restart_cost_s: float) -> dict[str, Any]:
+    def to_dict(self, nominal_s: float) -> dict[str, Any]:
+        cost = self.cost_s(nominal_s)
         out: dict[str, Any] = {
             "capacityOverLoad": round(self.capacity_over_load, 3),
             "headroomNeeded": round(self.needed, 3),
-            "restartCostSeconds": 0.0 if self.free else restart_cost_s,
+            "restartCostSeconds": None if math.isinf(cost) else round(cost, 1),
         }
+        if self.late_s is not None:
+            out["lateSeconds"] = None if math.isinf(self.late_s) else round(self.late_s, 1)
+            out["queueDrains"] = not math.isinf(self.late_s)
         if self.tpot_target_ms is not None and self.wave_tpot_ms is not None:
             out["waveTpotMs"] = round(self.wave_tpot_ms, 2)
             out["tpotTargetMs"] = round(self.tpot_target_ms, 2)
@@ -364,12 +428,14 @@ def restart_at_load(
     if settings.headroom_needed is None or settings.restart_cost_s <= 0:
         return None
     headroom = capacity_over_load(profile, model, load.batch, max_num_seqs, k_at, rate)
-    if settings.tpot_target_ms is None or load.tpot_ms is None:
-        return RestartAtLoad(headroom, settings.headroom_needed)
     rate_now = rate(profile, model, load.batch, k_at(load.batch))
-    wave = settled_batch(profile, model, load.batch * rate_now * settings.headroom_needed, max_num_seqs, k_at, rate)
+    served = load.batch * rate_now
+    if settings.tpot_target_ms is None or load.tpot_ms is None:
+        return RestartAtLoad(headroom, settings.headroom_needed, served=served)
+    wave = settled_batch(profile, model, served * settings.headroom_needed, max_num_seqs, k_at, rate)
     slowdown = rate_now / rate(profile, model, wave, k_at(wave))
-    return RestartAtLoad(headroom, settings.headroom_needed, load.tpot_ms * slowdown, settings.tpot_target_ms)
+    wave_tpot = load.tpot_ms * slowdown
+    return RestartAtLoad(headroom, settings.headroom_needed, wave_tpot, settings.tpot_target_ms, served)
 
 
 @dataclass(frozen=True)
@@ -498,6 +564,9 @@ class ThresholdPlan:
     gain_at_load: float | None = None  # its per-request speed-up at the load now (gain_at_same_load)
     vs_anchor: VersusAnchor | None = None  # against the refit its agreement streak began with
     repaid_by_waiting: bool = False  # worth installing because waiting has forgone a restart (rent or buy)
+    # seconds of serving a rollout to speculation off costs at the load now (RestartAtLoad.cost_s); None where the
+    # fit did not price the load now
+    off_cost_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -528,6 +597,9 @@ class FitSettings:
     headroom_needed: float | None = None
     # the CR's TPOT objective (rollcost.tpot_target_ms): a wave is free only while the pods left serving meet it
     tpot_target_ms: float | None = None
+    # the CR's TTFT deadline (rollcost.ttft_deadline_s): a wave the pods left cannot carry costs at least the
+    # arrivals it makes miss it (RestartAtLoad.late_s)
+    ttft_deadline_s: float | None = None
     # seconds a pod a rollout wave takes out finishes its requests in flight while other pods serve (vLLM's
     # --shutdown-timeout; rollcost.drain_for); 0 where a restart aborts them: one replica without surge, or a version
     # without the flag
@@ -546,6 +618,7 @@ class FitSettings:
             "restartCostSeconds": self.restart_cost_s,
             "headroomNeeded": None if self.headroom_needed is None else round(self.headroom_needed, 3),
             "tpotTargetMs": self.tpot_target_ms,
+            "ttftDeadlineSeconds": self.ttft_deadline_s,
             "drainSeconds": self.drain_s,
             "horizonSeconds": self.horizon_s,
             "minGain": self.min_gain,
@@ -622,33 +695,53 @@ def plan_threshold(
     if objective is AutotuneObjective.THROUGHPUT:
         k_running = functools.partial(k_for_batch, current, max_k=max_k)
         at_load = restart_at_load(settings, profile, model, LoadNow(batch, tpot_on_ms), max_num_seqs, k_running, rate)
-    if at_load is not None:
-        evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
-        settings = replace(settings, restart_cost_s=0.0) if at_load.free else settings
     batches = _load_batches(load)  # the load record as representative batch sizes
     refit, shown = _propose(
         support, version, current, profile, model, batches, max_k, max_num_seqs, bounds, settings, objective,
         declared_k, rate, evidence,
     )  # fmt: skip
+    off_cost_s = None
+    if at_load is not None:
+        at_load, off_cost_s = _priced_at_load(at_load, settings, refit, max_num_seqs)
+        evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
+        settings = replace(settings, restart_cost_s=at_load.cost_s(settings.restart_cost_s))
     off = None
     # a schedule's K = 0 ranges pay the drafter tax; one K for every batch size has none, and the comparison prices
     # it against off alone, which an acceptance-only disable must not contradict (proposals._fit_beats_off)
     if support is not ThresholdSupport.THRESHOLD:
         off = compare_with_off(
             refit.profile, model, refit.proposed, max_k=refit.max_k, load=batches,
-            restart_cost_s=settings.restart_cost_s, horizon_s=settings.horizon_s, drafter_memory=drafter_memory,
+            restart_cost_s=settings.restart_cost_s if off_cost_s is None else off_cost_s, horizon_s=settings.horizon_s,
+            drafter_memory=drafter_memory,
         )  # fmt: skip
         evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
         if off.off_wins:
-            return ThresholdPlan(support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off)
+            return ThresholdPlan(
+                support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off, off_cost_s=off_cost_s
+            )
     if refit.proposed == current:
-        return _no_change(support, settings, f"{shown} already installed", evidence, off)
+        return replace(
+            _no_change(support, settings, f"{shown} already installed", evidence, off), off_cost_s=off_cost_s
+        )
     judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forgone_s, forecast, anchor, evidence)
     return ThresholdPlan(
         support, refit.proposed if judged.worth else None, judged.gain, judged.payback_s, judged.worth,
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
-        vs_anchor=judged.versus, repaid_by_waiting=judged.by_waiting,
+        vs_anchor=judged.versus, repaid_by_waiting=judged.by_waiting, off_cost_s=off_cost_s,
     )  # fmt: skip
+
+
+def _priced_at_load(
+    at_load: RestartAtLoad, settings: FitSettings, refit: _Refit, max_num_seqs: int
+) -> tuple[RestartAtLoad, float]:
+    """The wave priced for a rollout to the refit, and what a rollout to speculation off costs (RestartAtLoad.cost_s):
+    each drains the queue a wave builds at what it serves above the load."""
+
+    def most(k_at: Callable[[int], int]) -> float:
+        return capacity(refit.profile, refit.model, max_num_seqs, k_at, refit.rate)
+
+    to_off = at_load.priced_for(settings, most(lambda _batch: 0)).cost_s(settings.restart_cost_s)
+    return at_load.priced_for(settings, most(refit.k_new)), to_off
 
 
 def _fit_evidence(
@@ -860,13 +953,20 @@ def _judge(
 
 
 def _install_reason(gain: float, payback: float, settings: FitSettings, at_load: RestartAtLoad | None) -> str:
-    restart = (
-        f"the restart costs no serving at this load (the pods left serving carry "
-        f"{at_load.capacity_over_load:.2f}x it, a wave needs {at_load.needed:.2f}x)"
-        if at_load is not None and at_load.free
-        else f"restart {settings.restart_cost_s:.0f}s repaid in "
-        f"{'never' if math.isinf(payback) else f'{payback / 60:.0f}m'}"
-    )
+    repaid = "never" if math.isinf(payback) else f"{payback / 60:.0f}m"
+    if at_load is not None and at_load.free:
+        restart = (
+            f"the restart costs no serving at this load (the pods left serving carry "
+            f"{at_load.capacity_over_load:.2f}x it, a wave needs {at_load.needed:.2f}x)"
+        )
+    elif at_load is not None and at_load.late_s is not None and at_load.late_s >= settings.restart_cost_s:
+        late = "every arrival until the load falls" if math.isinf(at_load.late_s) else f"{at_load.late_s:.0f}s"
+        restart = (
+            f"a wave leaves pods serving {at_load.capacity_over_load / at_load.needed:.2f}x the load: the queue it "
+            f"builds makes {late} of arrivals miss the TTFT deadline, repaid in {repaid}"
+        )
+    else:
+        restart = f"restart {settings.restart_cost_s:.0f}s repaid in {repaid}"
     return (
         f"predicts {gain:+.1%} tokens/s over the observed load vs the running config "
         f"({restart}; install needs >= {settings.min_gain:.0%} and payback <= {settings.horizon_s / 60:.0f}m)"

@@ -87,7 +87,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec
 from specpilot.autotune.model.schedule import ThresholdPlan
 from specpilot.autotune.model.speed import Speed, SpeedVerdict
 from specpilot.autotune.signals.measurements import Measurement, valid_value
@@ -104,12 +103,6 @@ class BacklogVerdict:
     evidence: dict[str, Any]  # for people; the figures code reads are the fields below
     dropped: float | None = None  # requests a restart now drops (droppedByRestart); None without a backlog
     request_rate: float = 0.0  # the completion rate they were priced at (requestRate)
-
-
-def ttft_deadline_s(latency: LatencySpec) -> float | None:
-    """The TTFT a request must meet to count, in seconds: `ttftDeadline`, else `p99Target` when the guarded metric is
-    ttft (99% of first tokens within it: a later one missed it); None when the CR declares neither."""
-    return latency.per_request_objective_s(LatencyMetric.TTFT)
 
 
 def queued_in_time(waiting: float, completion_rate: float, deadline_s: float | None) -> float:
@@ -263,7 +256,7 @@ def restart_under_backlog(
     bound on the wait is priced from it, not from the queue now: a queue that keeps growing while the restart waits
     shows an overload that is not passing, and must not push its own restart further out.
 
-    `ttft_deadline_s`: the CR's TTFT objective (`ttft_deadline_s()`); only the queued requests and restart-window
+    `ttft_deadline_s`: the CR's TTFT objective (rollcost.ttft_deadline_s); only the queued requests and restart-window
     arrivals that could still start within it count as dropped: a crowd's queue mostly misses its SLO anyway. The
     running requests count by the window's share of first tokens within the deadline
     (`Signal.TTFT_WITHIN_DEADLINE`).

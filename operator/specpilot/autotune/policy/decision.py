@@ -42,7 +42,7 @@ from specpilot.autotune.model.baseline import (
     side_by_side,
 )
 from specpilot.autotune.model.forecast import RateSample, add_rate
-from specpilot.autotune.model.rollcost import restart_cost_for
+from specpilot.autotune.model.rollcost import restart_cost_for, ttft_deadline_s
 from specpilot.autotune.model.schedule import (
     forgone_rate,
 )
@@ -72,7 +72,6 @@ from specpilot.autotune.policy.backlog import (
     proposal_gain,
     restart_seconds_under_backlog,
     restart_under_backlog,
-    ttft_deadline_s,
 )
 from specpilot.autotune.policy.budget import budget_check
 from specpilot.autotune.policy.proposals import measured_speed, propose, window_evidence

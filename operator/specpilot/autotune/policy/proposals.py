@@ -42,6 +42,7 @@ from specpilot.autotune.model.schedule import (
     ThresholdPlan,
     fit_support,
     model_consistency,
+    payback_seconds,
     plan_threshold,
 )
 from specpilot.autotune.model.speed import (
@@ -365,7 +366,7 @@ def _below_disable_without_comparison(
             f"off: {plan.reason}"
         )
         return Proposal(refit_action(plan.support), plan.proposed, reason, evidence)
-    return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence)
+    return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence, plan)
 
 
 def _acceptance_only(
@@ -375,6 +376,7 @@ def _acceptance_only(
     prediction: str,
     missing: str,
     evidence: dict[str, Any],
+    plan: ThresholdPlan | None,
 ) -> Proposal:
     """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
     off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
@@ -402,6 +404,8 @@ def _acceptance_only(
         why = f"no usable cost model ({prediction})"
     elif predicted >= 1.0:
         why = prediction
+    elif unpaid := _disable_unpaid(plan, predicted, inputs.fit.horizon_s):
+        why = f"{prediction}, {unpaid}"
     else:
         return Proposal(Action.DISABLE, off_target, f"{reason}; {prediction}", evidence, off_kind=OffReason.ACCEPTANCE)
     return _keep(
@@ -409,6 +413,25 @@ def _acceptance_only(
         f"holding: {reason}, but there is no measured speed comparison yet ({missing}) and {why}; acceptance alone "
         "never switches speculation off",
         evidence,
+    )
+
+
+def _disable_unpaid(plan: ThresholdPlan | None, predicted: float, horizon_s: float) -> str | None:
+    """Why a disable the cost model prices faster than the running config (1 / predicted - 1) does not repay its
+    rollout at the load now within the horizon; None where it does or the fit did not price the rollout. Near
+    capacity a wave queues arrivals past their TTFT deadline (RestartAtLoad.cost_s): a few percent faster does not
+    repay that."""
+    if plan is None or plan.off_cost_s is None:
+        return None
+    gain = 1 / predicted - 1
+    payback = payback_seconds(gain, plan.off_cost_s)
+    if payback <= horizon_s:
+        return None
+    if math.isinf(plan.off_cost_s):
+        return "but at this load speculation off could not drain the queue its rollout builds"
+    return (
+        f"but at this load its rollout costs {plan.off_cost_s:.0f}s of serving, which {gain:+.1%} does not repay "
+        f"within {horizon_s / 60:.0f}m"
     )
 
 
