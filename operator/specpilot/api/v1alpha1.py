@@ -574,8 +574,10 @@ class LatencySpec(_Spec):
         max_length=32,
         description="Optional TTFT objective per request, e.g. 2s: a request whose first token comes later has "
         "missed its SLO. A restart under a queue is then priced only on the queued requests that can still start "
-        "within it and the running ones whose first token came within it (backlog.py). Defaults to p99Target when "
-        "metric is ttft; unset, every queued and running request counts.",
+        "within it and the running ones whose first token came within it (backlog.py), and a rollout wave the pods "
+        "left serving cannot carry at least at the arrivals its queue makes wait past it (rollcost.py). Defaults to "
+        "p99Target when metric is ttft; unset, every queued and running request counts, and a wave costs the "
+        "capacity it removes.",
     )
     tpot_target: Duration | None = Field(
         None,
