@@ -356,13 +356,22 @@ class RestartAtLoad:
     # seconds of arrivals the rollout makes miss the TTFT deadline (priced_for); None where not priced so
     late_s: float | None = None
 
+    def prices_late(self, settings: FitSettings) -> bool:
+        """Is this wave priced at the arrivals it makes miss the TTFT deadline (priced_for)? Not where it is carried,
+        no deadline is declared, or the running config already serves at capacity (a queue there is the backlog
+        gate's: policy/backlog.py)."""
+        return (
+            not self.carried
+            and settings.ttft_deadline_s is not None
+            and self.capacity_over_load > 1.0
+            and self.served > 0
+        )
+
     def priced_for(self, settings: FitSettings, capacity_after: float) -> RestartAtLoad:
         """This wave priced for a rollout to a config that serves up to `capacity_after` tokens per ms: the arrivals
-        it makes miss the TTFT deadline (late_seconds). Not priced so where the wave is carried, no deadline is
-        declared, or the running config already serves at capacity (a queue there is the backlog gate's:
-        policy/backlog.py)."""
+        it makes miss the TTFT deadline (late_seconds), where it is priced so (prices_late)."""
         deadline = settings.ttft_deadline_s
-        if self.carried or deadline is None or self.capacity_over_load <= 1.0 or self.served <= 0:
+        if deadline is None or not self.prices_late(settings):
             return self
         out_s = out_seconds(settings.restart_cost_s, self.needed)
         late = late_seconds(
@@ -735,7 +744,10 @@ def _priced_at_load(
     at_load: RestartAtLoad, settings: FitSettings, refit: _Refit, max_num_seqs: int
 ) -> tuple[RestartAtLoad, float]:
     """The wave priced for a rollout to the refit, and what a rollout to speculation off costs (RestartAtLoad.cost_s):
-    each drains the queue a wave builds at what it serves above the load."""
+    each drains the queue a wave builds at what it serves above the load. The capacities are searched only where the
+    wave is priced so (RestartAtLoad.prices_late)."""
+    if not at_load.prices_late(settings):
+        return at_load, at_load.cost_s(settings.restart_cost_s)
 
     def most(k_at: Callable[[int], int]) -> float:
         return capacity(refit.profile, refit.model, max_num_seqs, k_at, refit.rate)
