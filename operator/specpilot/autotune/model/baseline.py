@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from specpilot.api.timestamps import format_time, parse_time
+from specpilot.autotune.model.evidence import finite
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal
 
@@ -291,7 +292,7 @@ def compare_canary(
         f"P99 {metric.upper()} {spec_p99 * 1000:.1f} ms speculative vs {plain_p99 * 1000:.1f} ms plain "
         f"({ratio - 1:+.0%}) at batch {spec_batch:.1f}/{plain_batch:.1f}"
     )
-    evidence["p99Ratio"] = None if math.isinf(ratio) else round(ratio, 4)
+    evidence["p99Ratio"] = finite(ratio, 4)
     if ratio > 1 + tolerance:
         return CanaryVerdict(CanaryOutcome.HURTS, f"{shown}: speculation hurts beyond {tolerance:.0%}", evidence)
     acceptance = speculative.get(Signal.ACCEPTANCE_RATE)

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specpilot.autotune.model.evidence import finite
 from specpilot.autotune.model.stepcost import AcceptanceProfile, StepCostModel, k0_step_ms, k_for_batch
 from specpilot.planning.plan import MemoryPlan
 from specpilot.vllm.intent import SpeculationIntent
@@ -169,7 +170,7 @@ def compare_with_off(
         "taxSeconds": round(tax_s, 1),
         "gainSeconds": round(gain_s, 1),
         "netSeconds": round(net_s, 1),
-        "restartCostSeconds": None if math.isinf(restart_cost_s) else restart_cost_s,
+        "restartCostSeconds": finite(restart_cost_s, 1),
         "offWins": off_wins,
         "byBatch": rows,
     }

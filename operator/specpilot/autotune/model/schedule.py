@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from specpilot.api.v1alpha1 import AutotuneObjective
+from specpilot.autotune.model.evidence import finite
 from specpilot.autotune.model.k0tax import DrafterMemory, OffComparison, compare_with_off
 from specpilot.autotune.model.objective import choose_k
 from specpilot.autotune.model.rollcost import out_seconds
@@ -407,10 +408,10 @@ class RestartAtLoad:
         out: dict[str, Any] = {
             "capacityOverLoad": round(self.capacity_over_load, 3),
             "headroomNeeded": round(self.needed, 3),
-            "restartCostSeconds": None if math.isinf(cost) else round(cost, 1),
+            "restartCostSeconds": finite(cost, 1),
         }
         if self.late_s is not None:
-            out["lateSeconds"] = None if math.isinf(self.late_s) else round(self.late_s, 1)
+            out["lateSeconds"] = finite(self.late_s, 1)
             out["queueDrains"] = not math.isinf(self.late_s)
         if self.tpot_target_ms is not None and self.wave_tpot_ms is not None:
             out["waveTpotMs"] = round(self.wave_tpot_ms, 2)
@@ -927,7 +928,7 @@ def _judge(
             "predictedGainNow": round(gain_now, 4),
             "predictedGainAtLoad": round(gain_at_load, 4),
             "batchAtLoad": batch_at_load,
-            "paybackSeconds": None if math.isinf(payback) else round(payback),
+            "paybackSeconds": finite(payback),
         }
     )
     by_record = gain >= settings.min_gain and payback <= settings.horizon_s
@@ -1014,7 +1015,7 @@ def _judge_ahead(
         "batches": {str(b): w for b, w in sorted(projected.items())},
         "predictedGain": round(gain_ahead, 4),
         "gainInServingNow": round(serving_gain, 4),
-        "paybackSeconds": None if math.isinf(payback_ahead) else round(payback_ahead),
+        "paybackSeconds": finite(payback_ahead),
         "installs": installs,
     }
     ahead = (
