@@ -3,8 +3,8 @@
 Why: a refit is judged by whether its gain over the load record repays one restart within the horizon
 (schedule.plan_threshold). The record is the past, and on a rising load it under-prices the refit exactly while a
 restart is cheapest: a schedule that equals the running K at every batch seen so far prices near 0% until the load
-reaches its lower ranges. Rent or buy (schedule.repaid_by_waiting) bounds the cost of waiting but cannot see that
-the price of the restart rises with the load (docs/design/decisions.md).
+reaches its lower ranges, and by then the pods left serving during a wave may no longer carry the load
+(docs/design/decisions.md).
 
 The forecast is deliberately narrow:
 

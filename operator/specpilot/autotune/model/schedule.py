@@ -573,7 +573,6 @@ class ThresholdPlan:
     gain_now: float | None = None  # the refit's throughput gain at the batch now; None where no refit was priced
     gain_at_load: float | None = None  # its per-request speed-up at the load now (gain_at_same_load)
     vs_anchor: VersusAnchor | None = None  # against the refit its agreement streak began with
-    repaid_by_waiting: bool = False  # worth installing because waiting has forgone a restart (rent or buy)
     # seconds of serving a rollout to speculation off costs at the load now (RestartAtLoad.cost_s); None where the
     # fit did not price the load now
     off_cost_s: float | None = None
@@ -652,7 +651,6 @@ def plan_threshold(
     tpot_off_ms: float | None,
     settings: FitSettings,
     drafter_memory: DrafterMemory | None = None,
-    forgone_s: float = 0.0,
     forecast: Forecast | None = None,
     anchor: SpeculationIntent | None = None,
     objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
@@ -663,10 +661,7 @@ def plan_threshold(
 
     `support` comes from the renderer (fit_support): a fit the engine would ignore is never proposed.
     `drafter_memory` (k0tax.DrafterMemory): the KV the drafter holds, priced in the K = 0 comparison when KV-bound.
-    `forgone_s`: seconds of serving already forgone by not installing a refit (the per-request speed-up at the load
-    of each evaluation since the refit first paid, times its interval; state.PolicyState.forgone_s). A refit is worth
-    a restart when its gain over the load record repays it within the horizon, or once waiting has already cost as
-    much as the restart (rent or buy, `repaid_by_waiting`).
+    A refit is worth a restart when its gain over the load record repays the restart within the horizon.
     `forecast`: a sustained rise of the request rate (forecast.py): the refit is also worth it when, over the load
     the running config would see while the rise goes on, it repays the restart within that projection, the restart
     priced at the serving now (gain_ahead_in_serving_now).
@@ -733,11 +728,11 @@ def plan_threshold(
         return replace(
             _no_change(support, settings, f"{shown} already installed", evidence, off), off_cost_s=off_cost_s
         )
-    judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forgone_s, forecast, anchor, evidence)
+    judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forecast, anchor, evidence)
     return ThresholdPlan(
         support, refit.proposed if judged.worth else None, judged.gain, judged.payback_s, judged.worth,
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
-        vs_anchor=judged.versus, repaid_by_waiting=judged.by_waiting, off_cost_s=off_cost_s,
+        vs_anchor=judged.versus, off_cost_s=off_cost_s,
     )  # fmt: skip
 
 
@@ -893,7 +888,6 @@ class _Judged:
     payback_s: float
     gain_now: float
     gain_at_load: float
-    by_waiting: bool
     versus: VersusAnchor | None
     reason: str
 
@@ -905,13 +899,12 @@ def _judge(
     max_num_seqs: int,
     settings: FitSettings,
     at_load: RestartAtLoad | None,
-    forgone_s: float,
     forecast: Forecast | None,
     anchor: SpeculationIntent | None,
     evidence: dict[str, Any],
 ) -> _Judged:
-    """Is the refit worth a restart: by the load record, by what waiting has forgone (rent or buy), by a forecast
-    rise, or, while the restart is free, by the load it may reach (largest_gain_ahead)."""
+    """Is the refit worth a restart: by the load record, by a forecast rise, or, while the restart is free, by the
+    load it may reach (largest_gain_ahead)."""
     gain = refit.gain_over(load)
     payback = payback_seconds(gain, settings.restart_cost_s)
     # the gain at the batch running now: what each minute of waiting forgoes in throughput (the backlog gate), while
@@ -932,21 +925,16 @@ def _judge(
         }
     )
     by_record = gain >= settings.min_gain and payback <= settings.horizon_s
-    by_waiting = not by_record and repaid_by_waiting(gain, gain_at_load, forgone_s, settings)
     by_forecast, ahead = False, ""
-    if forecast is not None and not (by_record or by_waiting):
+    if forecast is not None and not by_record:
         by_forecast, ahead = _judge_ahead(refit, gain, batch, max_num_seqs, settings, forecast, evidence)
     versus = None
     if anchor is not None and anchor != refit.proposed:
         versus = _versus_anchor(anchor, max_num_seqs, refit.max_k, refit.k_new, refit.rate_at)
         evidence["vsAnchor"] = versus.to_dict()
-    if forgone_s > 0:
-        evidence["forgoneSeconds"] = round(forgone_s, 1)
-    if by_waiting:
-        evidence["repaidByWaiting"] = True
     option = None
     free = at_load is not None and at_load.free
-    if free and not (by_record or by_waiting or by_forecast) and loses_only_ties(gain, settings):
+    if free and not (by_record or by_forecast) and loses_only_ties(gain, settings):
         option = largest_gain_ahead(range(batch, max_num_seqs + 1), refit.gain_over)
         evidence["gainAhead"] = round(option, 4)
     by_option = option is not None and option >= settings.min_gain
@@ -956,13 +944,8 @@ def _judge(
             f"; it loses nothing at the load now and is {option:+.1%} at a larger batch this config may reach: "
             "installing while the restart is free"
         )
-    if by_waiting:
-        reason += (
-            f"; at the load now it is {gain_at_load:+.1%} per request, and waiting has forgone {forgone_s:.0f}s of "
-            f"serving, more than the restart costs: installing (rent or buy)"
-        )
-    worth = by_record or by_waiting or by_forecast or by_option
-    return _Judged(worth, gain, payback, gain_now, gain_at_load, by_waiting, versus, reason + ahead)
+    worth = by_record or by_forecast or by_option
+    return _Judged(worth, gain, payback, gain_now, gain_at_load, versus, reason + ahead)
 
 
 def _install_reason(gain: float, payback: float, settings: FitSettings, at_load: RestartAtLoad | None) -> str:
@@ -1074,23 +1057,6 @@ def largest_gain_ahead(batches: Iterable[int], gain_at: Callable[[Mapping[int, f
     return max((gain_at({b: 1.0}) for b in batches), default=0.0)
 
 
-def repaid_by_waiting(gain: float, gain_at_load: float, forgone_s: float, settings: FitSettings) -> bool:
-    """Rent or buy: has not installing the refit already cost what a restart costs?
-
-    The load record is a forecast from the past, and a rising load outruns it (docs/design/decisions.md). The
-    ski-rental rule needs no forecast: keep paying
-    the forgone gain until it adds up to the restart, then restart; whatever the load does next, that costs at most
-    twice the best choice in hindsight. Waiting only counts while the gain at the load now is past the fit's minimum
-    gain (within it, the model's error dominates; state.PolicyState.forgone_s), and the refit must not lose over the
-    record (a refit is K per batch at its best, so it loses nowhere but within ties and the K = 0 tax:
-    `loses_only_ties`)."""
-    return (
-        loses_only_ties(gain, settings)
-        and forgone_rate(gain_at_load, settings.min_gain) > 0
-        and forgone_s >= settings.restart_cost_s
-    )
-
-
 def loses_only_ties(gain: float, settings: FitSettings) -> bool:
     """Does a refit lose nothing over the load record beyond the fit's own tie preference?
 
@@ -1099,15 +1065,6 @@ def loses_only_ties(gain: float, settings: FitSettings) -> bool:
     sits at such batches its gain reads a hair below 0. That is the fit's choice, not a loss; reading it as one made
     the forecast's refit flip to another proposal and back, and each flip restarted its agreement."""
     return gain >= -settings.prefer_within
-
-
-def forgone_rate(gain_at_load: float | None, min_gain: float) -> float:
-    """Seconds of serving a refit forgoes per second of waiting: its gain at the load now, or 0 within the fit's
-    minimum gain, where the model's error dominates. The one rule for both sides of rent or buy: what the account
-    accrues (decision._accrue_forgone, which also empties it at 0) and whether the account may buy now."""
-    if gain_at_load is None or gain_at_load < min_gain:
-        return 0.0
-    return gain_at_load
 
 
 def _load_batches(load: Mapping[int, float]) -> dict[int, float]:

@@ -152,7 +152,6 @@ def record_actuation(
         throttled=False,
         backlog_since=None,
         backlog_dropped=None,
-        forgone_s=0.0,
     )
 
 

@@ -43,9 +43,6 @@ from specpilot.autotune.model.baseline import (
 )
 from specpilot.autotune.model.forecast import RateSample, add_rate
 from specpilot.autotune.model.rollcost import restart_cost_for, ttft_deadline_s
-from specpilot.autotune.model.schedule import (
-    forgone_rate,
-)
 from specpilot.autotune.model.speed import (
     Speed,
 )
@@ -253,18 +250,6 @@ def with_measured_restart(inputs: PolicyInputs, state: PolicyState) -> PolicyInp
     return replace(inputs, fit=replace(inputs.fit, restart_cost_s=cost))
 
 
-def _accrue_forgone(state: PolicyState, proposal: Proposal, *, interval_s: float, min_gain: float) -> PolicyState:
-    """Add this evaluation's forgone serving to the rent-or-buy account (schedule.repaid_by_waiting): a refit's
-    per-request speed-up at the load now times the interval. The account empties when there is no refit to install
-    (none fitted, the fit already installed, or its gain at the load now within the model's error): it measures one
-    stretch of load past the crossover, not a sum over every peak of the day."""
-    plan = proposal.priced.plan
-    rate = forgone_rate(None if plan is None else plan.gain_at_load, min_gain)
-    if rate == 0:
-        return replace(state, forgone_s=0.0) if state.forgone_s else state
-    return replace(state, forgone_s=state.forgone_s + rate * interval_s)
-
-
 def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:
     """The proposal's largest predicted difference from its streak's first proposal at any batch size where their K
     differ (schedule.plan_threshold's `vsAnchor`); None when not priced."""
@@ -372,7 +357,6 @@ def decide(inputs: PolicyInputs, state: PolicyState, now: datetime) -> tuple[Dec
         return held, state
     proposal = no_op_as_keep(r.inputs, propose(r.inputs, state, now, probe_now=r.fresh_token))
     at = inputs.spec.autotune
-    state = _accrue_forgone(state, proposal, interval_s=parse_duration(at.interval), min_gain=inputs.fit.min_gain)
     history = side_by_side(state.baseline, metric=at.latency.metric.value, now=now)
     verdict = _Verdict(r, proposal, {**proposal.evidence, "history": history})
     if proposal.action is Action.KEEP:
@@ -449,7 +433,6 @@ class _Wait:
 
     window: timedelta
     shortened: bool  # priced by the change's own payback (agreement.stabilization_for)
-    bought: bool  # rent or buy: the forgone serving already repaid the restart (schedule.repaid_by_waiting)
     restart_s: float  # the restart as priced (under a hopeless backlog: the work it drops in time)
     gain: float
     gain_source: str
@@ -498,8 +481,8 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
 
 def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: bool, continues: bool) -> _Wait:
     """A shed waits no longer than it takes to repay its restart (agreement.stabilization_for), priced by its own
-    gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time; a refit
-    bought by waiting waits only for the agreeing evaluations. A change toward more speculation keeps the span."""
+    gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time. A change
+    toward more speculation keeps the span."""
     at, fit = r.inputs.spec.autotune, r.inputs.fit
     own = prices_its_own_gain(proposal)
     gain, source = proposal_gain(proposal.priced, 0.0, at_load=True) if own else (0.0, "")
@@ -514,10 +497,7 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
             restart_s = under_backlog
     span = timedelta(seconds=parse_duration(at.stabilization))
     window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
-    bought = shed and gain > 0 and proposal.priced.plan is not None and proposal.priced.plan.repaid_by_waiting
-    if bought:
-        window, shortened = timedelta(0), True
-    return _Wait(window, shortened, bought, restart_s, gain, source)
+    return _Wait(window, shortened, restart_s, gain, source)
 
 
 def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect: bool) -> dict[str, Any]:
@@ -541,10 +521,7 @@ def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect
         f"deadline, backlog.restart_seconds_under_backlog; nominal {fit.restart_cost_s:.0f}s)"
     )
     out["why"] = (
-        f"waiting has already forgone {state.forgone_s:.0f}s of serving at the load, more than the {priced} "
-        "(rent or buy, schedule.repaid_by_waiting): no further wait than the agreeing evaluations"
-        if wait.bought
-        else f"{priced} repaid by the change's {wait.gain:+.1%} ({wait.gain_source}) in "
+        f"{priced} repaid by the change's {wait.gain:+.1%} ({wait.gain_source}) in "
         f"{format_duration(wait.window.total_seconds())}, sooner than the stabilization"
     )
     return out
@@ -560,11 +537,7 @@ def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decis
     if state.streak.count >= needed and stabilized(stable, wait.window, priced=wait.shortened, interval=interval):
         return None, state
     span = (
-        "0s (rent or buy: the serving forgone repaid the restart)"
-        if wait.bought
-        else format_duration(wait.window.total_seconds()) + " (the change's payback)"
-        if wait.shortened
-        else at.stabilization
+        format_duration(wait.window.total_seconds()) + " (the change's payback)" if wait.shortened else at.stabilization
     )
     gate = (
         f"waiting for agreement: {state.streak.count}/{needed} evaluations, stable for "

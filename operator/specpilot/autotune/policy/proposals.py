@@ -773,7 +773,6 @@ def _plan(
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
         settings=replace(inputs.fit, model=step_model.model),
         drafter_memory=drafter_memory(spec, m),
-        forgone_s=state.forgone_s,
         forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
         anchor=None if state.streak is None else anchor_intent(state.streak.key, refit_action(support).value),
         objective=at.objective,

@@ -131,9 +131,6 @@ class PolicyState:
     step_sampled: datetime | None = None
     backlog_since: datetime | None = None  # an agreed restart first deferred because requests queued (backlog.py)
     backlog_dropped: float | None = None  # what that restart would have dropped then: prices the wait (backlog.py)
-    # seconds of serving forgone by not installing a refit: its per-request speed-up at the load of each evaluation
-    # times the interval, while that is past the fit's minimum gain (schedule.repaid_by_waiting: rent or buy)
-    forgone_s: float = 0.0
     # the finished-request rate of each evaluation over the last hour: where the offered load is heading (forecast.py)
     request_rates: tuple[RateSample, ...] = ()
     # seconds of serving one of this deployment's own restarts took, per pod: from autotune's last actuation to the
@@ -193,7 +190,6 @@ class PolicyState:
             "stepSampled": _t(self.step_sampled),
             "backlogSince": _t(self.backlog_since),
             "backlogDropped": self.backlog_dropped,
-            "forgoneSeconds": round(self.forgone_s, 1),
             "requestRates": [r.to_list() for r in self.request_rates],
             "restartMeasuredSeconds": self.restart_measured_s,
         }
@@ -256,7 +252,6 @@ class PolicyState:
             step_sampled=_pt(raw.get("stepSampled")),
             backlog_since=_pt(raw.get("backlogSince")),
             backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
-            forgone_s=float(raw.get("forgoneSeconds") or 0.0),
             request_rates=tuple(RateSample.from_list(r) for r in raw.get("requestRates") or ()),
             restart_measured_s=None
             if raw.get("restartMeasuredSeconds") is None
@@ -287,7 +282,6 @@ FRESH_RECORDS: dict[str, Any] = {
     "step_samples": (),
     "step_sampled": None,
     "request_rates": (),
-    "forgone_s": 0.0,
     "off": None,
     "probe_started": None,
     "last_probe": None,
