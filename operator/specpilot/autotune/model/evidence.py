@@ -12,6 +12,6 @@ import math
 def finite(value: float, digits: int | None = None) -> float | None:
     """`value` rounded to `digits` decimals (to a whole number without), or None where it is infinite or not a
     number."""
-    if math.isinf(value) or math.isnan(value):
+    if not math.isfinite(value):
         return None
     return round(value) if digits is None else round(value, digits)
