@@ -968,6 +968,18 @@ def test_what_waiting_has_forgone_never_buys_a_restart_the_record_does_not_repay
     assert not any(d.actuate for d in result.decisions)
 
 
+def test_a_status_an_older_operator_wrote_with_its_rent_or_buy_account_reads_without_it() -> None:
+    """An upgrade: status.autotune still holds `forgoneSeconds` (written by the removed rent-or-buy account). It reads
+    without a problem, to the same state as without the key, and the next write drops it."""
+    state = tp.run(TUNED_256, [tp.tuned_observation(batch=180, alpha=0.45) for _ in range(3)], state=LIGHT_RECORD).state
+    stored = json.loads(json.dumps(state.to_dict()))
+    assert stored["streak"] is not None  # the runs made a state worth restoring
+    read, problem = PolicyState.from_status({**stored, "forgoneSeconds": 282.2})
+    assert problem is None
+    assert read == PolicyState.from_dict(stored)
+    assert "forgoneSeconds" not in read.to_dict()
+
+
 def test_the_same_refit_goes_in_once_the_record_holds_the_load_that_repays_it() -> None:
     """The other direction: with a record at batch [128,256) the refit repays its restart and is installed after
     the agreeing evaluations."""
