@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.api import v1alpha1
+from specpilot.api import rollout, v1alpha1
 from specpilot.api.timestamps import format_time
 from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialOutcome
 from specpilot.autotune.policy import drafters
@@ -334,7 +334,7 @@ def test_which_trials_may_run(
     raw["autotune"]["mode"] = mode
     raw["speculation"]["candidates"] = copy.deepcopy(CANDIDATES)
     spec = v1alpha1.parse_spec(raw)
-    assert trials.can_trial(spec) is autotune_trial
+    assert rollout.can_trial(spec) is autotune_trial
     assert trials.can_trial_candidates(spec) is candidate_trial
     assert drafters.untried_reason(spec) == reason
 

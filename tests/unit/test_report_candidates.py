@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.api import v1alpha1
+from specpilot.api import rollout, v1alpha1
 from specpilot.autotune.policy import drafters
 from specpilot.autotune.policy import trial as trials
 from specpilot.report.candidates import candidate_records, render_candidates
@@ -49,7 +49,7 @@ def stored_status(candidate_tpot_ms: tuple[float, float]) -> dict[str, Any]:
         )  # fmt: skip
         seen = trials.TrialObservation(figures(tpot, 0.8), figures(10.0, 0.6), incumbent_pods=2)
         step = trials.advance(record, spec=s, ready=True, observation=seen, now=T0)
-        later = T0 + trials.analysis_span(s) + timedelta(seconds=1)
+        later = T0 + rollout.analysis_span(s) + timedelta(seconds=1)
         step = trials.advance(step.trial, spec=s, ready=True, observation=seen, now=later)
         tolerance = s.autotune.latency.regression_tolerance
         records[index] = drafters.concluded(drafters.trialling(records[index], T0), step.trial, tolerance)

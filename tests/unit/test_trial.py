@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.api import v1alpha1
+from specpilot.api import rollout, v1alpha1
 from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase
 from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.trial import AnalysisSettings, GroupFigures, TrialObservation
@@ -90,7 +90,7 @@ def spec(**changes: Any) -> v1alpha1.SpeculativeDeploymentSpec:
 )
 def test_who_can_trial(replicas: int, mode: str, surge: int | None, trial: bool) -> None:
     extra = {} if surge is None else {"surge": surge}
-    assert trials.can_trial(spec(replicas=replicas, mode=mode, **extra)) is trial
+    assert rollout.can_trial(spec(replicas=replicas, mode=mode, **extra)) is trial
 
 
 OFF = SpeculationIntent(False, 4, 16)
@@ -118,7 +118,7 @@ def observe(candidate_tpot: float, requests: float = 400) -> TrialObservation:
 
 def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
     sp = spec()
-    span = trials.analysis_span(sp)  # window 2m + 2 x 15 s
+    span = rollout.analysis_span(sp)  # window 2m + 2 x 15 s
     assert span == timedelta(seconds=150)
     trial = started()
     step = trials.advance(trial, spec=sp, ready=False, observation=observe(0.009), now=T0 + timedelta(minutes=1))

@@ -44,7 +44,7 @@ from e2e.vllm.load import LoadResult, run_load
 from e2e.vllm.make_models import GRADED
 from e2e.vllm.serve import VllmServer
 from specpilot.adapters.prom import PrometheusClient, PrometheusConnection
-from specpilot.api import v1alpha1
+from specpilot.api import rollout, v1alpha1
 from specpilot.api.v1alpha1 import CandidateVerdict, TrialPhase
 from specpilot.autotune.evaluate import measure
 from specpilot.autotune.policy import drafters
@@ -169,7 +169,7 @@ def run_trial(spec: Any, candidate: Mapping[str, Measurement], incumbent: Mappin
     assert step.ended is None
     observation = trials.TrialObservation(trials.GroupFigures.of(candidate), trials.GroupFigures.of(incumbent))
     assert step.trial.analysis_at is not None
-    later = t0 + trials.analysis_span(spec) + timedelta(seconds=1)
+    later = t0 + rollout.analysis_span(spec) + timedelta(seconds=1)
     step = trials.advance(step.trial, spec=spec, ready=True, observation=observation, now=later)
     records = drafters.reconcile_records(spec, [])
     verdict = drafters.concluded(

@@ -7,9 +7,10 @@ objective), so the model leaves them unset and this module is the one place that
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 from specpilot.api.durations import parse_duration
-from specpilot.api.v1alpha1 import LatencyMetric, SpeculativeDeploymentSpec
+from specpilot.api.v1alpha1 import AutotuneMode, LatencyMetric, SpeculativeDeploymentSpec
 
 # Time per output token assumed when no TPOT objective is set: a large model at a busy batch decodes a token in
 # 30-50 ms on current GPUs; the slower end keeps long generations inside the drain.
@@ -50,3 +51,20 @@ def drain_seconds(spec: SpeculativeDeploymentSpec) -> int:
     if spec.rollout.drain_seconds is not None:
         return spec.rollout.drain_seconds
     return default_drain_seconds(spec)
+
+
+def spare_pod(spec: SpeculativeDeploymentSpec) -> bool:
+    """Whether one pod can run a trial beside the others: two replicas or more, or surge. One replica without surge
+    keeps the all-at-once rollout (an outage, docs/rollout.md)."""
+    return spec.replicas >= 2 or (spec.replicas >= 1 and max_surge(spec) >= 1)
+
+
+def can_trial(spec: SpeculativeDeploymentSpec) -> bool:
+    """Progressive actuation of an autotune change (one pod first): Auto only, with a pod to spare."""
+    return spec.autotune.mode is AutotuneMode.AUTO and spare_pod(spec)
+
+
+def analysis_span(spec: SpeculativeDeploymentSpec) -> timedelta:
+    """From a trial pod's readiness to its analysis: one full window of its own metrics, plus two scrapes."""
+    at = spec.autotune
+    return timedelta(seconds=parse_duration(at.window) + 2 * parse_duration(at.scrape_interval))

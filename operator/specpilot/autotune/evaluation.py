@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from specpilot.api import timestamps, v1alpha1
+from specpilot.api import rollout, timestamps, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.autotune.evaluate import QueryClient, effective_window, measure, running_since
 from specpilot.autotune.model.costprofile import fit_settings_for
@@ -608,11 +608,11 @@ def _start_trial(
     now: datetime,
 ) -> v1alpha1.TrialStatus | None:
     """The record of a one-pod trial of the decision's target (run by the running promoted candidate drafter, if
-    any), when the deployment can spare a pod (trials.can_trial); None: the change goes to every pod at once, as
+    any), when the deployment can spare a pod (rollout.can_trial); None: the change goes to every pod at once, as
     before. The trial is labelled with the decision's action, which posts its own event when promoted."""
     incumbent_hash = (status.get("effective") or {}).get("configHash")
     trial_hash = rendered_hash(spec, decision.target, running.drafter)
-    if not trials.can_trial(spec) or not incumbent_hash or trial_hash is None:
+    if not rollout.can_trial(spec) or not incumbent_hash or trial_hash is None:
         return None
     return trials.start(
         intent=decision.target,

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from specpilot.api import v1alpha1
+from specpilot.api import rollout, v1alpha1
 from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import (
     CandidateStatus,
@@ -51,7 +51,7 @@ def untried_reason(spec: v1alpha1.SpeculativeDeploymentSpec) -> str | None:
     """Why no candidate can be tried on this deployment; None when trials can run."""
     if spec.autotune.mode is v1alpha1.AutotuneMode.OFF:
         return NEEDS_MODE
-    if not trials.spare_pod(spec):
+    if not rollout.spare_pod(spec):
         return NEEDS_SPARE_POD
     return None
 

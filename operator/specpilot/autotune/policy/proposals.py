@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from specpilot.api import rollout
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.timestamps import format_time
 from specpilot.api.v1alpha1 import (
@@ -77,7 +78,6 @@ from specpilot.autotune.model.stepfit import (
     mean_output_tokens,
     prefill_tokens_per_step,
 )
-from specpilot.autotune.policy import trial as trials
 from specpilot.autotune.policy.agreement import (
     anchor_intent,
 )
@@ -397,7 +397,7 @@ def _acceptance_only(
         )
     if inputs.spec.speculation.adaptive_verification:
         why = "adaptive verification lowers acceptance by design"
-    elif predicted is None and trials.can_trial(inputs.spec) and (saturated := _saturation(inputs)):
+    elif predicted is None and rollout.can_trial(inputs.spec) and (saturated := _saturation(inputs)):
         return _experiment(inputs, off_target, f"{reason} {saturated}, no measured speed comparison yet ({missing})",
                            evidence)  # fmt: skip
     elif predicted is None:
@@ -461,7 +461,7 @@ def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str,
     saturation say it may not: measure instead of guessing. Plain goes to one pod beside the speculating ones on the
     same traffic (a one-pod trial), and is promoted only when that pod is measured faster beyond the tolerance;
     otherwise the trial rolls back and is not tried again before probeInterval. Only where a pod can be spared
-    (trials.can_trial): elsewhere the config holds, as acceptance alone never switches speculation off."""
+    (rollout.can_trial): elsewhere the config holds, as acceptance alone never switches speculation off."""
     reason = (
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"

@@ -210,12 +210,6 @@ def _within(a: float | None, b: float | None, floor: float) -> bool:
 # ------------------------------------------------------------------------------------------------ lifecycle
 
 
-def analysis_span(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
-    """From the trial pod's readiness to its analysis: one full window of its own metrics, plus two scrapes."""
-    at = spec.autotune
-    return timedelta(seconds=parse_duration(at.window) + 2 * parse_duration(at.scrape_interval))
-
-
 def faster_with_margin(speedup: float | None, tolerance: float) -> bool:
     """Whether the trial pod was faster than the incumbents beyond the tolerance: the bar a candidate drafter must
     clear to replace the running one (a change of drafter must pay for itself, not merely not hurt)."""
@@ -227,27 +221,16 @@ def readiness_deadline(spec: v1alpha1.SpeculativeDeploymentSpec) -> timedelta:
     return timedelta(seconds=manifests.rollout_budget_seconds(spec, 1))
 
 
-def spare_pod(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
-    """Whether one pod can run a trial beside the others: two replicas or more, or surge. One replica without surge
-    keeps the all-at-once rollout (an outage, docs/rollout.md)."""
-    return spec.replicas >= 2 or (spec.replicas >= 1 and rollout.max_surge(spec) >= 1)
-
-
-def can_trial(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
-    """Progressive actuation of an autotune change: Auto only, with a pod to spare."""
-    return spec.autotune.mode is v1alpha1.AutotuneMode.AUTO and spare_pod(spec)
-
-
 def can_trial_candidates(spec: v1alpha1.SpeculativeDeploymentSpec) -> bool:
     """Trials of candidate drafters: Auto (the winner is promoted) and Recommend (the winner is recommended, its pod
     removed), with a pod to spare. Off runs none."""
-    return spec.autotune.mode is not v1alpha1.AutotuneMode.OFF and spare_pod(spec)
+    return spec.autotune.mode is not v1alpha1.AutotuneMode.OFF and rollout.spare_pod(spec)
 
 
 def may_run(spec: v1alpha1.SpeculativeDeploymentSpec, trial: TrialStatus) -> bool:
     """Whether `trial` may keep its pod under this spec: a candidate drafter's by can_trial_candidates, an autotune
-    change's by can_trial."""
-    return can_trial_candidates(spec) if trial.candidate_name is not None else can_trial(spec)
+    change's by rollout.can_trial."""
+    return can_trial_candidates(spec) if trial.candidate_name is not None else rollout.can_trial(spec)
 
 
 def read_trial(status: Mapping[str, Any]) -> TrialStatus | None:
@@ -334,7 +317,8 @@ def advance(
                 why = f"the trial pod did not become ready within {readiness_deadline(spec)}"
                 return _rolled_back(trial, spec, now, why)
             return Step(trial)
-        trial = trial.model_copy(update={"ready_at": stamp, "analysis_at": format_time(now + analysis_span(spec))})
+        analysis_at = format_time(now + rollout.analysis_span(spec))
+        trial = trial.model_copy(update={"ready_at": stamp, "analysis_at": analysis_at})
     assert trial.analysis_at is not None
     settings = AnalysisSettings.of(spec)
     verdict = analyse(observation, settings)
@@ -377,7 +361,7 @@ def advance(
         done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
         return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))
     if verdict.outcome is TrialOutcome.INCONCLUSIVE and not trial.extended:
-        later = format_time(now + analysis_span(spec))
+        later = format_time(now + rollout.analysis_span(spec))
         extended = trial.model_copy(update={"extended": True, "analysis_at": later})
         return Step(extended, None, ("Normal", "TrialInconclusive", f"{verdict.reason}; analysing again at {later}"))
     return _rolled_back(trial, spec, now, verdict.reason)
