@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import AutotuneObjective, LatencySpec
 from specpilot.autotune.model.baseline import load_bucket
-from specpilot.autotune.model.rollcost import needed_headroom, out_seconds, tpot_target_ms, ttft_deadline_s
+from specpilot.autotune.model.rollcost import RolloutShape, needed_headroom, tpot_target_ms, ttft_deadline_s
 from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
@@ -32,7 +32,6 @@ from specpilot.autotune.model.schedule import (
     fit_threshold,
     gain_ahead_in_serving_now,
     gain_at_same_load,
-    late_seconds,
     model_consistency,
     plan_threshold,
     predicted_gain,
@@ -470,6 +469,8 @@ def plan(
     settings: FitSettings | None = None,
     objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
     declared_k: int | None = None,
+    inflight_s: float = 0.0,
+    tpot_spread_ms: tuple[float, float] | None = None,
 ) -> ThresholdPlan:
     """Fit with a measured TPOT that the model itself predicts (times `tpot_factor` to simulate a mismatch)."""
     intent = current or SpeculationIntent(True, 5)
@@ -493,6 +494,8 @@ def plan(
         settings=settings or FitSettings(model=model),
         objective=objective,
         declared_k=declared_k,
+        inflight_s=inflight_s,
+        tpot_spread_ms=tpot_spread_ms,
     )
 
 
@@ -841,6 +844,11 @@ def test_the_model_in_the_evidence_names_every_parameter_of_the_step_time() -> N
 THROUGHPUT, LATENCY = AutotuneObjective.THROUGHPUT, AutotuneObjective.LATENCY
 
 
+def pods_for(headroom_needed: float | None) -> RolloutShape | None:
+    """The rollout of N pods one at a time that needs `headroom_needed` = N / (N - 1), no trial."""
+    return None if headroom_needed is None else RolloutShape(round(headroom_needed / (headroom_needed - 1)), 1)
+
+
 @pytest.mark.parametrize(
     ("headroom_needed", "batch", "objective", "installs", "free"),
     [
@@ -858,7 +866,7 @@ def test_a_restart_costs_no_serving_while_the_pods_left_carry_the_load(
     """A restart priced far beyond any payback (1e6 s) is free while the pods a rollout wave leaves serving carry
     every arrival (rollcost.needed_headroom against the running config's capacity over its load), for a Throughput
     objective."""
-    settings = FitSettings(restart_cost_s=1e6, headroom_needed=headroom_needed)
+    settings = FitSettings(restart_cost_s=1e6, rollout=pods_for(headroom_needed))
     result = plan("0.33.0", {8: 3600.0}, batch, settings=settings, objective=objective)
     assert result.gain == pytest.approx(0.164, abs=0.001)  # the same refit, the same gain over the load record
     assert result.worth_installing is installs
@@ -885,7 +893,7 @@ def test_a_wave_is_free_only_while_the_pods_left_serving_meet_the_tpot_objective
     """Two pods, one at a time, batch 20: the other pod carries the load (2.695x its capacity over load, 2x needed),
     at the batch that serves twice the arrivals, where the model predicts each sequence's tokens 2.3x slower than
     the 4.38 ms measured now."""
-    settings = FitSettings(restart_cost_s=1e6, headroom_needed=2.0, tpot_target_ms=tpot_target_ms)
+    settings = FitSettings(restart_cost_s=1e6, rollout=RolloutShape(2, 1), tpot_target_ms=tpot_target_ms)
     result = plan("0.33.0", {8: 3600.0}, 20, settings=settings)
     at_load = result.evidence["restartAtLoad"]
     assert at_load["capacityOverLoad"] == pytest.approx(2.695, abs=0.001)
@@ -899,45 +907,25 @@ def test_a_wave_is_free_only_while_the_pods_left_serving_meet_the_tpot_objective
 
 
 @pytest.mark.parametrize(
-    ("over_load", "after", "out_s", "deadline_s", "late"),
-    [
-        (2.5, 1.5, 180.0, 3.0, 0.0),  # the pod left serves 1.25x the load: no queue at all
-        (2.0, 1.5, 180.0, 3.0, 0.0),  # ... exactly the load: none either
-        # serves 0.6 of the load: the queue grows 0.4 s per s, passes 3 s x 0.6 after 4.5 s, peaks at 72 s of
-        # arrivals, then drains at 1.0 s per s until it is below 3 s x 2.0: 175.5 s late while out, 66 s draining
-        (1.2, 2.0, 180.0, 3.0, 241.5),
-        (1.2, 1.5, 180.0, 3.0, 175.5 + (72 - 4.5) / 0.5),  # a config that drains half as fast
-        (1.2, 2.0, 5.0, 3.0, 0.5),  # a short wave: the queue passes the deadline for its last 0.5 s only
-        (1.2, 2.0, 180.0, 600.0, 0.0),  # a deadline longer than the wave's queue: nothing late
-        (1.2, 1.0, 180.0, 3.0, math.inf),  # the new config serves exactly the load: the queue never drains
-        (1.2, 0.9, 180.0, 3.0, math.inf),
-    ],
-)
-def test_the_arrivals_a_rollout_makes_miss_their_ttft_deadline(
-    over_load: float, after: float, out_s: float, deadline_s: float, late: float
-) -> None:
-    """Two pods, one at a time (a wave needs 2x): the queue the waves build and drain, in seconds of arrivals."""
-    got = late_seconds(over_load=over_load, after=after, needed=2.0, out_s=out_s, deadline_s=deadline_s)
-    assert got == pytest.approx(late)
-
-
-@pytest.mark.parametrize(
     ("deadline_s", "horizon_s", "late", "installs"),
     [
         (None, 3600.0, None, True),  # no TTFT deadline: the nominal 90 s, repaid in 9 m
         (600.0, 3600.0, 0.0, True),  # a queue within the deadline loses nothing: still the nominal cost
-        (3.0, 3600.0, 267.1, True),  # 267 s of arrivals late, repaid in 27 m
-        (3.0, 1200.0, 267.1, False),  # ... not within a 20 m horizon, where the nominal 90 s was
+        (3.0, 3600.0, 198.0, True),  # 198 s of arrivals late, repaid in 20 m
+        (3.0, 1000.0, 198.0, False),  # ... not within a 17 m horizon, where the nominal 90 s was
     ],
 )
 def test_a_wave_the_pods_left_cannot_carry_costs_the_arrivals_it_makes_late(
     deadline_s: float | None, horizon_s: float, late: float | None, installs: bool
 ) -> None:
-    """Two pods, one at a time, batch 60: the pod left serving can carry 0.695x the load (1.39x / 2), so for the two
-    waves (2 x 90 s out) the arrivals it cannot serve queue, and the refit, which serves up to 1.54x the load, drains
-    them afterwards. With a TTFT deadline the restart costs the arrivals that wait past it, or the nominal capacity
-    it removes where that is more."""
-    settings = FitSettings(restart_cost_s=90.0, headroom_needed=2.0, ttft_deadline_s=deadline_s, horizon_s=horizon_s)
+    """Two pods, one at a time, batch 60, a version that cannot drain: the pod left serving gets twice its share and
+    serves 1.39x it, so its queue grows for the first 90 s wave (late after 6.8 s: 83.2 s); the refit's pod, at
+    1.54x, then carries both shares for the second (late after 9.9 s: 80.1 s) and drains its queue at half the
+    arrivals afterwards (34.8 s; rollqueue). With a TTFT deadline the restart costs the arrivals that wait past it,
+    or the nominal capacity it removes where that is more."""
+    settings = FitSettings(
+        restart_cost_s=90.0, rollout=RolloutShape(2, 1), ttft_deadline_s=deadline_s, horizon_s=horizon_s
+    )
     result = plan("0.33.0", {8: 3600.0}, 60, settings=settings)
     at_load = result.evidence["restartAtLoad"]
     assert at_load["capacityOverLoad"] == pytest.approx(1.39, abs=0.001)
@@ -953,25 +941,52 @@ def test_a_wave_the_pods_left_cannot_carry_costs_the_arrivals_it_makes_late(
     assert ("miss the TTFT deadline" in result.reason) is (late > 90.0)
 
 
+@pytest.mark.parametrize(
+    ("inflight_s", "spread", "drained_s", "meeting", "late", "installs"),
+    [
+        # a version that drains: the pod left (1.39x) queues 54.9 s in the first 90 s wave (83.2 s late), then
+        # finishes that queue itself (39.5 s) before it restarts, so the refit's pod (1.54x) carries both shares
+        # for 129.5 s (119.6 s late) and drains its queue at half the arrivals (52.0 s): repaid in 26 m
+        (0.0, None, 0.0, 1.0, 254.6, True),
+        # the longest request in flight (40 s P99 at batch 60) ends alone at batch 1's per-sequence rate (1.83x
+        # faster): each pod drains 21.9 s longer: 105.1 + 151.1 + 65.7 s late, repaid in 33 m, past 30 m
+        (40.0, None, 21.9, 1.0, 321.8, False),
+        # ... where a third of the requests meet the 15 ms TPOT objective now (median 16.6 ms, P99 30 ms), the rest
+        # miss it whatever the rollout does: a third of those seconds counts, repaid in 11 m
+        (40.0, (16.6, 30.0), 21.9, 0.345, 111.1, True),
+    ],
+)
+def test_a_rollouts_late_arrivals_count_the_draining_pods_and_only_requests_that_meet_the_objective(
+    inflight_s: float, spread: tuple[float, float] | None, drained_s: float, meeting: float, late: float, installs: bool
+) -> None:
+    """Two pods, one at a time, batch 60, a 30 m horizon, the same refit (+16.4%) and wave as above."""
+    settings = FitSettings(
+        restart_cost_s=90.0, rollout=RolloutShape(2, 1), ttft_deadline_s=3.0, horizon_s=1800.0,
+        tpot_target_ms=None if spread is None else 15.0, drain_s=300.0,
+    )  # fmt: skip
+    result = plan("0.33.0", {8: 3600.0}, 60, settings=settings, inflight_s=inflight_s, tpot_spread_ms=spread)
+    at_load = result.evidence["restartAtLoad"]
+    assert result.gain == pytest.approx(0.164, abs=0.001)
+    assert at_load["inflightSeconds"] == pytest.approx(drained_s, abs=0.1)
+    assert at_load["meetingTpotTarget"] == pytest.approx(meeting, abs=0.001)
+    assert at_load["lateSeconds"] == pytest.approx(late, abs=0.1)
+    assert result.worth_installing is installs
+
+
 def test_a_rollout_to_a_config_that_cannot_drain_the_queue_is_never_repaid() -> None:
     """Batch 300 of 512, two pods: the running K = 5 serves 1.05x its load, speculation off less than the load, so a
     rollout to off would leave the queue its waves build to grow while the load lasts. Its cost is unbounded, the
     K = 0 comparison cannot pick off, and the evidence stays strict JSON (a status write rejects Infinity)."""
-    settings = FitSettings(restart_cost_s=90.0, headroom_needed=2.0, ttft_deadline_s=3.0)
+    settings = FitSettings(restart_cost_s=90.0, rollout=RolloutShape(2, 1), ttft_deadline_s=3.0)
     result = plan("0.33.0", {8: 3600.0}, 300, settings=settings)
     assert result.off_cost_s == math.inf
     assert result.off is not None
     assert not result.off.off_wins
     assert result.evidence["k0Tax"]["restartCostSeconds"] is None
     assert result.evidence["restartAtLoad"]["queueDrains"] is True  # the refit itself drains it, slowly
-    assert not result.worth_installing  # 694 s late, repaid by +16.4% in 71 m: past the hour
+    assert result.evidence["restartAtLoad"]["lateSeconds"] == pytest.approx(400.3, abs=0.1)
+    assert result.worth_installing  # 400 s late, repaid by +16.4% in 41 m: within the hour
     json.dumps(result.evidence, allow_nan=False)
-
-
-def test_the_time_a_rollout_keeps_pods_out_of_serving() -> None:
-    """restart_cost_s is that time times the share of pods out per wave: two pods one at a time, 90 s each."""
-    assert out_seconds(90.0, needed_headroom(2, 0, 1) or 0.0) == pytest.approx(180.0)
-    assert out_seconds(90.0, needed_headroom(3, 0, 1) or 0.0) == pytest.approx(270.0)
 
 
 @pytest.mark.parametrize(
@@ -1025,7 +1040,7 @@ def test_a_refit_that_loses_nothing_now_is_installed_while_the_restart_is_free(
 ) -> None:
     """At batch 1 the schedule gains less than the fit's minimum over the record (+1.0%), and more only at batches
     the deployment has not reached yet."""
-    settings = FitSettings(headroom_needed=headroom_needed)
+    settings = FitSettings(rollout=pods_for(headroom_needed))
     result = plan("0.33.0", {1: 3600.0}, 1, settings=settings, objective=objective)
     assert 0 <= result.gain < 0.03
     assert result.worth_installing is installs

@@ -20,8 +20,8 @@ from typing import Any
 from specpilot.api.v1alpha1 import Quantization, SpeculativeDeploymentSpec
 from specpilot.autotune.model.rollcost import (
     drain_for,
-    headroom_needed_for,
     restart_cost_for,
+    rollout_shape,
     tpot_target_ms,
     ttft_deadline_s,
 )
@@ -156,7 +156,7 @@ def fit_settings_for(spec: SpeculativeDeploymentSpec) -> FitSettings:
     return FitSettings(
         model=choice.model,
         restart_cost_s=restart_cost_for(spec, choice.restart_s),
-        headroom_needed=headroom_needed_for(spec),
+        rollout=rollout_shape(spec),
         tpot_target_ms=tpot_target_ms(spec.autotune.latency),
         ttft_deadline_s=ttft_deadline_s(spec.autotune.latency),
         drain_s=drain_for(spec),

@@ -22,11 +22,13 @@ removes, repaid by the change's gain. That figure depends on how the pods are re
   each of their requests gets its tokens more slowly for the wave. Where the CR declares a TPOT objective
   (`tpot_target_ms`), a wave is free only while the predicted mean TPOT of the pods left serving stays within it;
   past it their requests miss the SLO, and the wave costs its nominal capacity (schedule.restart_at_load).
-- Past what the pods left serving carry, the arrivals they cannot serve queue, and the queue drains only at what
-  the new configuration serves above the load. Where the CR declares a TTFT deadline, the requests that wait past it
-  count for nothing: the change costs at least the seconds of arrivals the waves make late (schedule.late_seconds),
-  which near capacity is many times the nominal figure, and unbounded where the new configuration cannot drain the
-  queue while the load lasts.
+- Past what the pods left serving carry, the arrivals they cannot serve queue. Behind a Service each pod keeps its
+  own queue and drains it only at what it serves above its share; a pod a wave takes out first finishes its queue
+  and its longest request in flight, and with a trial the pods still on the old config carry the first wave's
+  queue through the analysis (`RolloutShape`, rollqueue). Where the CR declares a TTFT deadline, the requests that
+  wait past it count for nothing: the change costs at least the seconds of arrivals the waves make late
+  (rollqueue.late_arrival_seconds), which near capacity is many times the nominal figure, and unbounded where the
+  new configuration cannot drain the queue while the load lasts.
 - Where pods serve beside each wave (or a surge pod loads first) and the vLLM version has --shutdown-timeout, a pod
   taken out finishes its requests in flight for up to the drain time (`drain_for`): a rollout drops none of them,
   only the capacity above. One replica without surge is priced as an outage, requests in flight included.
@@ -35,6 +37,9 @@ removes, repaid by the change's gain. That figure depends on how the pods are re
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
 
 from specpilot.api import rollout
 from specpilot.api.v1alpha1 import LatencyMetric, LatencySpec, SpeculativeDeploymentSpec
@@ -74,9 +79,45 @@ def restart_cost_seconds(restart_s: float, replicas: int, max_surge: int, max_un
     return restart_s * waves * out_at_once / replicas
 
 
-def headroom_needed_for(spec: SpeculativeDeploymentSpec) -> float | None:
-    """needed_headroom on the rollout path `spec` declares."""
-    return needed_headroom(spec.replicas, rollout.max_surge(spec), rollout.max_unavailable(spec))
+@dataclass(frozen=True)
+class RolloutShape:
+    """How a rollout replaces pods while others serve beside it: `replicas` pods, `out_per_wave` out of the endpoints
+    at a time and, where the change goes to one pod first (a trial that takes one of the pods), the analysis span
+    between that pod and the rest."""
+
+    replicas: int
+    out_per_wave: int
+    analysis_s: float | None = None
+
+    @property
+    def needed(self) -> float:
+        """The capacity over load the pods left serving need to carry every arrival (needed_headroom)."""
+        return self.replicas / (self.replicas - self.out_per_wave)
+
+    def waves(self) -> tuple[int, ...]:
+        """The pods each wave takes out, in order: the trial's one first, then the rest `out_per_wave` at a time."""
+        first = (1,) if self.analysis_s is not None else ()
+        rest = self.replicas - len(first)
+        return first + tuple(min(self.out_per_wave, rest - i) for i in range(0, rest, self.out_per_wave))
+
+    def pod_restart_s(self, restart_cost_s: float) -> float:
+        """One pod's restart from what the rollout costs (restart_cost_seconds, which is proportional to it)."""
+        return restart_cost_s / restart_cost_seconds(1.0, self.replicas, 0, self.out_per_wave)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"replicas": self.replicas, "outPerWave": self.out_per_wave, "analysisSeconds": self.analysis_s}
+
+
+def rollout_shape(spec: SpeculativeDeploymentSpec) -> RolloutShape | None:
+    """The shape of the rollout path `spec` declares; None where no wave leaves pods serving beside it (one replica,
+    every pod at once, or surge alone: needed_headroom). An autotune change to a deployment that runs trials
+    (rollout.progressive) goes to one pod first, and that pod is one of the replicas unless a surge pod hosts it."""
+    surge = rollout.max_surge(spec)
+    if needed_headroom(spec.replicas, surge, rollout.max_unavailable(spec)) is None:
+        return None
+    trial = rollout.can_trial(spec) and surge == 0
+    analysis = rollout.analysis_span(spec).total_seconds() if trial else None
+    return RolloutShape(spec.replicas, pods_out_per_wave(spec.replicas, surge, rollout.max_unavailable(spec)), analysis)
 
 
 def restart_cost_for(spec: SpeculativeDeploymentSpec, restart_s: float) -> float:
@@ -98,16 +139,20 @@ def drain_for(spec: SpeculativeDeploymentSpec) -> float:
     return float(rendered_drain_seconds(spec, version))
 
 
-def out_seconds(restart_cost_s: float, headroom_needed: float) -> float:
-    """Seconds some pods are out of serving over a whole rollout: `restart_cost_s` is that time times the share of
-    the pods out per wave, u / N = 1 - 1 / headroom_needed (restart_cost_seconds, needed_headroom)."""
-    return restart_cost_s / (1 - 1 / headroom_needed)
-
-
 def ttft_deadline_s(latency: LatencySpec) -> float | None:
     """The TTFT a request must meet to count, in seconds: `ttftDeadline`, else `p99Target` when the guarded metric is
     ttft; None when the CR declares neither (LatencySpec.per_request_objective_s)."""
     return latency.per_request_objective_s(LatencyMetric.TTFT)
+
+
+def share_within(target: float, p50: float, p99: float) -> float:
+    """The share of requests at or below `target`, from the median and P99 of their distribution (any one unit):
+    the log-normal through those two quantiles, the usual shape of a latency. A single value (p99 <= p50) is all
+    within or all past."""
+    if p50 <= 0 or p99 <= p50:
+        return 1.0 if target >= p50 else 0.0
+    sigma = math.log(p99 / p50) / NormalDist().inv_cdf(0.99)
+    return NormalDist().cdf(math.log(target / p50) / sigma)
 
 
 def tpot_target_ms(latency: LatencySpec) -> float | None:

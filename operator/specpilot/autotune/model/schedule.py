@@ -35,7 +35,8 @@ from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.autotune.model.evidence import finite
 from specpilot.autotune.model.k0tax import DrafterMemory, OffComparison, compare_with_off
 from specpilot.autotune.model.objective import choose_k
-from specpilot.autotune.model.rollcost import out_seconds
+from specpilot.autotune.model.rollcost import RolloutShape, share_within
+from specpilot.autotune.model.rollqueue import Phases, late_arrival_seconds
 from specpilot.autotune.model.stepcost import (
     LLAMA8B_H100,
     AcceptanceProfile,
@@ -314,33 +315,23 @@ def capacity(
     return max(b * rate(profile, model, b, k_at(b)) for b in range(1, max_num_seqs + 1))
 
 
-def late_seconds(*, over_load: float, after: float, needed: float, out_s: float, deadline_s: float) -> float:
-    """Seconds of arrivals a rollout makes miss their TTFT deadline by queueing them (rollcost).
-
-    Arrivals are counted in seconds of the load now. The running config serves up to `over_load` times the load,
-    the pods left serving while a wave is out `over_load / needed` of it, the new config `after` times it. For the
-    `out_s` seconds the waves take, the queue grows by the share the pods left cannot serve; afterwards it drains at
-    what the new config serves above the load. A request waits about the queue over the rate it is served at and
-    misses the deadline while that exceeds `deadline_s`. Infinite where the new config cannot drain the queue while
-    the load lasts. The load is taken as steady: a falling load drains sooner, a rising one later."""
-    serving = over_load / needed
-    deficit = 1.0 - serving
-    if deficit <= 0:
-        return 0.0
-    if after <= 1.0:
-        return math.inf
-    peak = deficit * out_s
-    while_out = max(0.0, out_s - deadline_s * serving / deficit)
-    draining = max(0.0, peak - deadline_s * after) / (after - 1.0)
-    return while_out + draining
-
-
 @dataclass(frozen=True)
 class LoadNow:
-    """The running config's load as measured now: its batch and mean TPOT (ms; None where not measured)."""
+    """The running config's load as measured now: its batch, mean TPOT (ms; None where not measured), how long the
+    longest request in flight still runs (s: the measured P99 end-to-end latency; 0 where not measured) and the
+    median and P99 of its requests' TPOT (ms; None where not measured)."""
 
     batch: int
     tpot_ms: float | None
+    inflight_s: float = 0.0
+    tpot_spread_ms: tuple[float, float] | None = None
+
+    def meeting(self, tpot_target_ms: float | None) -> float:
+        """The share of requests that meet the TPOT objective now (rollcost.share_within); all where either the
+        objective or the spread is unknown."""
+        if tpot_target_ms is None or self.tpot_spread_ms is None:
+            return 1.0
+        return share_within(tpot_target_ms, *self.tpot_spread_ms)
 
 
 @dataclass(frozen=True)
@@ -354,6 +345,10 @@ class RestartAtLoad:
     wave_tpot_ms: float | None = None
     tpot_target_ms: float | None = None
     served: float = 0.0  # tokens per ms the running config serves now
+    inflight_s: float = 0.0  # how long the longest request in flight still runs (LoadNow.inflight_s)
+    # the share of the running config's requests that meet the TPOT objective (LoadNow.meeting): only those count
+    # as lost when a rollout makes them late, the rest miss the objective anyway
+    meeting: float = 1.0
     # seconds of arrivals the rollout makes miss the TTFT deadline (priced_for); None where not priced so
     late_s: float | None = None
 
@@ -370,19 +365,18 @@ class RestartAtLoad:
 
     def priced_for(self, settings: FitSettings, capacity_after: float) -> RestartAtLoad:
         """This wave priced for a rollout to a config that serves up to `capacity_after` tokens per ms: the arrivals
-        it makes miss the TTFT deadline (late_seconds), where it is priced so (prices_late)."""
-        deadline = settings.ttft_deadline_s
-        if deadline is None or not self.prices_late(settings):
+        it makes miss the TTFT deadline (rollqueue.late_arrival_seconds), where it is priced so (prices_late)."""
+        deadline, shape = settings.ttft_deadline_s, settings.rollout
+        if deadline is None or shape is None or not self.prices_late(settings):
             return self
-        out_s = out_seconds(settings.restart_cost_s, self.needed)
-        late = late_seconds(
-            over_load=self.capacity_over_load,
-            after=capacity_after / self.served,
-            needed=self.needed,
-            out_s=out_s,
-            deadline_s=deadline,
+        phases = Phases(
+            shape.waves(), shape.pod_restart_s(settings.restart_cost_s), settings.drain_s, self.inflight_s,
+            shape.analysis_s,
+        )  # fmt: skip
+        late = late_arrival_seconds(
+            phases, before=self.capacity_over_load, after=capacity_after / self.served, deadline_s=deadline
         )
-        return replace(self, late_s=late)
+        return replace(self, late_s=late if math.isinf(late) else late * self.meeting)
 
     def cost_s(self, nominal_s: float) -> float:
         """What the rollout costs in seconds of serving: nothing while free, else the nominal capacity it removes or
@@ -413,6 +407,8 @@ class RestartAtLoad:
         if self.late_s is not None:
             out["lateSeconds"] = finite(self.late_s, 1)
             out["queueDrains"] = not math.isinf(self.late_s)
+            out["inflightSeconds"] = round(self.inflight_s, 1)
+            out["meetingTpotTarget"] = round(self.meeting, 3)
         if self.tpot_target_ms is not None and self.wave_tpot_ms is not None:
             out["waveTpotMs"] = round(self.wave_tpot_ms, 2)
             out["tpotTargetMs"] = round(self.tpot_target_ms, 2)
@@ -440,12 +436,17 @@ def restart_at_load(
     headroom = capacity_over_load(profile, model, load.batch, max_num_seqs, k_at, rate)
     rate_now = rate(profile, model, load.batch, k_at(load.batch))
     served = load.batch * rate_now
+    # a draining pod's longest request ends alone, at a nearly empty pod's per-sequence rate
+    inflight_s = load.inflight_s * rate_now / rate(profile, model, 1, k_at(1))
+    at_load = RestartAtLoad(
+        headroom, settings.headroom_needed, served=served, inflight_s=inflight_s,
+        meeting=load.meeting(settings.tpot_target_ms),
+    )  # fmt: skip
     if settings.tpot_target_ms is None or load.tpot_ms is None:
-        return RestartAtLoad(headroom, settings.headroom_needed, served=served)
+        return at_load
     wave = settled_batch(profile, model, served * settings.headroom_needed, max_num_seqs, k_at, rate)
     slowdown = rate_now / rate(profile, model, wave, k_at(wave))
-    wave_tpot = load.tpot_ms * slowdown
-    return RestartAtLoad(headroom, settings.headroom_needed, wave_tpot, settings.tpot_target_ms, served)
+    return replace(at_load, wave_tpot_ms=load.tpot_ms * slowdown, tpot_target_ms=settings.tpot_target_ms)
 
 
 @dataclass(frozen=True)
@@ -601,9 +602,9 @@ class FitSettings:
     min_gain: float = 0.03  # below this, model error dominates (SpecDecode-Bench residuals up to 0.08x)
     model_tolerance: float = 2.0
     prefer_within: float = 0.01
-    # the capacity over load the pods left serving need while a rollout wave is out (rollcost.needed_headroom); None
-    # where no wave leaves pods serving beside it: a change then costs restart_cost_s at any load
-    headroom_needed: float | None = None
+    # how a rollout replaces the pods while others serve (rollcost.rollout_shape); None where no wave leaves pods
+    # serving beside it: a change then costs restart_cost_s at any load
+    rollout: RolloutShape | None = None
     # the CR's TPOT objective (rollcost.tpot_target_ms): a wave is free only while the pods left serving meet it
     tpot_target_ms: float | None = None
     # the CR's TTFT deadline (rollcost.ttft_deadline_s): a wave the pods left cannot carry costs at least the
@@ -618,6 +619,11 @@ class FitSettings:
     # the profile was calibrated on this set-up; False: the nearest one, a prior for the deployment's own fit only
     calibrated: bool = True
 
+    @property
+    def headroom_needed(self) -> float | None:
+        """The capacity over load the pods left serving need while a rollout wave is out (RolloutShape.needed)."""
+        return None if self.rollout is None else self.rollout.needed
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.name,
@@ -626,6 +632,7 @@ class FitSettings:
             else {"profile": self.model.name, "match": "default", "note": "no spec chose a profile"},
             "restartCostSeconds": self.restart_cost_s,
             "headroomNeeded": None if self.headroom_needed is None else round(self.headroom_needed, 3),
+            "rollout": None if self.rollout is None else self.rollout.to_dict(),
             "tpotTargetMs": self.tpot_target_ms,
             "ttftDeadlineSeconds": self.ttft_deadline_s,
             "drainSeconds": self.drain_s,
@@ -655,6 +662,8 @@ def plan_threshold(
     anchor: SpeculationIntent | None = None,
     objective: AutotuneObjective = AutotuneObjective.THROUGHPUT,
     declared_k: int | None = None,
+    inflight_s: float = 0.0,
+    tpot_spread_ms: tuple[float, float] | None = None,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24), V0 threshold (<= 0.9.2) or, where the engine has neither, one K, and
     judge whether installing it pays.
@@ -672,6 +681,9 @@ def plan_threshold(
     `declared_k`: the CR's K. Where the engine has no batch-size schedule (`support` NONE) the fit proposes one K
     for every batch size instead (fit_static_k), up to the larger of the running and the declared K, positions
     past the measured ones extrapolated (AcceptanceProfile.extended).
+    `inflight_s`: how long the longest request in flight still runs (the measured P99 end-to-end latency), which
+    keeps a pod a rollout takes out draining before it restarts (rollqueue). `tpot_spread_ms`: the median and P99
+    of the requests' TPOT, for the share that meets the TPOT objective (LoadNow.meeting).
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence = _fit_evidence(support, profile, load, batch_now, settings, objective)
@@ -699,7 +711,8 @@ def plan_threshold(
     at_load = None
     if objective is AutotuneObjective.THROUGHPUT:
         k_running = functools.partial(k_for_batch, current, max_k=max_k)
-        at_load = restart_at_load(settings, profile, model, LoadNow(batch, tpot_on_ms), max_num_seqs, k_running, rate)
+        now_load = LoadNow(batch, tpot_on_ms, inflight_s, tpot_spread_ms)
+        at_load = restart_at_load(settings, profile, model, now_load, max_num_seqs, k_running, rate)
     batches = _load_batches(load)  # the load record as representative batch sizes
     refit, shown = _propose(
         support, version, current, profile, model, batches, max_k, max_num_seqs, bounds, settings, objective,

@@ -777,7 +777,15 @@ def _plan(
         anchor=None if state.streak is None else anchor_intent(state.streak.key, refit_action(support).value),
         objective=at.objective,
         declared_k=spec.speculation.num_speculative_tokens,
+        inflight_s=valid_value(m, Signal.E2E_P99) or 0.0,
+        tpot_spread_ms=_tpot_spread_ms(m),
     )
+
+
+def _tpot_spread_ms(m: Mapping[str, Measurement]) -> tuple[float, float] | None:
+    """The median and P99 of the requests' TPOT in ms, where both were measured."""
+    p50, p99 = valid_value(m, Signal.TPOT_P50), valid_value(m, Signal.TPOT_P99)
+    return None if p50 is None or p99 is None else (p50 * 1000, p99 * 1000)
 
 
 def _forecast(samples: Sequence[RateSample], horizon_s: float) -> Forecast | None:
