@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from specpilot.api import v1alpha1
-from specpilot.autotune.model.rollcost import RolloutShape, rollout_shape, share_within
+from specpilot.autotune.model.rollcost import RolloutShape, restart_cost_seconds, rollout_shape, share_within
 from specpilot.autotune.model.rollqueue import Phases, late_arrival_seconds, late_while
 from tests.seams import ROUND_TRIP_SPEC
 
@@ -87,6 +87,7 @@ def test_a_rollouts_waves_and_one_pods_restart(
     replicas: int, out: int, analysis: float | None, waves: tuple[int, ...], pod_restart: float
 ) -> None:
     shape = RolloutShape(replicas, out, analysis)
+    assert shape.pod_restart_s(restart_cost_seconds(pod_restart, replicas, 0, out)) == pytest.approx(pod_restart)
     assert shape.waves() == waves
     assert sum(shape.waves()) == replicas
     assert shape.pod_restart_s(90.0) == pytest.approx(pod_restart)
@@ -110,6 +111,7 @@ def spec(**changes: Any) -> v1alpha1.SpeculativeDeploymentSpec:
         ({"replicas": 1}, None),  # one pod: an outage, priced at the nominal restart
         ({"maxSurge": 1}, None),  # surge alone: no pod leaves the serving
         ({"replicas": 2, "maxUnavailable": 2}, None),  # every pod at once
+        ({"maxSurge": 1, "maxUnavailable": 1}, RolloutShape(3, 1, None, 1)),  # a surge pod hosts the trial
     ],
 )
 def test_the_rollout_shape_a_spec_declares(changes: dict[str, Any], shape: RolloutShape | None) -> None:

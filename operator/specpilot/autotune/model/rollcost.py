@@ -88,6 +88,7 @@ class RolloutShape:
     replicas: int
     out_per_wave: int
     analysis_s: float | None = None
+    surge: int = 0  # pods replaced beside each wave without leaving the endpoints (not followed: they only shorten it)
 
     @property
     def needed(self) -> float:
@@ -102,7 +103,7 @@ class RolloutShape:
 
     def pod_restart_s(self, restart_cost_s: float) -> float:
         """One pod's restart from what the rollout costs (restart_cost_seconds, which is proportional to it)."""
-        return restart_cost_s / restart_cost_seconds(1.0, self.replicas, 0, self.out_per_wave)
+        return restart_cost_s / restart_cost_seconds(1.0, self.replicas, self.surge, self.out_per_wave)
 
     def to_dict(self) -> dict[str, Any]:
         return {"replicas": self.replicas, "outPerWave": self.out_per_wave, "analysisSeconds": self.analysis_s}
@@ -111,13 +112,12 @@ class RolloutShape:
 def rollout_shape(spec: SpeculativeDeploymentSpec) -> RolloutShape | None:
     """The shape of the rollout path `spec` declares; None where no wave leaves pods serving beside it (one replica,
     every pod at once, or surge alone: needed_headroom). An autotune change to a deployment that runs trials
-    (rollout.progressive) goes to one pod first, and that pod is one of the replicas unless a surge pod hosts it."""
-    surge = rollout.max_surge(spec)
-    if needed_headroom(spec.replicas, surge, rollout.max_unavailable(spec)) is None:
+    (rollout.can_trial) goes to one pod first, and that pod is one of the replicas unless a surge pod hosts it."""
+    surge, unavailable = rollout.max_surge(spec), rollout.max_unavailable(spec)
+    if needed_headroom(spec.replicas, surge, unavailable) is None:
         return None
-    trial = rollout.can_trial(spec) and surge == 0
-    analysis = rollout.analysis_span(spec).total_seconds() if trial else None
-    return RolloutShape(spec.replicas, pods_out_per_wave(spec.replicas, surge, rollout.max_unavailable(spec)), analysis)
+    analysis = rollout.analysis_span(spec).total_seconds() if rollout.can_trial(spec) and surge == 0 else None
+    return RolloutShape(spec.replicas, pods_out_per_wave(spec.replicas, surge, unavailable), analysis, surge)
 
 
 def restart_cost_for(spec: SpeculativeDeploymentSpec, restart_s: float) -> float:
