@@ -64,7 +64,7 @@ def needed_headroom(replicas: int, max_surge: int, max_unavailable: int) -> floa
     out = pods_out_per_wave(replicas, max_surge, max_unavailable)
     if out == 0 or out >= replicas:
         return None
-    return replicas / (replicas - out)
+    return RolloutShape(replicas, out).needed
 
 
 def restart_cost_seconds(restart_s: float, replicas: int, max_surge: int, max_unavailable: int) -> float:
