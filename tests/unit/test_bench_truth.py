@@ -15,7 +15,7 @@ import pytest
 from specpilot.autotune.model.costprofile import calibrated_presets, fit_settings_for
 from specpilot.autotune.model.stepcost import PROFILES
 from specpilot.autotune.policy.decision import measured_restart_s
-from specpilot.autotune.policy.state import Action, ActuationRecord, PolicyState
+from specpilot.autotune.policy.state import Action, ActuationRecord, PolicyState, TrialSpan
 from specpilot.bench.main import with_true_profile
 from specpilot.bench.runner import closed_loop_spec
 from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
@@ -104,20 +104,27 @@ def acted(seconds_before: float) -> PolicyState:
     return PolicyState(actuations=(ActuationRecord(at, Action.DISABLE, {}, {}, ""),), restart_measured_s=90.0)
 
 
+def trial_started(seconds_before: float, analysed_s: float) -> TrialSpan:
+    return TrialSpan(DONE - timedelta(seconds=seconds_before), analysed_s)
+
+
 @pytest.mark.parametrize(
-    ("state", "config_since", "measured"),
+    ("state", "config_since", "trial", "measured"),
     [
-        (PolicyState(), DONE, None),  # no actuation: nothing measured, the profile's assumption prices restarts
-        (acted(135.0), DONE, 135.0),  # the rollout completed 135 s after autotune's actuation
-        (acted(135.0), None, 90.0),  # no completion known: the previous figure
-        (acted(-10.0), DONE, 90.0),  # completed before the actuation: an older rollout
-        (acted(7200.0), DONE, 90.0),  # hours later: another rollout (a user's edit), past the rollout budget
+        (PolicyState(), DONE, None, None),  # no actuation: nothing measured, the profile's assumption prices restarts
+        (acted(135.0), DONE, None, 135.0),  # the rollout completed 135 s after autotune's actuation
+        (acted(135.0), None, None, 90.0),  # no completion known: the previous figure
+        (acted(-10.0), DONE, None, 90.0),  # completed before the actuation: an older rollout
+        (acted(7200.0), DONE, None, 90.0),  # hours later: another rollout (a user's edit), past the rollout budget
+        # one pod first: the 45 s its trial pod was analysed, not restarting, are not part of the restart
+        (acted(135.0), DONE, trial_started(135.0, 45.0), 90.0),
+        (acted(135.0), DONE, trial_started(900.0, 45.0), 135.0),  # an older trial's analysis is not this rollout's
     ],
 )
 def test_the_restart_cost_is_measured_from_the_deployments_own_rollouts(
-    state: PolicyState, config_since: datetime | None, measured: float | None
+    state: PolicyState, config_since: datetime | None, trial: TrialSpan | None, measured: float | None
 ) -> None:
-    assert measured_restart_s(state, config_since, SPEC) == measured
+    assert measured_restart_s(state, config_since, SPEC, trial) == measured
 
 
 def test_a_scenario_after_a_change_scales_what_ran_before() -> None:

@@ -11,6 +11,7 @@ import pytest
 from specpilot.api import rollout, v1alpha1
 from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase
 from specpilot.autotune.policy import trial as trials
+from specpilot.autotune.policy.state import TrialSpan
 from specpilot.autotune.policy.trial import AnalysisSettings, GroupFigures, TrialObservation
 from specpilot.vllm.intent import SpeculationIntent
 from tests.seams import ROUND_TRIP_SPEC
@@ -140,6 +141,24 @@ def test_lifecycle_waits_for_ready_then_for_the_window_then_promotes() -> None:
     assert step.trial.speedup == 1.1111
     assert step.trial.candidate is not None
     assert step.trial.candidate.requests == 400
+
+
+def stored(trial: v1alpha1.TrialStatus) -> dict[str, Any]:
+    return {"trial": copy.deepcopy(trials.to_status(trial))}
+
+
+def test_a_promoted_trial_tells_its_rollout_how_long_its_pod_was_analysed() -> None:
+    ready_at = T0 + timedelta(minutes=2)
+    running = analysed(started(), 0.009, ready_at)
+    assert running.ended is None
+    assert trials.promoted_span(stored(running.trial)) is None  # still running: the rollout is not over
+    promoted = analysed(running.trial, 0.009, ready_at + rollout.analysis_span(spec()))
+    assert promoted.ended is TrialPhase.PROMOTED
+    assert trials.promoted_span(stored(promoted.trial)) == TrialSpan(T0, 150.0)
+    rolled_back = analysed(running.trial, 0.020, ready_at + timedelta(minutes=3))
+    assert rolled_back.ended is TrialPhase.ROLLED_BACK
+    assert trials.promoted_span(stored(rolled_back.trial)) is None  # no rollout to every pod followed
+    assert trials.promoted_span({"trial": {"phase": "Promoted"}}) is None  # unreadable: nothing to subtract
 
 
 def analysed(trial: v1alpha1.TrialStatus, tpot: float, now: datetime, requests: float = 400) -> trials.Step:

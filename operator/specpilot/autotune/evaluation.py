@@ -365,6 +365,7 @@ def conclude(
         config_since=since,
         canary=None if trial is not None else canary,
         fit=fit or fit_settings_for(spec),
+        promoted_trial=trials.promoted_span(status),
     )
     decision, state = decide(inputs, state, now)
     record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)

@@ -106,7 +106,12 @@ class RolloutShape:
         return restart_cost_s / restart_cost_seconds(1.0, self.replicas, self.surge, self.out_per_wave)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"replicas": self.replicas, "outPerWave": self.out_per_wave, "analysisSeconds": self.analysis_s}
+        return {
+            "replicas": self.replicas,
+            "outPerWave": self.out_per_wave,
+            "surge": self.surge,
+            "analysisSeconds": self.analysis_s,
+        }
 
 
 def rollout_shape(spec: SpeculativeDeploymentSpec) -> RolloutShape | None:

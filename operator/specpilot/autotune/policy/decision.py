@@ -82,6 +82,7 @@ from specpilot.autotune.policy.state import (
     PolicyState,
     Proposal,
     Streak,
+    TrialSpan,
     deployment_fingerprint,
     spec_fingerprints,
 )
@@ -227,15 +228,22 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
 
 
 def measured_restart_s(
-    state: PolicyState, config_since: datetime | None, spec: SpeculativeDeploymentSpec
+    state: PolicyState,
+    config_since: datetime | None,
+    spec: SpeculativeDeploymentSpec,
+    trial: TrialSpan | None = None,
 ) -> float | None:
-    """What autotune's last restart cost: from its actuation to the rollout's completion, divided by the rollout's
-    waves (manifests.rollout_waves), so it is one pod's restart. Only a completion within the rollout's budget
-    (manifests.rollout_budget_seconds) after the actuation is its rollout; a later one is someone else's. The
-    previous figure otherwise."""
+    """What autotune's last restart cost: from its actuation to the rollout's completion, less the analysis of the
+    trial it began with (`trial`, when that trial started at the actuation: its pod was serving, not restarting),
+    divided by the rollout's waves (manifests.rollout_waves), so it is one pod's drain and restart. Only a completion
+    within the rollout's budget (manifests.rollout_budget_seconds) after the actuation is its rollout; a later one is
+    someone else's. The previous figure otherwise."""
     if not state.actuations or config_since is None:
         return state.restart_measured_s
-    took = (config_since - state.actuations[-1].at).total_seconds()
+    started = state.actuations[-1].at
+    took = (config_since - started).total_seconds()
+    if trial is not None and trial.started == started:
+        took -= trial.analysed_s
     if not 0 < took <= manifests.rollout_budget_seconds(spec, spec.replicas):
         return state.restart_measured_s
     return took / max(1, manifests.rollout_waves(spec, spec.replicas))
@@ -387,7 +395,8 @@ def _before_proposal(r: _Round, state: PolicyState) -> tuple[Decision | None, Po
     settled, settle_note = _settled(inputs, now)
     if settled and not inputs.rollout_in_progress:
         state = _observe(inputs, state, now)
-        state = replace(state, restart_measured_s=measured_restart_s(state, inputs.config_since, inputs.spec))
+        measured = measured_restart_s(state, inputs.config_since, inputs.spec, inputs.promoted_trial)
+        state = replace(state, restart_measured_s=measured)
     r.inputs = with_measured_restart(inputs, state)
     state = _confirm_probe(r.inputs, state, now)
     if inputs.paused:

@@ -133,8 +133,9 @@ class PolicyState:
     backlog_dropped: float | None = None  # what that restart would have dropped then: prices the wait (backlog.py)
     # the finished-request rate of each evaluation over the last hour: where the offered load is heading (forecast.py)
     request_rates: tuple[RateSample, ...] = ()
-    # seconds of serving one of this deployment's own restarts took, per pod: from autotune's last actuation to the
-    # rollout's completion (measured_restart_s); None until one was measured, when the profile's assumption prices it
+    # seconds of serving one of this deployment's own restarts took, per wave: from autotune's last actuation to the
+    # rollout's completion, less its trial's analysis (measured_restart_s); None until one was measured, when the
+    # profile's assumption prices it
     restart_measured_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,6 +305,15 @@ PAUSED_BY_ANNOTATION = "annotation specpilot.dev/pause=true"
 
 
 @dataclass(frozen=True)
+class TrialSpan:
+    """The last promoted one-pod trial as a rollout's timing sees it: when it started (its actuation's time) and the
+    seconds from its pod's readiness to its promotion, which the rollout spent analysing, not restarting."""
+
+    started: datetime
+    analysed_s: float
+
+
+@dataclass(frozen=True)
 class PolicyInputs:
     """Everything one evaluation may look at. The shell gathers it; nothing here reads a clock, env or cluster."""
 
@@ -320,6 +330,7 @@ class PolicyInputs:
     config_since: datetime | None = None  # when every pod ran the current config hash
     canary: Mapping[str, Measurement] | None = None  # measurements of a canary running the other mode
     fit: FitSettings = field(default_factory=FitSettings)
+    promoted_trial: TrialSpan | None = None  # the last trial that was promoted (measured_restart_s)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from specpilot.api.durations import parse_duration
 from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase, TrialStatus
 from specpilot.autotune.model.speed import COMPARABLE_BATCH_FACTOR
+from specpilot.autotune.policy.state import TrialSpan
 from specpilot.autotune.signals.measurements import Measurement, valid_value
 from specpilot.autotune.signals.promql import Signal
 from specpilot.reconcile import manifests
@@ -247,6 +248,16 @@ def read_trial(status: Mapping[str, Any]) -> TrialStatus | None:
 def running(status: Mapping[str, Any]) -> TrialStatus | None:
     trial = read_trial(status)
     return trial if trial is not None and trial.phase is TrialPhase.RUNNING else None
+
+
+def promoted_span(status: Mapping[str, Any]) -> TrialSpan | None:
+    """The last trial's start and analysis (readyAt to endedAt) where it was promoted, so that its rollout went on to
+    every pod; None otherwise."""
+    trial = read_trial(status)
+    if trial is None or trial.phase is not TrialPhase.PROMOTED or trial.ready_at is None or trial.ended_at is None:
+        return None
+    analysed = parse_time(trial.ended_at) - parse_time(trial.ready_at)
+    return TrialSpan(parse_time(trial.started_at), max(0.0, analysed.total_seconds()))
 
 
 def trial_intent(trial: TrialStatus) -> SpeculationIntent:
