@@ -349,23 +349,12 @@ def conclude(
     if current is None:
         return AutotuneOutcome({}, [], [])
     in_progress, since = rollout_state(status, deployment)
-    trial = trials.running(status)
     window = window or effective_window(spec.autotune)
-    inputs = PolicyInputs(
-        spec=spec,
-        current=current,
-        measurements=measurements,
-        window=window,
-        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
-        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
-        reevaluate_token=token,
-        last_handled_reevaluate=status.get("lastHandledReevaluate"),
-        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
-        rollout_in_progress=in_progress or trial is not None,
+    inputs = replace(
+        _policy_inputs(spec, annotations, status, current, (measurements, canary, window), halted),
+        rollout_in_progress=in_progress or trials.running(status) is not None,
         config_since=since,
-        canary=None if trial is not None else canary,
         fit=fit or fit_settings_for(spec),
-        promoted_trial=trials.promoted_span(status),
     )
     decision, state = decide(inputs, state, now)
     record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)
@@ -386,19 +375,11 @@ def conclude(
     framework = _framework_turn(inputs, state, status, previous, now, events)
     fields: dict[str, Any] = {
         "observed": observed_fields(measurements, window.promql(), now),
-        "recommendation": {
-            **decision.to_dict(),
-            "mode": spec.autotune.mode.value,
-            "at": format_time(now),
-            "measurements": {str(k): m.to_dict() for k, m in measurements.items()},
-            "canaryMeasurements": None if canary is None else {str(k): m.to_dict() for k, m in canary.items()},
-        },
+        "recommendation": _recommendation(spec, decision, (measurements, canary), framework, now),
         "autotune": {**state.to_dict(), "framework": framework.stored},
         "actuations": [*actuations, *tried][-ACTUATION_HISTORY:],
         "autotuneHalt": {"reason": halted, "token": token} if halted else None,
     }
-    if framework.findings:
-        fields["recommendation"]["framework"] = [f.to_dict() for f in framework.findings]
     if decision.handled_reevaluate is not None:
         fields["lastHandledReevaluate"] = decision.handled_reevaluate
     conditions = _conditions(state, previous, halted) + [f.update() for f in framework.verdicts]
@@ -411,6 +392,54 @@ def conclude(
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
+
+
+def _policy_inputs(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    current: SpeculationIntent,
+    measured: tuple[Mapping[str, Measurement], Mapping[str, Measurement] | None, Window],
+    halted: str | None,
+) -> PolicyInputs:
+    """What decide reads from the object and its measurements (over `window`; the canary's, unless a trial pod is
+    what runs beside the incumbents): the running config, pause and re-evaluate annotations, the last promoted
+    trial. The rollout's progress and the fit settings come from elsewhere (conclude)."""
+    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
+    measurements, canary, window = measured
+    return PolicyInputs(
+        spec=spec,
+        current=current,
+        measurements=measurements,
+        window=window,
+        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
+        reevaluate_token=token,
+        last_handled_reevaluate=status.get("lastHandledReevaluate"),
+        canary=None if trials.running(status) is not None else canary,
+        promoted_trial=trials.promoted_span(status),
+    )
+
+
+def _recommendation(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    decision: Decision,
+    measured: tuple[Mapping[str, Measurement], Mapping[str, Measurement] | None],
+    framework: _FrameworkTurn,
+    now: datetime,
+) -> dict[str, Any]:
+    """status.recommendation: the decision with what it was made from, for people (never read back)."""
+    measurements, canary = measured
+    out: dict[str, Any] = {
+        **decision.to_dict(),
+        "mode": spec.autotune.mode.value,
+        "at": format_time(now),
+        "measurements": {str(k): m.to_dict() for k, m in measurements.items()},
+        "canaryMeasurements": None if canary is None else {str(k): m.to_dict() for k, m in canary.items()},
+    }
+    if framework.findings:
+        out["framework"] = [f.to_dict() for f in framework.findings]
+    return out
 
 
 def _resume(status: Mapping[str, Any], token: str | None) -> tuple[PolicyState, str | None, list[Event]]:

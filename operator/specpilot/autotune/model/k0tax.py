@@ -129,9 +129,67 @@ def compare_with_off(
 
     `load` maps representative batch sizes to time weights (the decayed load histogram).
     """
+    priced = _by_batch(profile, model, intent, max_k, load, drafter_memory)
+    rows = [p.row for p in priced]
     total = sum(load.values())
-    above_w = below_w = tax_sum = gain_sum = 0.0
-    rows: list[dict[str, Any]] = []
+    if total <= 0 or not rows:
+        return OffComparison(False, "no load observed: nothing to compare", {"rows": rows})
+    above_w = sum(p.weight for p in priced if p.k <= 0)
+    below_w = sum(p.weight for p in priced if p.k > 0)
+    share_above, share_below = above_w / total, below_w / total
+    tax = sum(-p.rel * p.weight for p in priced if p.k <= 0) / above_w if above_w else 0.0
+    gain = sum(p.rel * p.weight for p in priced if p.k > 0) / below_w if below_w else 0.0
+    sums = _Sums(share_above, tax, share_below, gain, horizon_s)
+    off_wins = share_above > 0 and sums.net_s > restart_cost_s
+    evidence: dict[str, Any] = {
+        "formula": "off wins when shareAtK0 x taxAtK0 x horizon - shareAtK>0 x gainAtK>0 x horizon > restartCost",
+        "shareAtK0": round(share_above, 4),
+        "taxAtK0": round(tax, 4),
+        "shareAtKPositive": round(share_below, 4),
+        "gainAtKPositive": round(gain, 4),
+        "horizonSeconds": horizon_s,
+        "taxSeconds": round(sums.tax_s, 1),
+        "gainSeconds": round(sums.gain_s, 1),
+        "netSeconds": round(sums.net_s, 1),
+        "restartCostSeconds": finite(restart_cost_s, 1),
+        "offWins": off_wins,
+        "byBatch": rows,
+    }
+    if drafter_memory is not None:
+        evidence["drafterMemory"] = drafter_memory.to_dict()
+    arithmetic = sums.text(restart_cost_s, drafter_memory)
+    if off_wins:
+        reason = f"speculation off beats the schedule with K=0 above the crossover: {arithmetic}"
+    elif share_above <= 0 or math.isclose(share_above, 0.0):
+        reason = "the load never reaches the schedule's K=0 ranges: no K=0 tax"
+    else:
+        reason = f"the schedule stays: {arithmetic}"
+    return OffComparison(off_wins, reason, evidence, tax=tax, net_s=sums.net_s)
+
+
+@dataclass(frozen=True)
+class _AtBatch:
+    """One representative batch size of the load: its time weight, the schedule's K there, the speed relative to
+    off, and the row the evidence shows."""
+
+    weight: float
+    k: int
+    rel: float
+    row: dict[str, Any]
+
+
+def _by_batch(
+    profile: AcceptanceProfile,
+    model: StepCostModel,
+    intent: SpeculationIntent,
+    max_k: int,
+    load: Mapping[int, float],
+    drafter_memory: DrafterMemory | None,
+) -> list[_AtBatch]:
+    """The schedule against off at every batch size the load holds; at K = 0 the drafter's memory is priced too
+    (memory_rate), where the KV cache bounds the batch."""
+    total = sum(load.values())
+    out: list[_AtBatch] = []
     for batch, weight in sorted(load.items()):
         if weight <= 0:
             continue
@@ -144,59 +202,49 @@ def compare_with_off(
                 row["memoryRate"] = round(-mem, 4)
                 rel = (1 + rel) / (1 + mem) - 1
         row["relativeRate"] = round(rel, 4)
-        rows.append(row)
-        if k <= 0:
-            above_w += weight
-            tax_sum += -rel * weight
-        else:
-            below_w += weight
-            gain_sum += rel * weight
-    if total <= 0 or not rows:
-        return OffComparison(False, "no load observed: nothing to compare", {"rows": rows})
-    share_above, share_below = above_w / total, below_w / total
-    tax = tax_sum / above_w if above_w else 0.0
-    gain = gain_sum / below_w if below_w else 0.0
-    tax_s = share_above * tax * horizon_s
-    gain_s = share_below * gain * horizon_s
-    net_s = tax_s - gain_s
-    off_wins = share_above > 0 and net_s > restart_cost_s
-    evidence: dict[str, Any] = {
-        "formula": "off wins when shareAtK0 x taxAtK0 x horizon - shareAtK>0 x gainAtK>0 x horizon > restartCost",
-        "shareAtK0": round(share_above, 4),
-        "taxAtK0": round(tax, 4),
-        "shareAtKPositive": round(share_below, 4),
-        "gainAtKPositive": round(gain, 4),
-        "horizonSeconds": horizon_s,
-        "taxSeconds": round(tax_s, 1),
-        "gainSeconds": round(gain_s, 1),
-        "netSeconds": round(net_s, 1),
-        "restartCostSeconds": finite(restart_cost_s, 1),
-        "offWins": off_wins,
-        "byBatch": rows,
-    }
-    if drafter_memory is not None:
-        evidence["drafterMemory"] = drafter_memory.to_dict()
-    memory_text = (
-        f", and the requests the drafter's memory keeps out of the KV cache: +{drafter_memory.kv_gain:.0%} KV "
-        f"without it, {drafter_memory.detail}"
-        if drafter_memory is not None and drafter_memory.kv_bound and drafter_memory.kv_gain > 0
-        else ""
-    )
-    restart_text = (
-        "that could not drain the queue it builds at this load"
-        if math.isinf(restart_cost_s)
-        else f"{restart_cost_s:.0f}s"
-    )
-    arithmetic = (
-        f"{share_above:.0%} of the time at K=0 pays a {tax:.1%} tax (a drafter forward every step and the "
-        f"speculative config's overhead{memory_text}) = {tax_s:.0f}s over {horizon_s / 60:.0f}m, against a "
-        f"{gain:+.1%} gain "
-        f"{share_below:.0%} of the time = {gain_s:.0f}s; net {net_s:+.0f}s vs one restart {restart_text}"
-    )
-    if off_wins:
-        reason = f"speculation off beats the schedule with K=0 above the crossover: {arithmetic}"
-    elif share_above <= 0 or math.isclose(share_above, 0.0):
-        reason = "the load never reaches the schedule's K=0 ranges: no K=0 tax"
-    else:
-        reason = f"the schedule stays: {arithmetic}"
-    return OffComparison(off_wins, reason, evidence, tax=tax, net_s=net_s)
+        out.append(_AtBatch(weight, k, rel, row))
+    return out
+
+
+@dataclass(frozen=True)
+class _Sums:
+    """The comparison over the horizon: the share of the time at K = 0 and the tax it pays there, against the share
+    at K > 0 and the gain there."""
+
+    share_above: float
+    tax: float
+    share_below: float
+    gain: float
+    horizon_s: float
+
+    @property
+    def tax_s(self) -> float:
+        return self.share_above * self.tax * self.horizon_s
+
+    @property
+    def gain_s(self) -> float:
+        return self.share_below * self.gain * self.horizon_s
+
+    @property
+    def net_s(self) -> float:
+        return self.tax_s - self.gain_s
+
+    def text(self, restart_cost_s: float, drafter_memory: DrafterMemory | None) -> str:
+        """The sums in words, against one restart of `restart_cost_s`."""
+        memory_text = (
+            f", and the requests the drafter's memory keeps out of the KV cache: +{drafter_memory.kv_gain:.0%} KV "
+            f"without it, {drafter_memory.detail}"
+            if drafter_memory is not None and drafter_memory.kv_bound and drafter_memory.kv_gain > 0
+            else ""
+        )
+        restart_text = (
+            "that could not drain the queue it builds at this load"
+            if math.isinf(restart_cost_s)
+            else f"{restart_cost_s:.0f}s"
+        )
+        return (
+            f"{self.share_above:.0%} of the time at K=0 pays a {self.tax:.1%} tax (a drafter forward every step and "
+            f"the speculative config's overhead{memory_text}) = {self.tax_s:.0f}s over {self.horizon_s / 60:.0f}m, "
+            f"against a {self.gain:+.1%} gain {self.share_below:.0%} of the time = {self.gain_s:.0f}s; net "
+            f"{self.net_s:+.0f}s vs one restart {restart_text}"
+        )

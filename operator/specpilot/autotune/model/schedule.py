@@ -687,26 +687,13 @@ def plan_threshold(
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence = _fit_evidence(support, profile, load, batch_now, settings, objective)
-    if support is ThresholdSupport.NONE and not current.enabled:
-        reason = f"vLLM {version} has no batch-size schedule here and speculation is off: only on/off applies"
-        return _no_change(support, settings, reason, evidence)
-    if max_k <= 0 or not load:
-        return _no_change(support, settings, "no batch-size evidence yet", evidence)
     batch = max(1, round(batch_now))
-    k_current = k_for_batch(current, batch, max_k)
-    model = _calibrated_model(
-        model_for_method(settings.model, method), profile, k_current, batch, tpot_on_ms, tpot_off_ms, evidence
+    usable = _usable_model(
+        support, version, current, method, profile, bool(load), batch, (tpot_on_ms, tpot_off_ms), settings, evidence
     )
-    if tpot_on_ms is None:
-        reason = "no per-token latency measured: cannot check the cost model against this deployment"
-        return _no_change(support, settings, reason, evidence)
-    ok, consistency = model_consistency(
-        model, profile, batch=batch, k=max(k_current, 0), tpot_ms=tpot_on_ms,
-        tolerance=settings.model_tolerance,
-    )  # fmt: skip
-    evidence["consistency"] = consistency
-    if not ok:
-        return _no_change(support, settings, consistency, evidence)
+    if isinstance(usable, str):
+        return _no_change(support, settings, usable, evidence)
+    model, tpot_on_ms = usable
     rate = schedule_tokens_per_ms if support is ThresholdSupport.SCHEDULE else tokens_per_ms
     at_load = None
     if objective is AutotuneObjective.THROUGHPUT:
@@ -747,6 +734,41 @@ def plan_threshold(
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
         vs_anchor=judged.versus, off_cost_s=off_cost_s,
     )  # fmt: skip
+
+
+def _usable_model(
+    support: ThresholdSupport,
+    version: VllmVersion,
+    current: SpeculationIntent,
+    method: str,
+    profile: AcceptanceProfile,
+    has_load: bool,
+    batch: int,
+    tpot_ms: tuple[float | None, float | None],
+    settings: FitSettings,
+    evidence: dict[str, Any],
+) -> tuple[StepCostModel, float] | str:
+    """The step cost model calibrated to this deployment's measured TPOT (with speculation on, and off where
+    measured) and the TPOT with it on, or why no refit can be priced: nothing to fit on this engine, no load record,
+    no TPOT to check the model against, or a model that misses it beyond `model_tolerance`."""
+    tpot_on_ms, tpot_off_ms = tpot_ms
+    max_k = current.num_speculative_tokens or profile.max_k
+    if support is ThresholdSupport.NONE and not current.enabled:
+        return f"vLLM {version} has no batch-size schedule here and speculation is off: only on/off applies"
+    if max_k <= 0 or not has_load:
+        return "no batch-size evidence yet"
+    k_current = k_for_batch(current, batch, max_k)
+    model = _calibrated_model(
+        model_for_method(settings.model, method), profile, k_current, batch, tpot_on_ms, tpot_off_ms, evidence
+    )
+    if tpot_on_ms is None:
+        return "no per-token latency measured: cannot check the cost model against this deployment"
+    ok, consistency = model_consistency(
+        model, profile, batch=batch, k=max(k_current, 0), tpot_ms=tpot_on_ms,
+        tolerance=settings.model_tolerance,
+    )  # fmt: skip
+    evidence["consistency"] = consistency
+    return (model, tpot_on_ms) if ok else consistency
 
 
 def _priced_at_load(
