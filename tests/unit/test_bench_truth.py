@@ -12,16 +12,19 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from specpilot.autotune.evaluate import effective_window
 from specpilot.autotune.model.costprofile import calibrated_presets, fit_settings_for
+from specpilot.autotune.model.rollcost import restart_cost_for
 from specpilot.autotune.model.stepcost import PROFILES
-from specpilot.autotune.policy.decision import measured_restart_s
-from specpilot.autotune.policy.state import Action, ActuationRecord, PolicyState, TrialSpan
+from specpilot.autotune.policy.decision import measured_restart_s, with_measured_restart
+from specpilot.autotune.policy.state import Action, ActuationRecord, PolicyInputs, PolicyState, TrialSpan
 from specpilot.bench.main import with_true_profile
 from specpilot.bench.runner import closed_loop_spec
 from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
 from specpilot.bench.specpilot_policy import SpecpilotController, to_datetime
 from specpilot.planning.plan import plan_memory
 from specpilot.sim.presets import LLAMA8B_H100, LLAMA70B_4XH100, TRUE_PROFILES, perturbed, preset_named
+from specpilot.vllm.intent import intent_from_spec
 
 
 def with_previous(scenarios: tuple[Scenario, ...]) -> list[Scenario]:
@@ -125,6 +128,15 @@ def test_the_restart_cost_is_measured_from_the_deployments_own_rollouts(
     state: PolicyState, config_since: datetime | None, trial: TrialSpan | None, measured: float | None
 ) -> None:
     assert measured_restart_s(state, config_since, SPEC, trial) == measured
+
+
+def test_a_measured_restart_is_priced_as_whole_waves_with_their_drain() -> None:
+    spec = closed_loop_spec(scenario_named("steady-low"), replicas=2)
+    plain = PolicyInputs(spec, intent_from_spec(spec), {}, effective_window(spec.autotune), fit=fit_settings_for(spec))
+    assert not with_measured_restart(plain, PolicyState()).fit.restart_measured, "the profile's assumption"
+    measured = with_measured_restart(plain, acted(135.0)).fit
+    assert measured.restart_measured, "what the rollout took, drain included: not drained again (rollqueue.Phases)"
+    assert measured.restart_cost_s == restart_cost_for(spec, 90.0)
 
 
 def test_a_scenario_after_a_change_scales_what_ran_before() -> None:

@@ -34,9 +34,16 @@ def test_how_long_a_pod_keeps_arrivals_waiting_past_the_deadline(
 
 
 def phases(
-    waves: tuple[int, ...] = (1, 1), *, drain: float = 300.0, inflight: float = 0.0, analysis: float | None = None
+    waves: tuple[int, ...] = (1, 1),
+    *,
+    drain: float = 300.0,
+    inflight: float = 0.0,
+    analysis: float | None = None,
+    drained: bool = False,
 ) -> Phases:
-    return Phases(waves, restart_s=90.0, drain_s=drain, inflight_s=inflight, analysis_s=analysis)
+    return Phases(
+        waves, restart_s=90.0, drain_s=drain, inflight_s=inflight, analysis_s=analysis, restart_drained=drained
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,6 +61,15 @@ def phases(
         (phases(drain=30.0), 1.2, 1.5, 3.0, 85.5 + 111.0 + 55.5),
         # the longest request in flight keeps each pod 10 s longer: the first wave is 100 s, late for 95.5
         (phases(inflight=10.0), 1.2, 2.0, 3.0, 95.5),
+        # a restart measured from the deployment's own rollouts holds its drain: the second wave is 90 s, not
+        # 60 + 90; late after 9 s (81 s), then its queue of 45 drains at 0.5/s to 4.5, half the arrivals (40.5 s)
+        (phases(drained=True), 1.2, 1.5, 3.0, 85.5 + 81.0 + 40.5),
+        # ... and the request in flight ends within the measured 90 s
+        (phases(inflight=10.0, drained=True), 1.2, 2.0, 3.0, 85.5),
+        # a request in flight longer than the measured wave: the wave lasts it (120 s), late after 4.5 s
+        (phases(inflight=120.0, drained=True), 1.2, 2.0, 3.0, 115.5),
+        # the same, not measured: the drain and then the 90 s restart (210 s)
+        (phases(inflight=120.0), 1.2, 2.0, 3.0, 205.5),
         # a trial: after the first wave the old pod carries its 72 s queue through 60 s of analysis, at its share,
         # draining 0.2/s and above 3.6 throughout (half the arrivals for 60 s), then drains the rest (50 s) itself
         (phases(analysis=60.0), 1.2, 2.0, 3.0, 85.5 + 30.0),

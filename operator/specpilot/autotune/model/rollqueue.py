@@ -8,7 +8,8 @@ config serves up to `capacity` per second per pod (its capacity over its load).
 The rollout runs in phases, and within a phase every rate is constant:
 
 - a wave: its pods leave the endpoints and finish what they hold (their queue at their own capacity, then the
-  longest request in flight), for at most the drain time, then restart; the pods still serving take all arrivals;
+  longest request in flight), for at most the drain time, then restart (`Phases.wave_s`; a restart measured from
+  the deployment's own rollouts already holds its drain); the pods still serving take all arrivals;
 - with a trial, the analysis span after the first pod: that pod on the new config, the others on the old one
   carrying the queue the first wave left them;
 - afterwards, every pod on the new config until its queue is back within the deadline.
@@ -27,13 +28,24 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Phases:
     """A rollout's timing: each wave's pods (in order), one pod's restart once drained, the drain limit, the longest
-    request in flight at the load now, and the analysis span after the first wave (None without a trial)."""
+    request in flight at the load now, and the analysis span after the first wave (None without a trial).
+
+    `restart_drained`: `restart_s` is a whole wave as this deployment's own rollouts took it (measured from the
+    actuation to the rollout's completion), its drain included; a wave then lasts that long, or as long as the drain
+    alone where the queue and requests in flight now need longer."""
 
     waves: Sequence[int]
     restart_s: float
     drain_s: float
     inflight_s: float
     analysis_s: float | None = None
+    restart_drained: bool = False
+
+    def wave_s(self, queue: float, capacity: float) -> float:
+        """How long a wave's pods are out of the endpoints: they finish their queue and the longest request in
+        flight (up to the drain limit), then restart."""
+        drain = min(self.drain_s, queue / capacity + self.inflight_s)
+        return max(drain, self.restart_s) if self.restart_drained else drain + self.restart_s
 
 
 @dataclass
@@ -74,7 +86,7 @@ def late_arrival_seconds(phases: Phases, *, before: float, after: float, deadlin
 
     for i, wave in enumerate(groups):
         wave.ready = False
-        serve(min(phases.drain_s, wave.queue / wave.capacity + phases.inflight_s) + phases.restart_s)
+        serve(phases.wave_s(wave.queue, wave.capacity))
         wave.ready, wave.capacity, wave.queue = True, after, 0.0
         if i == 0 and phases.analysis_s is not None:
             serve(phases.analysis_s)

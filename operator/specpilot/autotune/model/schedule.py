@@ -371,7 +371,7 @@ class RestartAtLoad:
             return self
         phases = Phases(
             shape.waves(), shape.pod_restart_s(settings.restart_cost_s), settings.drain_s, self.inflight_s,
-            shape.analysis_s,
+            shape.analysis_s, restart_drained=settings.restart_measured,
         )  # fmt: skip
         late = late_arrival_seconds(
             phases, before=self.capacity_over_load, after=capacity_after / self.served, deadline_s=deadline
@@ -598,6 +598,9 @@ class FitSettings:
 
     model: StepCostModel = LLAMA8B_H100  # the operator passes costprofile.fit_settings_for(spec)
     restart_cost_s: float = 90.0  # drain + load + graph capture, 8B (70B: ~300 s); assumed
+    # restart_cost_s was measured from this deployment's own rollouts (decision.with_measured_restart): each wave's
+    # whole span, its drain included, which the rollout's pricing then does not add again (rollqueue.Phases)
+    restart_measured: bool = False
     horizon_s: float = 3600.0  # the gain must repay the restart within this time at the observed load
     min_gain: float = 0.03  # below this, model error dominates (SpecDecode-Bench residuals up to 0.08x)
     model_tolerance: float = 2.0
@@ -631,6 +634,7 @@ class FitSettings:
             if self.model_choice is not None
             else {"profile": self.model.name, "match": "default", "note": "no spec chose a profile"},
             "restartCostSeconds": self.restart_cost_s,
+            "restartMeasured": self.restart_measured,
             "headroomNeeded": None if self.headroom_needed is None else round(self.headroom_needed, 3),
             "rollout": None if self.rollout is None else self.rollout.to_dict(),
             "tpotTargetMs": self.tpot_target_ms,

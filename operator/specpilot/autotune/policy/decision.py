@@ -255,7 +255,7 @@ def with_measured_restart(inputs: PolicyInputs, state: PolicyState) -> PolicyInp
     if state.restart_measured_s is None:
         return inputs
     cost = restart_cost_for(inputs.spec, state.restart_measured_s)
-    return replace(inputs, fit=replace(inputs.fit, restart_cost_s=cost))
+    return replace(inputs, fit=replace(inputs.fit, restart_cost_s=cost, restart_measured=True))
 
 
 def _largest_gain_vs_anchor(proposal: Proposal) -> float | None:

@@ -133,9 +133,9 @@ class PolicyState:
     backlog_dropped: float | None = None  # what that restart would have dropped then: prices the wait (backlog.py)
     # the finished-request rate of each evaluation over the last hour: where the offered load is heading (forecast.py)
     request_rates: tuple[RateSample, ...] = ()
-    # seconds of serving one of this deployment's own restarts took, per wave: from autotune's last actuation to the
-    # rollout's completion, less its trial's analysis (measured_restart_s); None until one was measured, when the
-    # profile's assumption prices it
+    # seconds of serving one of this deployment's own restarts took, per wave and its drain included: from
+    # autotune's last actuation to the rollout's completion, less its trial's analysis (measured_restart_s); None
+    # until one was measured, when the profile's assumption prices it
     restart_measured_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
