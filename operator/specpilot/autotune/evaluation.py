@@ -349,12 +349,23 @@ def conclude(
     if current is None:
         return AutotuneOutcome({}, [], [])
     in_progress, since = rollout_state(status, deployment)
+    trial = trials.running(status)
     window = window or effective_window(spec.autotune)
-    inputs = replace(
-        _policy_inputs(spec, annotations, status, current, (measurements, canary, window), halted),
-        rollout_in_progress=in_progress or trials.running(status) is not None,
+    inputs = PolicyInputs(
+        spec=spec,
+        current=current,
+        measurements=measurements,
+        window=window,
+        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
+        reevaluate_token=token,
+        last_handled_reevaluate=status.get("lastHandledReevaluate"),
+        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
+        rollout_in_progress=in_progress or trial is not None,
         config_since=since,
+        canary=None if trial is not None else canary,
         fit=fit or fit_settings_for(spec),
+        promoted_trial=trials.promoted_span(status),
     )
     decision, state = decide(inputs, state, now)
     record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)
@@ -392,33 +403,6 @@ def conclude(
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
-
-
-def _policy_inputs(
-    spec: v1alpha1.SpeculativeDeploymentSpec,
-    annotations: Mapping[str, str],
-    status: Mapping[str, Any],
-    current: SpeculationIntent,
-    measured: tuple[Mapping[str, Measurement], Mapping[str, Measurement] | None, Window],
-    halted: str | None,
-) -> PolicyInputs:
-    """What decide reads from the object and its measurements (over `window`; the canary's, unless a trial pod is
-    what runs beside the incumbents): the running config, pause and re-evaluate annotations, the last promoted
-    trial. The rollout's progress and the fit settings come from elsewhere (conclude)."""
-    token = annotations.get(v1alpha1.ANNOTATION_REEVALUATE)
-    measurements, canary, window = measured
-    return PolicyInputs(
-        spec=spec,
-        current=current,
-        measurements=measurements,
-        window=window,
-        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
-        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
-        reevaluate_token=token,
-        last_handled_reevaluate=status.get("lastHandledReevaluate"),
-        canary=None if trials.running(status) is not None else canary,
-        promoted_trial=trials.promoted_span(status),
-    )
 
 
 def _recommendation(

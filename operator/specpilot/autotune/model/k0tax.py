@@ -129,16 +129,17 @@ def compare_with_off(
 
     `load` maps representative batch sizes to time weights (the decayed load histogram).
     """
-    priced = _by_batch(profile, model, intent, max_k, load, drafter_memory)
-    rows = [p.row for p in priced]
     total = sum(load.values())
+    priced = _by_batch(profile, model, intent, max_k, load, total, drafter_memory)
+    rows = [p.row for p in priced]
     if total <= 0 or not rows:
         return OffComparison(False, "no load observed: nothing to compare", {"rows": rows})
-    above_w = sum(p.weight for p in priced if p.k <= 0)
-    below_w = sum(p.weight for p in priced if p.k > 0)
+    at_k0 = [p for p in priced if p.k <= 0]
+    at_k = [p for p in priced if p.k > 0]
+    above_w, below_w = sum(p.weight for p in at_k0), sum(p.weight for p in at_k)
     share_above, share_below = above_w / total, below_w / total
-    tax = sum(-p.rel * p.weight for p in priced if p.k <= 0) / above_w if above_w else 0.0
-    gain = sum(p.rel * p.weight for p in priced if p.k > 0) / below_w if below_w else 0.0
+    tax = sum(-p.rel * p.weight for p in at_k0) / above_w if above_w else 0.0
+    gain = sum(p.rel * p.weight for p in at_k) / below_w if below_w else 0.0
     sums = _Sums(share_above, tax, share_below, gain, horizon_s)
     off_wins = share_above > 0 and sums.net_s > restart_cost_s
     evidence: dict[str, Any] = {
@@ -184,11 +185,11 @@ def _by_batch(
     intent: SpeculationIntent,
     max_k: int,
     load: Mapping[int, float],
+    total: float,
     drafter_memory: DrafterMemory | None,
 ) -> list[_AtBatch]:
-    """The schedule against off at every batch size the load holds; at K = 0 the drafter's memory is priced too
-    (memory_rate), where the KV cache bounds the batch."""
-    total = sum(load.values())
+    """The schedule against off at every batch size the load holds (`total`: its weights' sum); at K = 0 the
+    drafter's memory is priced too (memory_rate), where the KV cache bounds the batch."""
     out: list[_AtBatch] = []
     for batch, weight in sorted(load.items()):
         if weight <= 0:

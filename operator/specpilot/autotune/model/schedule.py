@@ -693,8 +693,9 @@ def plan_threshold(
     evidence = _fit_evidence(support, profile, load, batch_now, settings, objective)
     batch = max(1, round(batch_now))
     usable = _usable_model(
-        support, version, current, method, profile, bool(load), batch, (tpot_on_ms, tpot_off_ms), settings, evidence
-    )
+        support, version, current, max_k, method, profile, bool(load), batch, (tpot_on_ms, tpot_off_ms), settings,
+        evidence,
+    )  # fmt: skip
     if isinstance(usable, str):
         return _no_change(support, settings, usable, evidence)
     model, tpot_on_ms = usable
@@ -744,6 +745,7 @@ def _usable_model(
     support: ThresholdSupport,
     version: VllmVersion,
     current: SpeculationIntent,
+    max_k: int,
     method: str,
     profile: AcceptanceProfile,
     has_load: bool,
@@ -756,7 +758,6 @@ def _usable_model(
     measured) and the TPOT with it on, or why no refit can be priced: nothing to fit on this engine, no load record,
     no TPOT to check the model against, or a model that misses it beyond `model_tolerance`."""
     tpot_on_ms, tpot_off_ms = tpot_ms
-    max_k = current.num_speculative_tokens or profile.max_k
     if support is ThresholdSupport.NONE and not current.enabled:
         return f"vLLM {version} has no batch-size schedule here and speculation is off: only on/off applies"
     if max_k <= 0 or not has_load:
