@@ -676,6 +676,8 @@ def test_a_boundary_that_moved_where_the_model_sees_a_tie_keeps_the_streak(
         (0.30, 90.0, 300.0, True),
         (0.42, 300.0, 600.0, False),  # a 70B restart of 300 s repays in 12m
         (3.0, 90.0, 30.0, True),
+        (0.0, 0.0, 0.0, True),  # a restart that costs nothing has nothing to repay, whatever the gain
+        (-0.01, 0.0, 0.0, True),
     ],
 )
 def test_the_stabilization_is_no_longer_than_the_changes_payback(
@@ -833,6 +835,39 @@ def test_the_wait_for_a_shed_is_priced_at_the_batch_running_now(
     decision = result.decisions[acted[0]]
     assert decision.target.batch_schedule == ((1, 256, 1),)
     assert decision.evidence["threshold"]["predictedGainNow"] == pytest.approx(gain_now, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "batch", "acted", "free"),
+    [
+        # one pod: its restart is an outage of 90 s, repaid by K = 1 in more than the 10-minute span
+        (1, 20, [10], False),
+        # two pods at batch 20: the pod left serving carries both pods' arrivals (2.80x the load, a wave needs 2x;
+        # no TPOT objective declared), so the rollout costs no serving and the shed waits only for its agreement
+        (2, 20, [2], True),
+        # two pods at batch 40: 1.68x, a wave costs the nominal 90 s, repaid by +18% per request in 8m17s
+        (2, 40, [8], False),
+    ],
+)
+def test_a_shed_whose_rollout_costs_no_serving_waits_only_for_agreement(
+    replicas: int, batch: float, acted: list[int], free: bool
+) -> None:
+    """Benchmark, spike (seed 4, two replicas): a shed installed "while the restart is free" waited the 60 s
+    stabilization; one evaluation whose wave was predicted 0.65 ms past the TPOT objective broke the streak at 54 s of
+    60 s, and the flash crowd arrived before the next streak ended (67.1% of the oracle; installed at 48 s: 86.6%)."""
+    spec = TUNED_256.model_copy(update={"replicas": replicas})
+    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
+    steps = [tp.tuned_observation(batch=batch, alpha=0.3) for _ in range(12)]
+    result = tp.run(spec, steps, state=state, fit=fit_settings_for(spec))
+    assert result.acted == acted
+    decision = result.decisions[acted[0]]
+    assert decision.target.batch_schedule == ((1, 256, 1),)
+    at_load = decision.evidence["threshold"].get("restartAtLoad")  # one pod: the outage's nominal price only
+    assert (at_load is not None and at_load["restartCostSeconds"] == 0.0) is free
+    agreement = decision.evidence["agreement"]
+    assert ("costs no serving at the load now" in agreement.get("why", "")) is free
+    if free:
+        assert agreement["stabilizationShortenedTo"] == "0ms"
 
 
 def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization() -> None:

@@ -577,6 +577,9 @@ class ThresholdPlan:
     # seconds of serving a rollout to speculation off costs at the load now (RestartAtLoad.cost_s); None where the
     # fit did not price the load now
     off_cost_s: float | None = None
+    # a rollout at the load now costs no serving (RestartAtLoad.free): the pods left serving carry every arrival
+    # within the TPOT objective, whatever config the rollout installs
+    restart_free: bool = False
 
 
 @dataclass(frozen=True)
@@ -711,6 +714,7 @@ def plan_threshold(
         declared_k, rate, evidence,
     )  # fmt: skip
     off_cost_s = None
+    free = at_load is not None and at_load.free
     if at_load is not None:
         at_load, off_cost_s = _priced_at_load(at_load, settings, refit, max_num_seqs)
         evidence["restartAtLoad"] = at_load.to_dict(settings.restart_cost_s)
@@ -727,17 +731,19 @@ def plan_threshold(
         evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
         if off.off_wins:
             return ThresholdPlan(
-                support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off, off_cost_s=off_cost_s
-            )
+                support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off,
+                off_cost_s=off_cost_s, restart_free=free,
+            )  # fmt: skip
     if refit.proposed == current:
         return replace(
-            _no_change(support, settings, f"{shown} already installed", evidence, off), off_cost_s=off_cost_s
-        )
+            _no_change(support, settings, f"{shown} already installed", evidence, off),
+            off_cost_s=off_cost_s, restart_free=free,
+        )  # fmt: skip
     judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forecast, anchor, evidence)
     return ThresholdPlan(
         support, refit.proposed if judged.worth else None, judged.gain, judged.payback_s, judged.worth,
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
-        vs_anchor=judged.versus, off_cost_s=off_cost_s,
+        vs_anchor=judged.versus, off_cost_s=off_cost_s, restart_free=free,
     )  # fmt: skip
 
 

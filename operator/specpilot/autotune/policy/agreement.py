@@ -22,7 +22,9 @@ Two rules for a change whose gain is priced (the scenarios that show them: docs/
   below capacity the arrivals set the throughput, and a faster step shrinks the batch and speeds each step again;
   priced at the same batch (`predictedGainNow`) near capacity, the gain reads far smaller and the wait far longer.
   The payback is judged by the gain forgone up to the next evaluation (`stabilized`): a hold lasts one interval, so
-  holding while the time stable so far is below the payback overshoots it by up to an interval.
+  holding while the time stable so far is below the payback overshoots it by up to an interval. A shed whose
+  rollout costs no serving at the load now (the fit's `restart_free`: the pods left serving carry every arrival
+  within the TPOT objective) has nothing to repay, whatever its gain: it waits only for the agreeing evaluations.
 - A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
   K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
   step per evaluation; those steps are one decision in the safe direction (less speculation:
@@ -158,7 +160,10 @@ def stabilized(stable: timedelta, span: timedelta, *, priced: bool, interval: ti
 
 
 def stabilization_for(span: timedelta, gain: float, restart_cost_s: float) -> tuple[timedelta, bool]:
-    """The stabilization span for a change of this relative gain: min(span, restart / gain); True when shortened."""
+    """The stabilization span for a change of this relative gain: min(span, restart / gain); True when shortened.
+    A restart that costs nothing has nothing to repay, whatever the gain: no span beyond the agreeing evaluations."""
+    if restart_cost_s <= 0:
+        return timedelta(0), True
     payback = restart_cost_s / gain if gain > 0 else math.inf
     if payback < span.total_seconds():
         return timedelta(seconds=payback), True

@@ -442,9 +442,10 @@ class _Wait:
 
     window: timedelta
     shortened: bool  # priced by the change's own payback (agreement.stabilization_for)
-    restart_s: float  # the restart as priced (under a hopeless backlog: the work it drops in time)
+    restart_s: float  # the restart as priced (under a hopeless backlog: the work it drops in time; 0 while free)
     gain: float
     gain_source: str
+    free: bool = False  # the fit priced a rollout at the load now at no serving (ThresholdPlan.restart_free)
 
 
 def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
@@ -490,11 +491,17 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
 
 def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: bool, continues: bool) -> _Wait:
     """A shed waits no longer than it takes to repay its restart (agreement.stabilization_for), priced by its own
-    gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time. A change
-    toward more speculation keeps the span."""
+    gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time; while the
+    fit priced a rollout at the load now at no serving, a shed has nothing to repay and waits only for its agreeing
+    evaluations (acting wrongly costs no serving, and the one-pod trial bounds it). A change toward more
+    speculation keeps the span."""
     at, fit = r.inputs.spec.autotune, r.inputs.fit
     own = prices_its_own_gain(proposal)
     gain, source = proposal_gain(proposal.priced, 0.0, at_load=True) if own else (0.0, "")
+    plan = proposal.priced.plan
+    span = timedelta(seconds=parse_duration(at.stabilization))
+    if shed and plan is not None and plan.restart_free:
+        return _Wait(*stabilization_for(span, gain, 0.0), 0.0, gain, source, free=True)
     restart_s = fit.restart_cost_s
     if shed and own:
         queue = queue_when_proposed(state.streak) if continues and not r.fresh_token else None
@@ -504,7 +511,6 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
         )  # fmt: skip
         if under_backlog is not None and under_backlog < restart_s:
             restart_s = under_backlog
-    span = timedelta(seconds=parse_duration(at.stabilization))
     window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
     return _Wait(window, shortened, restart_s, gain, source)
 
@@ -523,6 +529,12 @@ def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect
     if not wait.shortened:
         return out
     out["stabilizationShortenedTo"] = format_duration(wait.window.total_seconds())
+    if wait.free:
+        out["why"] = (
+            "a rollout costs no serving at the load now (threshold.restartAtLoad): a shed has nothing to repay and "
+            "waits only for its agreeing evaluations"
+        )
+        return out
     priced = (
         f"restart {wait.restart_s:.0f}s"
         if wait.restart_s >= fit.restart_cost_s
@@ -545,9 +557,10 @@ def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decis
     needed = at.agreeing_evaluations
     if state.streak.count >= needed and stabilized(stable, wait.window, priced=wait.shortened, interval=interval):
         return None, state
-    span = (
-        format_duration(wait.window.total_seconds()) + " (the change's payback)" if wait.shortened else at.stabilization
-    )
+    span = at.stabilization
+    if wait.shortened:
+        why = "a rollout costs no serving now" if wait.free else "the change's payback"
+        span = f"{format_duration(wait.window.total_seconds())} ({why})"
     gate = (
         f"waiting for agreement: {state.streak.count}/{needed} evaluations, stable for "
         f"{format_duration(stable.total_seconds())} of {span}"
