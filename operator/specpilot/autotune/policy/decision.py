@@ -499,11 +499,9 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
     own = prices_its_own_gain(proposal)
     gain, source = proposal_gain(proposal.priced, 0.0, at_load=True) if own else (0.0, "")
     plan = proposal.priced.plan
-    span = timedelta(seconds=parse_duration(at.stabilization))
-    if shed and plan is not None and plan.restart_free:
-        return _Wait(*stabilization_for(span, gain, 0.0), 0.0, gain, source, free=True)
-    restart_s = fit.restart_cost_s
-    if shed and own:
+    free = shed and plan is not None and plan.restart_free
+    restart_s = 0.0 if free else fit.restart_cost_s
+    if shed and own and not free:
         queue = queue_when_proposed(state.streak) if continues and not r.fresh_token else None
         under_backlog = restart_seconds_under_backlog(
             r.inputs.measurements, restart_cost_s=restart_s, ttft_deadline_s=ttft_deadline_s(at.latency),
@@ -511,8 +509,9 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
         )  # fmt: skip
         if under_backlog is not None and under_backlog < restart_s:
             restart_s = under_backlog
+    span = timedelta(seconds=parse_duration(at.stabilization))
     window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
-    return _Wait(window, shortened, restart_s, gain, source)
+    return _Wait(window, shortened, restart_s, gain, source, free)
 
 
 def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect: bool) -> dict[str, Any]:
