@@ -14,6 +14,7 @@ from specpilot.autotune.model.forecast import (
     add_rate,
     projected_ratios,
     projection_ahead_s,
+    recent_peak_ratio,
     rising_trend,
 )
 
@@ -94,3 +95,23 @@ def test_a_trend_dataclass_projects_linearly() -> None:
     trend = Trend(rate_now=2.0, slope=0.001, span_s=1200, t_stat=10.0, rise=0.8)
     assert trend.rate_ratio(0) == 1.0
     assert trend.rate_ratio(1000) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(
+    ("case", "rates", "span_s", "ratio"),
+    [
+        ("no samples", [], 300.0, 1.0),
+        ("a steady rate", [4.0] * 10, 300.0, 1.0),
+        ("a rising rate: the newest is the peak", ramp(2.0, 4.0, 10), 300.0, 1.0),
+        # samples a minute apart: the span reaches back five minutes, the burst seven
+        ("a burst just now", [4.0] * 5 + [6.0, 6.0] + [4.0] * 3, 300.0, 1.5),
+        ("a burst longer ago than the span", [4.0] * 2 + [6.0, 6.0] + [4.0] * 6, 300.0, 1.0),
+        ("the span reaches it", [4.0] * 2 + [6.0, 6.0] + [4.0] * 6, 420.0, 1.5),
+        ("a falling rate: two minutes back", ramp(6.0, 3.0, 10), 120.0, 11.0 / 9.0),
+        ("an idle newest sample", [4.0, 0.0], 300.0, 1.0),
+    ],
+)
+def test_the_recent_peak_is_the_highest_rate_within_the_span_over_the_rate_now(
+    case: str, rates: list[float], span_s: float, ratio: float
+) -> None:
+    assert recent_peak_ratio(series(rates), span_s) == pytest.approx(ratio), case

@@ -90,17 +90,17 @@ def test_the_arrivals_a_rollout_makes_wait_past_the_ttft_deadline(
 
 
 @pytest.mark.parametrize(
-    ("replicas", "out", "analysis", "waves", "pod_restart"),
+    ("replicas", "out", "analysis", "waves", "pod_restart", "length"),
     [
-        (2, 1, None, (1, 1), 90.0),  # restart_cost_seconds(R, 2, 0, 1) = R
-        (2, 1, 150.0, (1, 1), 90.0),  # the trial's pod first: the same two waves
-        (5, 2, None, (2, 2, 1), 90.0 * 5 / 6),  # three waves of two: 6/5 R
-        (5, 2, 150.0, (1, 2, 2), 90.0 * 5 / 6),  # the trial's one, then the other four two at a time
-        (3, 2, None, (2, 1), 90.0 * 3 / 4),  # two waves of two: 4/3 R
+        (2, 1, None, (1, 1), 90.0, 180.0),  # restart_cost_seconds(R, 2, 0, 1) = R
+        (2, 1, 150.0, (1, 1), 90.0, 330.0),  # the trial's pod first: the same two waves, and its analysis
+        (5, 2, None, (2, 2, 1), 90.0 * 5 / 6, 225.0),  # three waves of two: 6/5 R
+        (5, 2, 150.0, (1, 2, 2), 90.0 * 5 / 6, 375.0),  # the trial's one, then the other four two at a time
+        (3, 2, None, (2, 1), 90.0 * 3 / 4, 135.0),  # two waves of two: 4/3 R
     ],
 )
 def test_a_rollouts_waves_and_one_pods_restart(
-    replicas: int, out: int, analysis: float | None, waves: tuple[int, ...], pod_restart: float
+    replicas: int, out: int, analysis: float | None, waves: tuple[int, ...], pod_restart: float, length: float
 ) -> None:
     shape = RolloutShape(replicas, out, analysis)
     assert shape.pod_restart_s(restart_cost_seconds(pod_restart, replicas, 0, out)) == pytest.approx(pod_restart)
@@ -108,6 +108,7 @@ def test_a_rollouts_waves_and_one_pods_restart(
     assert sum(shape.waves()) == replicas
     assert shape.pod_restart_s(90.0) == pytest.approx(pod_restart)
     assert shape.needed == replicas / (replicas - out)
+    assert shape.length_s(90.0) == pytest.approx(length)
 
 
 def spec(**changes: Any) -> v1alpha1.SpeculativeDeploymentSpec:

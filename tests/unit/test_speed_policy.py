@@ -870,6 +870,31 @@ def test_a_shed_whose_rollout_costs_no_serving_waits_only_for_agreement(
         assert agreement["stabilizationShortenedTo"] == "0ms"
 
 
+def test_a_rollout_is_not_free_while_the_load_rose_within_a_rollouts_length_just_now() -> None:
+    """The free shed of the test above (two pods at batch 20, 2.80x the load, a wave needs 2x), after two evaluations
+    at a request rate 1.5x the one now: a rollout starting now may meet that load again, where the pod left serving
+    would carry 1.87x it. A rollout here lasts 8m30s (two waves of 90 s and the trial's 5m30s analysis), so the
+    rollout is priced at the nominal 90 s, and the shed waits the stabilization, until the peak is older than that."""
+    spec = TUNED_256.model_copy(update={"replicas": 2})
+    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
+    rates = [15.0, 15.0] + [10.0] * 10
+    steps = [tp.tuned_observation(batch=20, alpha=0.3) for _ in rates]
+    for step, rate in zip(steps, rates, strict=True):
+        step[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, rate)
+    fit = fit_settings_for(spec)
+    assert fit.rollout is not None
+    assert fit.rollout.length_s(fit.restart_cost_s) == 510.0
+    result = tp.run(spec, steps, state=state, fit=fit)
+    at_load = [d.evidence["threshold"]["restartAtLoad"] for d in result.decisions]
+    # at the peak itself the load now is the peak; from the third evaluation on the peak is behind, 8 minutes old
+    # at the tenth (index 9) and 9 minutes at the eleventh
+    assert [a.get("recentPeakRatio") for a in at_load] == [None, None] + [1.5] * 8 + [None, None]
+    assert [a["restartCostSeconds"] for a in at_load[:11]] == [0.0, 0.0] + [90.0] * 8 + [0.0]
+    assert "stable for 9m of 10m" in result.decisions[9].gate
+    assert result.acted == [10]
+    assert result.decisions[10].target.batch_schedule == ((1, 256, 1),)
+
+
 def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization() -> None:
     """Cooldowns are asymmetric, fast toward safe: the payback shortcut is for shedding
     speculation. Running K = 1 everywhere at light load, the fit prices K3@1/2@129 at +53% (repaid in under 3

@@ -124,3 +124,13 @@ def projection_ahead_s(trend: Trend, horizon_s: float) -> float:
 def projected_ratios(trend: Trend, ahead_s: float, steps: int = 12) -> list[float]:
     """The projected rate relative to now at the midpoints of `steps` equal slices of the next `ahead_s`."""
     return [trend.rate_ratio((i + 0.5) * ahead_s / steps) for i in range(steps)]
+
+
+def recent_peak_ratio(samples: Sequence[RateSample], span_s: float) -> float:
+    """The highest request rate over the last `span_s` before the newest sample, relative to the newest: how far the
+    load rose within that span just now, and so may rise again within the next. 1.0 without a positive newest rate."""
+    if not samples or samples[-1].rate <= 0:
+        return 1.0
+    newest = samples[-1]
+    since = newest.at - timedelta(seconds=span_s)
+    return max(s.rate for s in samples if s.at >= since) / newest.rate

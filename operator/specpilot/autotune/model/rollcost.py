@@ -105,6 +105,11 @@ class RolloutShape:
         """One pod's restart from what the rollout costs (restart_cost_seconds, which is proportional to it)."""
         return restart_cost_s / restart_cost_seconds(1.0, self.replicas, self.surge, self.out_per_wave)
 
+    def length_s(self, restart_cost_s: float) -> float:
+        """How long a rollout keeps pods out of the endpoints from start to end: each wave's restart, and the
+        analysis after the first."""
+        return len(self.waves()) * self.pod_restart_s(restart_cost_s) + (self.analysis_s or 0.0)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "replicas": self.replicas,

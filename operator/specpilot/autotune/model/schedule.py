@@ -318,13 +318,16 @@ def capacity(
 @dataclass(frozen=True)
 class LoadNow:
     """The running config's load as measured now: its batch, mean TPOT (ms; None where not measured), how long the
-    longest request in flight still runs (s: the measured P99 end-to-end latency; 0 where not measured) and the
-    median and P99 of its requests' TPOT (ms; None where not measured)."""
+    longest request in flight still runs (s: the measured P99 end-to-end latency; 0 where not measured), the
+    median and P99 of its requests' TPOT (ms; None where not measured) and the highest request rate over the last
+    rollout's length relative to the rate now (forecast.recent_peak_ratio: the load a rollout starting now may meet,
+    at least 1)."""
 
     batch: int
     tpot_ms: float | None
     inflight_s: float = 0.0
     tpot_spread_ms: tuple[float, float] | None = None
+    peak_ratio: float = 1.0
 
     def meeting(self, tpot_target_ms: float | None) -> float:
         """The share of requests that meet the TPOT objective now (rollcost.share_within); all where either the
@@ -338,10 +341,12 @@ class LoadNow:
 class RestartAtLoad:
     """Whether a rollout wave at the load now costs serving (rollcost): `free` while the pods it leaves serving carry
     every arrival, the running config's capacity over its load at least what a wave needs, and, where the CR
-    declares a TPOT objective, keep their predicted mean TPOT (`wave_tpot_ms`) within it."""
+    declares a TPOT objective, keep their predicted mean TPOT (`wave_tpot_ms`) within it; both at the load the
+    rollout may meet, `peak_ratio` times the load now (LoadNow.peak_ratio)."""
 
     capacity_over_load: float
     needed: float
+    peak_ratio: float = 1.0
     wave_tpot_ms: float | None = None
     tpot_target_ms: float | None = None
     served: float = 0.0  # tokens per ms the running config serves now
@@ -387,7 +392,7 @@ class RestartAtLoad:
 
     @property
     def carried(self) -> bool:
-        return self.capacity_over_load >= self.needed
+        return self.capacity_over_load >= self.needed * self.peak_ratio
 
     @property
     def within_target(self) -> bool:
@@ -404,6 +409,8 @@ class RestartAtLoad:
             "headroomNeeded": round(self.needed, 3),
             "restartCostSeconds": finite(cost, 1),
         }
+        if self.peak_ratio > 1.0:
+            out["recentPeakRatio"] = round(self.peak_ratio, 3)
         if self.late_s is not None:
             out["lateSeconds"] = finite(self.late_s, 1)
             out["queueDrains"] = not math.isinf(self.late_s)
@@ -430,7 +437,9 @@ def restart_at_load(
     runs slower for the wave: no loss to a Throughput objective, a loss to a Latency one, which keeps the nominal cost
     (plan_threshold asks only for a Throughput objective). With a TPOT objective the slowdown is priced too: the pods
     left settle at the batch that serves their share of the arrivals (settled_batch), and the measured mean TPOT
-    grows by the model's per-sequence rate at the batch now over the rate there."""
+    grows by the model's per-sequence rate at the batch now over the rate there. Both are judged at the load the
+    rollout may meet (LoadNow.peak_ratio): a load that rose within a rollout's length just now may rise again
+    while the wave is out."""
     if settings.headroom_needed is None or settings.restart_cost_s <= 0:
         return None
     headroom = capacity_over_load(profile, model, load.batch, max_num_seqs, k_at, rate)
@@ -439,12 +448,13 @@ def restart_at_load(
     # a draining pod's longest request ends alone, at a nearly empty pod's per-sequence rate
     inflight_s = load.inflight_s * rate_now / rate(profile, model, 1, k_at(1))
     at_load = RestartAtLoad(
-        headroom, settings.headroom_needed, served=served, inflight_s=inflight_s,
+        headroom, settings.headroom_needed, max(1.0, load.peak_ratio), served=served, inflight_s=inflight_s,
         meeting=load.meeting(settings.tpot_target_ms),
     )  # fmt: skip
     if settings.tpot_target_ms is None or load.tpot_ms is None:
         return at_load
-    wave = settled_batch(profile, model, served * settings.headroom_needed, max_num_seqs, k_at, rate)
+    wave_served = served * at_load.peak_ratio * settings.headroom_needed
+    wave = settled_batch(profile, model, wave_served, max_num_seqs, k_at, rate)
     slowdown = rate_now / rate(profile, model, wave, k_at(wave))
     return replace(at_load, wave_tpot_ms=load.tpot_ms * slowdown, tpot_target_ms=settings.tpot_target_ms)
 
@@ -671,6 +681,7 @@ def plan_threshold(
     declared_k: int | None = None,
     inflight_s: float = 0.0,
     tpot_spread_ms: tuple[float, float] | None = None,
+    peak_ratio: float = 1.0,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24), V0 threshold (<= 0.9.2) or, where the engine has neither, one K, and
     judge whether installing it pays.
@@ -690,7 +701,8 @@ def plan_threshold(
     past the measured ones extrapolated (AcceptanceProfile.extended).
     `inflight_s`: how long the longest request in flight still runs (the measured P99 end-to-end latency), which
     keeps a pod a rollout takes out draining before it restarts (rollqueue). `tpot_spread_ms`: the median and P99
-    of the requests' TPOT, for the share that meets the TPOT objective (LoadNow.meeting).
+    of the requests' TPOT, for the share that meets the TPOT objective (LoadNow.meeting). `peak_ratio`: the
+    highest request rate over the last rollout's length relative to the rate now (LoadNow.peak_ratio).
     """
     max_k = current.num_speculative_tokens or profile.max_k
     evidence = _fit_evidence(support, profile, load, batch_now, settings, objective)
@@ -706,7 +718,7 @@ def plan_threshold(
     at_load = None
     if objective is AutotuneObjective.THROUGHPUT:
         k_running = functools.partial(k_for_batch, current, max_k=max_k)
-        now_load = LoadNow(batch, tpot_on_ms, inflight_s, tpot_spread_ms)
+        now_load = LoadNow(batch, tpot_on_ms, inflight_s, tpot_spread_ms, peak_ratio)
         at_load = restart_at_load(settings, profile, model, now_load, max_num_seqs, k_running, rate)
     batches = _load_batches(load)  # the load record as representative batch sizes
     refit, shown = _propose(
@@ -994,12 +1006,18 @@ def _judge(
     return _Judged(worth, gain, payback, gain_now, gain_at_load, versus, reason + ahead)
 
 
+def _peak_text(at_load: RestartAtLoad) -> str:
+    if at_load.peak_ratio <= 1.0:
+        return ""
+    return f" at the recent peak, {at_load.peak_ratio:.2f}x the load now"
+
+
 def _install_reason(gain: float, payback: float, settings: FitSettings, at_load: RestartAtLoad | None) -> str:
     repaid = "never" if math.isinf(payback) else f"{payback / 60:.0f}m"
     if at_load is not None and at_load.free:
         restart = (
             f"the restart costs no serving at this load (the pods left serving carry "
-            f"{at_load.capacity_over_load:.2f}x it, a wave needs {at_load.needed:.2f}x)"
+            f"{at_load.capacity_over_load:.2f}x it, a wave needs {at_load.needed:.2f}x{_peak_text(at_load)})"
         )
     elif at_load is not None and at_load.late_s is not None and at_load.late_s >= settings.restart_cost_s:
         late = "every arrival until the load falls" if math.isinf(at_load.late_s) else f"{at_load.late_s:.0f}s"

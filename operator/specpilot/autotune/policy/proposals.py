@@ -36,9 +36,16 @@ from specpilot.autotune.model.baseline import (
     load_bucket,
     summary,
 )
-from specpilot.autotune.model.forecast import RateSample, projected_ratios, projection_ahead_s, rising_trend
+from specpilot.autotune.model.forecast import (
+    RateSample,
+    projected_ratios,
+    projection_ahead_s,
+    recent_peak_ratio,
+    rising_trend,
+)
 from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.autotune.model.schedule import (
+    FitSettings,
     Forecast,
     ThresholdPlan,
     fit_support,
@@ -779,6 +786,7 @@ def _plan(
         declared_k=spec.speculation.num_speculative_tokens,
         inflight_s=valid_value(m, Signal.E2E_P99) or 0.0,
         tpot_spread_ms=_tpot_spread_ms(m),
+        peak_ratio=_rate_peak(state.request_rates, inputs.fit),
     )
 
 
@@ -786,6 +794,14 @@ def _tpot_spread_ms(m: Mapping[str, Measurement]) -> tuple[float, float] | None:
     """The median and P99 of the requests' TPOT in ms, where both were measured."""
     p50, p99 = valid_value(m, Signal.TPOT_P50), valid_value(m, Signal.TPOT_P99)
     return None if p50 is None or p99 is None else (p50 * 1000, p99 * 1000)
+
+
+def _rate_peak(samples: Sequence[RateSample], fit: FitSettings) -> float:
+    """The highest request rate over the last rollout's length relative to the rate now (forecast.recent_peak_ratio):
+    the load a rollout starting now may meet. 1.0 where no wave leaves pods serving (the restart is never free)."""
+    if fit.rollout is None:
+        return 1.0
+    return recent_peak_ratio(samples, fit.rollout.length_s(fit.restart_cost_s))
 
 
 def _forecast(samples: Sequence[RateSample], horizon_s: float) -> Forecast | None:
