@@ -9,9 +9,11 @@ import pytest
 
 from specpilot.autotune.model.forecast import (
     MAX_SPAN,
+    PROJECTION_STEPS,
     RateSample,
     Trend,
     add_rate,
+    outpacing,
     projected_ratios,
     projection_ahead_s,
     recent_peak_ratio,
@@ -89,6 +91,48 @@ def test_a_sample_is_kept_at_the_precision_status_keeps_and_survives_the_round_t
     assert sample == RateSample(T0 + timedelta(seconds=90), 3.1416)
     assert sample.to_list() == ["2026-01-01T00:01:30Z", 3.1416]
     assert RateSample.from_list(sample.to_list()) == sample
+    (counted,) = add_rate((), RateSample(T0, 3.0, in_system=120.123456))
+    assert counted.to_list() == ["2026-01-01T00:00:00Z", 3.0, 120.1235]
+    assert RateSample.from_list(counted.to_list()) == counted
+    # status written before the requests in the engines were kept: two elements, read as not measured
+    assert RateSample.from_list(["2026-01-01T00:00:00Z", 3.0]).in_system is None
+
+
+def counted(in_engines: list[float | None], finished: float = 23.0, every_s: float = 6.0) -> tuple[RateSample, ...]:
+    """One evaluation's sample every `every_s` seconds: `finished` requests/s and the requests in the engines."""
+    return tuple(RateSample(T0 + timedelta(seconds=i * every_s), finished, n) for i, n in enumerate(in_engines))
+
+
+@pytest.mark.parametrize(
+    ("case", "in_engines", "since_s", "ratio", "why"),
+    [
+        ("two windows", [180.0, 200.0], 0.0, None, "2 windows of this config (outpacing needs 3)"),
+        ("not measured", [None, None, None, None], 0.0, None, "0 windows of this config"),
+        # 3 requests/s more in the engines at 23 finished/s: 26 arrive
+        ("the engines fall behind", [180.0, 198.0, 216.0, 234.0], 0.0, 26.0 / 23.0,
+         "arrivals outpace completions 1.13x"),
+        ("keeping up", [200.0 * w for w in WOBBLE[:8]], 0.0, None, "the requests in the engines moved"),
+        ("catching up", [234.0, 216.0, 198.0, 180.0], 0.0, None, "the requests in the engines moved -3.00/s"),
+        # the previous config's windows (before the running one's are trusted) ran fewer requests: not a growth
+        ("a config change", [100.0, 100.0, 200.0, 200.0, 200.0], 12.0, None, "the requests in the engines moved +0.00"),
+        ("two windows since the change", [100.0, 100.0, 100.0, 200.0, 200.0], 18.0, None, "2 windows of this config"),
+    ],
+)  # fmt: skip
+def test_which_histories_of_the_requests_in_the_engines_say_arrivals_outpace_completions(
+    case: str, in_engines: list[float | None], since_s: float, ratio: float | None, why: str
+) -> None:
+    found, reason = outpacing(counted(in_engines), T0 + timedelta(seconds=since_s))
+    assert reason.startswith(why), (case, reason)
+    if ratio is None:
+        assert found is None, case
+        return
+    assert found is not None, case
+    assert found.ratio == pytest.approx(ratio), case
+    assert found.ratios() == pytest.approx((ratio,) * PROJECTION_STEPS)
+    assert found.to_dict() == {
+        "inEnginesGrowthPerSecond": 3.0, "finishedPerSecond": 23.0, "arrivalsOverFinished": 1.1304,
+        "spanSeconds": 18, "tStat": 1000.0,
+    }  # fmt: skip
 
 
 def test_a_trend_dataclass_projects_linearly() -> None:

@@ -895,6 +895,55 @@ def test_a_rollout_is_not_free_while_the_load_rose_within_a_rollouts_length_just
     assert result.decisions[10].target.batch_schedule == ((1, 256, 1),)
 
 
+def falling_behind(
+    batch: float, finished: float, *, counted: bool = True, waiting: float = 0.0
+) -> dict[str, Measurement]:
+    """tuned_observation at acceptance 0.7 on one pod, `finished` requests/s, and (where `counted`) the requests in
+    the engine as production's sums report them: running (the batch) and waiting."""
+    ms = tp.tuned_observation(batch=batch, alpha=0.7)
+    ms[Signal.REQUEST_RATE] = tp.m(Signal.REQUEST_RATE, finished)
+    if counted:
+        ms[Signal.RUNNING_REQUESTS] = tp.m(Signal.RUNNING_REQUESTS, batch)
+        ms[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
+    return ms
+
+
+@pytest.mark.parametrize(
+    ("case", "growth", "counted", "waiting", "acted", "installs"),
+    [
+        # 0.5 more requests in the engine each second at 4 finished: 4.5 arrive, past K3's capacity by the model
+        ("falling behind", 0.5, True, 0.0, [4], [True, True, True]),
+        ("the same, running requests not measured", 0.5, False, 0.0, [], []),
+        # 1.25% more arrive than finish: K3 settles at a larger batch within its capacity, which the record will show
+        ("keeping up at a larger batch", 0.05, True, 0.0, [], [False, False, False]),
+        ("past the limit: the backlog gate's", 0.5, True, 40.0, [], []),
+    ],
+)  # fmt: skip
+def test_arrivals_outpacing_completions_price_a_refit_at_the_load_they_lead_to(
+    case: str, growth: float, counted: bool, waiting: float, acted: list[int], installs: list[bool]
+) -> None:
+    """A refit worth +0.0% over the record (20 hours at batch 4-7 and the minutes at batch 60-90) while the batch
+    climbs at a constant finished rate: the arrivals outpace what K3 completes, and held over the horizon they take
+    it to max_num_seqs, where the schedule is +4.2%. From the third trusted window the refit is agreed, and it
+    installs at the fifth (index 4). Without the running count, within capacity, or once requests wait (the backlog
+    gate prices a queue), no outpacing forecast installs it."""
+    batches = [60.0 + growth * 60 * i for i in range(6)]
+    steps = [falling_behind(b, 4.0, counted=counted, waiting=waiting) for b in batches]
+    result = tp.run(TUNED_256, steps, state=LIGHT_RECORD, config_since=T0 - 6 * MINUTE)
+    assert result.acted == acted, [d.reason[-200:] for d in result.decisions]
+    forecasts = [d.evidence.get("threshold", {}).get("forecast") for d in result.decisions[:5]]
+    assert [f["installs"] for f in forecasts if f is not None] == installs, case
+    if acted:
+        decision = result.decisions[4]
+        assert decision.target.batch_schedule == ((1, 74, 3), (75, 170, 2), (171, 256, 1))
+        assert forecasts[4] is not None
+        assert forecasts[4]["outpacing"]["arrivalsOverFinished"] == 1.125
+        assert forecasts[4]["batches"] == {"256": 12.0}
+        assert "arrivals outpace completions 1.12x" in decision.reason
+    if installs and not installs[0]:
+        assert "within the running config's capacity" in result.decisions[2].reason
+
+
 def test_a_priced_change_toward_more_speculation_keeps_the_whole_stabilization() -> None:
     """Cooldowns are asymmetric, fast toward safe: the payback shortcut is for shedding
     speculation. Running K = 1 everywhere at light load, the fit prices K3@1/2@129 at +53% (repaid in under 3

@@ -18,6 +18,14 @@ The forecast is deliberately narrow:
 - It projects no further ahead than it has looked back, and never past the horizon.
 - It only adds a reason to install a refit that does not lose over the record (plan_threshold): a fitted schedule is
   the best K per batch size by the model, so a wrong forecast costs one restart, inside the actuation budget.
+
+A second source, for a load that is already there: arrivals that outpace completions (`outpacing`). Before the
+engines reach their limit the finished-request rate lags the arrivals by exactly the growth of the requests in the
+engines (running and waiting, every pod: Little's law's bookkeeping), so arrivals over completions = 1 + that growth
+over the finished rate. It is read only from the windows of the config running now, once they are trusted (a change
+of config moves the batch by itself), from at least MIN_OUTPACING_SAMPLES of them with the same MIN_T bar, and it
+counts only where it takes the running config past its capacity (schedule.Forecast.past_capacity_only): a config
+that keeps up settles at a batch the load record will show; one that cannot keeps falling behind until max_num_seqs.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ MAX_SPAN = timedelta(hours=1)  # older samples are dropped: a day's shape is not
 MIN_SAMPLES = 10
 MIN_T = 6.0  # slope / its standard error
 MIN_RISE = 0.25  # the fitted line's rise over the span, relative to its start
+MIN_OUTPACING_SAMPLES = 3  # the fewest points a slope has a standard error from
+PROJECTION_STEPS = 12  # equal slices of the time ahead a projection prices
 T_SHOWN_MAX = 1000.0
 RATE_DIGITS = 4  # requests/s as status keeps them
 
@@ -47,20 +57,24 @@ def _t_text(t_stat: float) -> str:
 class RateSample:
     at: datetime
     rate: float  # finished requests per second over the query window
+    in_system: float | None = None  # requests running or waiting in the engines, every pod (None: not measured)
 
     def to_list(self) -> list[Any]:
-        return [format_time(self.at), self.rate]
+        kept: list[Any] = [format_time(self.at), self.rate]
+        return kept if self.in_system is None else [*kept, self.in_system]
 
     @classmethod
     def from_list(cls, raw: Sequence[Any]) -> RateSample:
-        return cls(parse_time(str(raw[0])), float(raw[1]))
+        in_system = float(raw[2]) if len(raw) > 2 and raw[2] is not None else None
+        return cls(parse_time(str(raw[0])), float(raw[1]), in_system)
 
 
 def add_rate(samples: Sequence[RateSample], sample: RateSample) -> tuple[RateSample, ...]:
     """Append one evaluation's rate, at the precision status keeps (a restored state decides the same); samples older
     than MAX_SPAN before it, or not before it, are dropped."""
     kept = [s for s in samples if sample.at - MAX_SPAN <= s.at < sample.at]
-    return (*kept, RateSample(sample.at, round(sample.rate, RATE_DIGITS)))
+    in_system = None if sample.in_system is None else round(sample.in_system, RATE_DIGITS)
+    return (*kept, RateSample(sample.at, round(sample.rate, RATE_DIGITS), in_system))
 
 
 @dataclass(frozen=True)
@@ -91,18 +105,10 @@ def rising_trend(samples: Sequence[RateSample]) -> tuple[Trend | None, str]:
         return None, f"{len(samples)} request-rate samples (a trend needs {MIN_SAMPLES})"
     t0 = samples[0].at
     xs = [(s.at - t0).total_seconds() for s in samples]
-    ys = [s.rate for s in samples]
     span = xs[-1] - xs[0]
     if span < MIN_SPAN.total_seconds():
         return None, f"request-rate samples over {span / 60:.0f}m (a trend needs {MIN_SPAN.total_seconds() / 60:.0f}m)"
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    intercept = my - slope * mx
-    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
-    stderr = math.sqrt(residual / (n - 2) / sxx) if residual > 0 else 0.0
-    t_stat = math.inf if stderr == 0 else slope / stderr
+    slope, intercept, t_stat = _line(xs, [s.rate for s in samples])
     start, now = intercept + slope * xs[0], intercept + slope * xs[-1]
     if start <= 0 or now <= 0:
         return None, "the request rate's line does not stay above zero"
@@ -116,12 +122,74 @@ def rising_trend(samples: Sequence[RateSample]) -> tuple[Trend | None, str]:
     return trend, f"the request rate rose {rise:+.0%} over {span / 60:.0f}m ({_t_text(t_stat)})"
 
 
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
+    """The least-squares line through the points: slope, intercept and the slope over its standard error (infinite
+    on a clean line). At least three points, not all at one x."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = my - slope * mx
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    stderr = math.sqrt(residual / (n - 2) / sxx) if residual > 0 else 0.0
+    return slope, intercept, math.inf if stderr == 0 else slope / stderr
+
+
+@dataclass(frozen=True)
+class Outpacing:
+    """Arrivals that outpace completions: the requests in the engines grow by `growth` per second while `finished`
+    requests per second complete (the newest window's rate)."""
+
+    growth: float  # requests/s added to those running or waiting, every pod
+    finished: float  # finished requests per second
+    span_s: float
+    t_stat: float
+
+    @property
+    def ratio(self) -> float:
+        """Arrivals over completions."""
+        return 1 + self.growth / self.finished
+
+    def ratios(self) -> tuple[float, ...]:
+        """The projection's slices: the arrivals now over the rate now, held."""
+        return (self.ratio,) * PROJECTION_STEPS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inEnginesGrowthPerSecond": round(self.growth, 4),
+            "finishedPerSecond": round(self.finished, 4),
+            "arrivalsOverFinished": round(self.ratio, 4),
+            "spanSeconds": round(self.span_s),
+            "tStat": round(min(self.t_stat, T_SHOWN_MAX), 1),
+        }
+
+
+def outpacing(samples: Sequence[RateSample], since: datetime) -> tuple[Outpacing | None, str]:
+    """Arrivals outpacing completions over the samples from `since` (when the running config's windows are trusted):
+    a growth of the requests in the engines at least MIN_T standard errors above zero; None and why not."""
+    points = [s for s in samples if s.at >= since and s.in_system is not None]
+    if len(points) < MIN_OUTPACING_SAMPLES:
+        return None, f"{len(points)} windows of this config (outpacing needs {MIN_OUTPACING_SAMPLES})"
+    xs = [(s.at - points[0].at).total_seconds() for s in points]
+    growth, _, t_stat = _line(xs, [s.in_system or 0.0 for s in points])
+    finished = points[-1].rate
+    if growth <= 0 or t_stat < MIN_T or finished <= 0:
+        shown = f"{growth:+.2f}/s ({_t_text(t_stat)}; outpacing needs t >= {MIN_T:.0f})"
+        return None, f"the requests in the engines moved {shown}"
+    found = Outpacing(growth, finished, xs[-1], t_stat)
+    why = (
+        f"arrivals outpace completions {found.ratio:.2f}x: the requests in the engines grew {growth:.2f}/s at "
+        f"{finished:.2f} finished/s ({_t_text(t_stat)})"
+    )
+    return found, why
+
+
 def projection_ahead_s(trend: Trend, horizon_s: float) -> float:
     """How far ahead the line is trusted: no further than it was fitted over, never past the payback horizon."""
     return min(trend.span_s, horizon_s)
 
 
-def projected_ratios(trend: Trend, ahead_s: float, steps: int = 12) -> list[float]:
+def projected_ratios(trend: Trend, ahead_s: float, steps: int = PROJECTION_STEPS) -> list[float]:
     """The projected rate relative to now at the midpoints of `steps` equal slices of the next `ahead_s`."""
     return [trend.rate_ratio((i + 0.5) * ahead_s / steps) for i in range(steps)]
 

@@ -1056,6 +1056,7 @@ def _judge_ahead(
     payback_ahead = payback_seconds(serving_gain, settings.restart_cost_s)
     # the refit must not lose over the record either: a wrong forecast then costs one restart and nothing after
     installs = loses_only_ties(gain, settings) and gain_ahead >= settings.min_gain and payback_ahead <= forecast.ahead_s
+    within_capacity = forecast.past_capacity_only and max(projected) < max_num_seqs
     evidence["forecast"] = {
         **forecast.evidence,
         "aheadSeconds": round(forecast.ahead_s),
@@ -1063,12 +1064,14 @@ def _judge_ahead(
         "predictedGain": round(gain_ahead, 4),
         "gainInServingNow": round(serving_gain, 4),
         "paybackSeconds": finite(payback_ahead),
-        "installs": installs,
+        "installs": installs and not within_capacity,
     }
     ahead = (
         f"; {forecast.why}: over the next {forecast.ahead_s / 60:.0f}m, at the batches it leads to "
         f"({min(projected)}-{max(projected)}), it is {gain_ahead:+.1%}"
     )
+    if within_capacity:
+        return False, ahead + " (within the running config's capacity: the load record will show it)"
     if installs:
         ahead += (
             f" ({serving_gain:+.1%} of the serving now, which the restart drops) and repays the restart in "
@@ -1103,12 +1106,14 @@ def _versus_anchor(
 @dataclass(frozen=True)
 class Forecast:
     """A projected rise of the offered load (forecast.py): the request rate over the rate now, at equal slices of
-    the next `ahead_s` seconds."""
+    the next `ahead_s` seconds. `past_capacity_only`: it counts only where it takes the running config to
+    max_num_seqs (arrivals outpacing completions: within capacity the batch settles where the record will show)."""
 
     ratios: tuple[float, ...]
     ahead_s: float
     why: str
     evidence: Mapping[str, Any]
+    past_capacity_only: bool = False
 
 
 def largest_gain_ahead(batches: Iterable[int], gain_at: Callable[[Mapping[int, float]], float]) -> float:

@@ -180,11 +180,8 @@ def revert_failed_rollout(state: PolicyState) -> tuple[PolicyState, ActuationRec
 
 def _settled(inputs: PolicyInputs, now: datetime) -> tuple[bool, str]:
     """Metrics of a fresh config are trusted only after one full window plus two scrapes."""
-    if inputs.config_since is None:
-        return True, ""
-    scrape = parse_duration(inputs.spec.autotune.scrape_interval)
-    ready = inputs.config_since + timedelta(seconds=inputs.window.seconds + 2 * scrape)
-    if now >= ready:
+    ready = inputs.trusted_from()
+    if inputs.config_since is None or ready is None or now >= ready:
         return True, ""
     return False, (
         f"settling: config running since {format_time(inputs.config_since)}, metrics trusted from "
@@ -205,7 +202,8 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         )
     rate = valid_value(inputs.measurements, Signal.REQUEST_RATE)
     if rate is not None:
-        state = replace(state, request_rates=add_rate(state.request_rates, RateSample(now, rate)))
+        rates = add_rate(state.request_rates, RateSample(now, rate, _in_engines(inputs.measurements)))
+        state = replace(state, request_rates=rates)
     entry = entry_from_window(
         inputs.measurements,
         mode=Mode.ON if inputs.current.enabled else Mode.OFF,
@@ -225,6 +223,12 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         if sample is not None:
             state = replace(state, step_samples=add_sample(state.step_samples, sample), step_sampled=now)
     return state
+
+
+def _in_engines(m: Mapping[str, Measurement]) -> float | None:
+    """Requests running or waiting in the engines, every pod (forecast.outpacing); None without the running count."""
+    running = valid_value(m, Signal.RUNNING_REQUESTS)
+    return None if running is None else running + (valid_value(m, Signal.WAITING_REQUESTS) or 0.0)
 
 
 def measured_restart_s(

@@ -38,6 +38,7 @@ from specpilot.autotune.model.baseline import (
 )
 from specpilot.autotune.model.forecast import (
     RateSample,
+    outpacing,
     projected_ratios,
     projection_ahead_s,
     recent_peak_ratio,
@@ -780,7 +781,7 @@ def _plan(
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
         settings=replace(inputs.fit, model=step_model.model),
         drafter_memory=drafter_memory(spec, m),
-        forecast=_forecast(state.request_rates, inputs.fit.horizon_s),
+        forecast=_forecast(inputs, state.request_rates),
         anchor=None if state.streak is None else anchor_intent(state.streak.key, refit_action(support).value),
         objective=at.objective,
         declared_k=spec.speculation.num_speculative_tokens,
@@ -804,13 +805,22 @@ def _rate_peak(samples: Sequence[RateSample], fit: FitSettings) -> float:
     return recent_peak_ratio(samples, fit.rollout.length_s(fit.restart_cost_s))
 
 
-def _forecast(samples: Sequence[RateSample], horizon_s: float) -> Forecast | None:
-    """The projected rise of the offered load over the next stretch (forecast.py), or None without a sustained one."""
+def _forecast(inputs: PolicyInputs, samples: Sequence[RateSample]) -> Forecast | None:
+    """The projected rise of the offered load over the next stretch (forecast.py): a sustained rise of the request
+    rate, else, before the engine reaches its limit (_saturation: past it the queue is the backlog gate's), arrivals
+    outpacing the running config's completions, held over the horizon as the load record is; None without either."""
+    horizon_s = inputs.fit.horizon_s
     trend, why = rising_trend(samples)
-    if trend is None:
+    if trend is not None:
+        ahead = projection_ahead_s(trend, horizon_s)
+        return Forecast(tuple(projected_ratios(trend, ahead)), ahead, why, trend.to_dict())
+    since = inputs.trusted_from()
+    if since is None or _saturation(inputs):
         return None
-    ahead = projection_ahead_s(trend, horizon_s)
-    return Forecast(tuple(projected_ratios(trend, ahead)), ahead, why, trend.to_dict())
+    found, why = outpacing(samples, since)
+    if found is None:
+        return None
+    return Forecast(found.ratios(), horizon_s, why, {"outpacing": found.to_dict()}, past_capacity_only=True)
 
 
 def drafter_memory(spec: SpeculativeDeploymentSpec, m: Mapping[str, Measurement]) -> DrafterMemory | None:

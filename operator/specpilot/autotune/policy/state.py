@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from specpilot.api.durations import parse_duration
 from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import (
     SpeculativeDeploymentSpec,
@@ -331,6 +332,14 @@ class PolicyInputs:
     canary: Mapping[str, Measurement] | None = None  # measurements of a canary running the other mode
     fit: FitSettings = field(default_factory=FitSettings)
     promoted_trial: TrialSpan | None = None  # the last trial that was promoted (measured_restart_s)
+
+    def trusted_from(self) -> datetime | None:
+        """When the running config's metrics are trusted: one full window plus two scrapes after every pod ran it
+        (None: since always)."""
+        if self.config_since is None:
+            return None
+        scrape = parse_duration(self.spec.autotune.scrape_interval)
+        return self.config_since + timedelta(seconds=self.window.seconds + 2 * scrape)
 
 
 @dataclass(frozen=True)
