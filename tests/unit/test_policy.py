@@ -897,6 +897,7 @@ MALFORMED_AUTOTUNE: list[object] = [
     {"version": STATE_VERSION, "selected": "on"},
     {"version": STATE_VERSION, "requestRates": [["2026-01-01T00:00:00Z"]]},
     {"version": STATE_VERSION, "requestRates": [["2026-01-01T00:00:00Z", "fast"]]},
+    {"version": STATE_VERSION, "requestRates": [["2026-01-01T00:00:00Z", 3.0, "crowded"]]},
     {"version": STATE_VERSION, "requestRates": "rising"},
     ["version", STATE_VERSION],
     "paused",
