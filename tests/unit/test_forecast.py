@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specpilot.autotune.model.forecast import (
-    MAX_SPAN,
     PROJECTION_STEPS,
     RateSample,
     Trend,
@@ -21,6 +20,7 @@ from specpilot.autotune.model.forecast import (
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+HOUR = 3600.0  # the payback horizon (FitSettings.horizon_s)
 
 
 def series(rates: list[float], every_s: float = 60.0) -> tuple[RateSample, ...]:
@@ -53,13 +53,13 @@ WOBBLE = [1.0 + 0.05 * math.sin(1.7 * i) for i in range(61)]
     ],
 )  # fmt: skip
 def test_which_request_rate_histories_make_a_rising_trend(case: str, rates: list[float], trend: bool, why: str) -> None:
-    found, reason = rising_trend(series(rates))
+    found, reason = rising_trend(series(rates), HOUR)
     assert (found is not None) is trend, reason
     assert reason.startswith(why), reason
 
 
 def test_a_trend_projects_the_line_no_further_ahead_than_it_was_fitted_over() -> None:
-    found, _ = rising_trend(series(ramp(2.0, 4.0, 31)))
+    found, _ = rising_trend(series(ramp(2.0, 4.0, 31)), HOUR)
     assert found is not None
     assert found.rate_now == pytest.approx(4.0)
     assert found.slope == pytest.approx(2.0 / 1800)
@@ -74,24 +74,41 @@ def test_a_trend_projects_the_line_no_further_ahead_than_it_was_fitted_over() ->
     }  # fmt: skip
 
 
+@pytest.mark.parametrize(("horizon_s", "every_s"), [(HOUR, 60.0), (HOUR / 10, 6.0)])
+def test_the_trend_is_read_on_the_payback_horizons_clock(horizon_s: float, every_s: float) -> None:
+    """The same load shape on a clock ten times faster (a horizon of 6 minutes, an evaluation every 6 s) makes the
+    same trend, and the same shortfall below a third of the horizon."""
+    short, why = rising_trend(series(ramp(2.0, 4.0, 19), every_s), horizon_s)
+    assert short is None
+    assert why == f"request-rate samples over {18 * every_s / 60:.0f}m (a trend needs {horizon_s / 3 / 60:.0f}m)"
+    found, _ = rising_trend(series(ramp(2.0, 4.0, 21), every_s), horizon_s)
+    assert found is not None
+    assert found.span_s == pytest.approx(20 * every_s)
+    assert found.rise == pytest.approx(1.0)
+    samples: tuple[RateSample, ...] = ()
+    for s in series([1.0] * 70, every_s):
+        samples = add_rate(samples, s, horizon_s)
+    assert (samples[-1].at - samples[0].at).total_seconds() == horizon_s
+
+
 def test_the_record_keeps_an_hour_of_samples_in_time_order() -> None:
     samples: tuple[RateSample, ...] = ()
     for s in series([1.0] * 70):
-        samples = add_rate(samples, s)
+        samples = add_rate(samples, s, HOUR)
     assert len(samples) == 61  # the newest and the hour before it
-    assert samples[-1].at - samples[0].at == MAX_SPAN
+    assert samples[-1].at - samples[0].at == timedelta(hours=1)
     # a sample not after the newest (a replayed or out-of-order evaluation) replaces what is not before it
-    again = add_rate(samples, RateSample(samples[-1].at, 9.0))
+    again = add_rate(samples, RateSample(samples[-1].at, 9.0), HOUR)
     assert again[-1].rate == 9.0
     assert len(again) == len(samples)
 
 
 def test_a_sample_is_kept_at_the_precision_status_keeps_and_survives_the_round_trip() -> None:
-    (sample,) = add_rate((), RateSample(T0 + timedelta(seconds=90), 3.14159))
+    (sample,) = add_rate((), RateSample(T0 + timedelta(seconds=90), 3.14159), HOUR)
     assert sample == RateSample(T0 + timedelta(seconds=90), 3.1416)
     assert sample.to_list() == ["2026-01-01T00:01:30Z", 3.1416]
     assert RateSample.from_list(sample.to_list()) == sample
-    (counted,) = add_rate((), RateSample(T0, 3.0, in_system=120.123456))
+    (counted,) = add_rate((), RateSample(T0, 3.0, in_system=120.123456), HOUR)
     assert counted.to_list() == ["2026-01-01T00:00:00Z", 3.0, 120.1235]
     assert RateSample.from_list(counted.to_list()) == counted
     # status written before the requests in the engines were kept: two elements, read as not measured

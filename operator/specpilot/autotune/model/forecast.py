@@ -11,7 +11,8 @@ The forecast is deliberately narrow:
 - The signal is the finished-request rate (requests/s over the query window), not the batch: below capacity it is
   the arrival rate whatever the config (a slower config raises the batch, not the rate), and the prompt growth of
   long-context traffic or an acceptance drop moves the batch at a steady rate. Past capacity it is the capacity, flat.
-- Only a sustained rise counts: at least MIN_SPAN of samples, a least-squares slope at least MIN_T standard errors
+- Only a sustained rise counts: samples over at least MIN_SPAN_SHARE of the payback horizon (the load is read on the
+  clock its gain is priced on), a least-squares slope at least MIN_T standard errors
   above zero (the samples are overlapping windows, so the errors are understated: the bar is high), and a rise of
   at least MIN_RISE of the rate over the span. A step (a flash crowd) fits a line badly; a flat or falling load,
   none.
@@ -38,8 +39,9 @@ from typing import Any
 
 from specpilot.api.timestamps import format_time, parse_time
 
-MIN_SPAN = timedelta(minutes=20)  # the shortest run of samples a trend is read from
-MAX_SPAN = timedelta(hours=1)  # older samples are dropped: a day's shape is not a line
+# The trend is read on the payback horizon's clock (FitSettings.horizon_s, an hour): from samples over at least a third
+# of it (20 minutes), and none older than the horizon before the newest (a day's shape is not a line).
+MIN_SPAN_SHARE = 1 / 3
 MIN_SAMPLES = 10
 MIN_T = 6.0  # slope / its standard error
 MIN_RISE = 0.25  # the fitted line's rise over the span, relative to its start
@@ -69,10 +71,11 @@ class RateSample:
         return cls(parse_time(str(raw[0])), float(raw[1]), in_system)
 
 
-def add_rate(samples: Sequence[RateSample], sample: RateSample) -> tuple[RateSample, ...]:
-    """Append one evaluation's rate, at the precision status keeps (a restored state decides the same); samples older
-    than MAX_SPAN before it, or not before it, are dropped."""
-    kept = [s for s in samples if sample.at - MAX_SPAN <= s.at < sample.at]
+def add_rate(samples: Sequence[RateSample], sample: RateSample, horizon_s: float) -> tuple[RateSample, ...]:
+    """Append one evaluation's rate, at the precision status keeps (a restored state decides the same); samples more
+    than the payback horizon before it, or not before it, are dropped."""
+    oldest = sample.at - timedelta(seconds=horizon_s)
+    kept = [s for s in samples if oldest <= s.at < sample.at]
     in_system = None if sample.in_system is None else round(sample.in_system, RATE_DIGITS)
     return (*kept, RateSample(sample.at, round(sample.rate, RATE_DIGITS), in_system))
 
@@ -99,15 +102,17 @@ class Trend:
         }
 
 
-def rising_trend(samples: Sequence[RateSample]) -> tuple[Trend | None, str]:
-    """A sustained rise of the request rate over the samples, or None and why not."""
+def rising_trend(samples: Sequence[RateSample], horizon_s: float) -> tuple[Trend | None, str]:
+    """A sustained rise of the request rate over the samples, or None and why not; `horizon_s` (the payback horizon)
+    sets the shortest span a trend is read from (MIN_SPAN_SHARE of it)."""
     if len(samples) < MIN_SAMPLES:
         return None, f"{len(samples)} request-rate samples (a trend needs {MIN_SAMPLES})"
     t0 = samples[0].at
     xs = [(s.at - t0).total_seconds() for s in samples]
     span = xs[-1] - xs[0]
-    if span < MIN_SPAN.total_seconds():
-        return None, f"request-rate samples over {span / 60:.0f}m (a trend needs {MIN_SPAN.total_seconds() / 60:.0f}m)"
+    min_span = MIN_SPAN_SHARE * horizon_s
+    if span < min_span:
+        return None, f"request-rate samples over {span / 60:.0f}m (a trend needs {min_span / 60:.0f}m)"
     slope, intercept, t_stat = _line(xs, [s.rate for s in samples])
     start, now = intercept + slope * xs[0], intercept + slope * xs[-1]
     if start <= 0 or now <= 0:

@@ -202,7 +202,8 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         )
     rate = valid_value(inputs.measurements, Signal.REQUEST_RATE)
     if rate is not None:
-        rates = add_rate(state.request_rates, RateSample(now, rate, _in_engines(inputs.measurements)))
+        filed = RateSample(now, rate, _in_engines(inputs.measurements))
+        rates = add_rate(state.request_rates, filed, inputs.fit.horizon_s)
         state = replace(state, request_rates=rates)
     entry = entry_from_window(
         inputs.measurements,

@@ -810,7 +810,7 @@ def _forecast(inputs: PolicyInputs, samples: Sequence[RateSample]) -> Forecast |
     rate, else, before the engine reaches its limit (_saturation: past it the queue is the backlog gate's), arrivals
     outpacing the running config's completions, held over the horizon as the load record is; None without either."""
     horizon_s = inputs.fit.horizon_s
-    trend, why = rising_trend(samples)
+    trend, why = rising_trend(samples, horizon_s)
     if trend is not None:
         ahead = projection_ahead_s(trend, horizon_s)
         return Forecast(tuple(projected_ratios(trend, ahead)), ahead, why, trend.to_dict())
