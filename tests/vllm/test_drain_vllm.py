@@ -50,8 +50,8 @@ def spec(rollout: dict[str, Any]) -> v1alpha1.SpeculativeDeploymentSpec:
 
 @dataclass
 class Termination:
-    in_flight_at_signal: int  # streams that had text but had not finished when SIGTERM was sent
-    streams: list[StreamResult]
+    in_flight: list[int]  # the streams that had text but had not finished when SIGTERM was sent
+    streams: list[StreamResult | None]  # by stream; None: no answer within the join timeout
     new_request: StreamResult  # sent half a second after SIGTERM
     exit_seconds: float  # from SIGTERM to the API server's exit
 
@@ -68,7 +68,7 @@ def terminate_while_streaming(server: Any) -> Termination:
     for thread in threads:
         thread.start()
     assert all(event.wait(60) for event in started), "every stream must produce text before the SIGTERM"
-    in_flight = sum(thread.is_alive() for thread in threads)
+    in_flight = [i for i, thread in enumerate(threads) if thread.is_alive()]
     process = server.proc
     process.send_signal(signal.SIGTERM)  # what the kubelet sends to the container's PID 1 after preStop
     signalled = time.monotonic()
@@ -77,8 +77,16 @@ def terminate_while_streaming(server: Any) -> Termination:
     for thread in threads:
         thread.join(timeout=120)
     process.wait(timeout=180)
-    streams = [r for r in results if r is not None]
-    return Termination(in_flight, streams, new_request, time.monotonic() - signalled)
+    return Termination(in_flight, results, new_request, time.monotonic() - signalled)
+
+
+def cut_by_the_signal(seen: Termination) -> list[StreamResult]:
+    """The streams in flight at SIGTERM, each with its answer. On a loaded machine a stream can finish before the
+    last one produces text; it then says nothing about the signal, but at least one must be in flight."""
+    assert seen.in_flight, "no stream was in flight at SIGTERM: the test measured nothing"
+    cut = [seen.streams[i] for i in seen.in_flight]
+    assert all(result is not None for result in cut), seen.streams
+    return [result for result in cut if result is not None]
 
 
 def test_a_drained_sigterm_completes_every_request_in_flight(
@@ -90,9 +98,7 @@ def test_a_drained_sigterm_completes_every_request_in_flight(
     grace = manifests.termination_grace_seconds(drained)
     with vllm_server(command.argv, model_map={POD_TARGET: tiny_models[TARGET]}) as server:
         seen = terminate_while_streaming(server)
-    assert seen.in_flight_at_signal == STREAMS
-    assert len(seen.streams) == STREAMS
-    for result in seen.streams:
+    for result in cut_by_the_signal(seen):
         assert result.complete, result
         assert result.completion_tokens == MAX_TOKENS
     assert seen.new_request.error is not None, "a request after SIGTERM must be refused"
@@ -108,9 +114,9 @@ def test_without_the_drain_a_sigterm_aborts_the_requests_in_flight(
     assert "--shutdown-timeout" not in command.argv
     with vllm_server(command.argv, model_map={POD_TARGET: tiny_models[TARGET]}) as server:
         seen = terminate_while_streaming(server)
-    assert seen.in_flight_at_signal == STREAMS
-    assert len(seen.streams) == STREAMS
-    for result in seen.streams:
-        assert not result.complete, result
-        assert (result.completion_tokens or 0) < MAX_TOKENS
+    # A stream whose last tokens were still on the wire at the signal reads as in flight and complete; the one that
+    # produced its first text last is mid-generation at the signal, on any machine: without the drain it is cut.
+    cut = cut_by_the_signal(seen)
+    aborted = [r for r in cut if not r.complete and (r.completion_tokens or 0) < MAX_TOKENS]
+    assert aborted, cut
     assert seen.new_request.error is not None
