@@ -80,10 +80,12 @@ class Observer:
         self.seen: list[dict[str, Any]] = []
 
     def observe(self) -> dict[str, Any]:
+        # The Deployment first: its available count follows the pod's Ready condition, so a pod listed after it is
+        # at least as far along (listed before, it could read not Ready beside an available Deployment).
+        dep: Any = self.apps.read_namespaced_deployment_status(self.name, self.namespace)
         pods: Any = self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{MANAGED_SELECTOR},specpilot.dev/deployment={self.name}"
         )
-        dep: Any = self.apps.read_namespaced_deployment_status(self.name, self.namespace)
         pod = next((p for p in pods.items if p.metadata.deletion_timestamp is None), None)
         seen: dict[str, Any] = {"available": dep.status.available_replicas or 0, "pod": None}
         if pod is not None and pod.status is not None:
