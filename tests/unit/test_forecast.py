@@ -50,6 +50,11 @@ WOBBLE = [1.0 + 0.05 * math.sin(1.7 * i) for i in range(61)]
         # a flash crowd: flat, then x5 for the last 5 minutes; a line fits a step badly
         ("a step", [2.0] * 26 + [10.0] * 5, False, "no sustained rise"),
         ("a clean line", ramp(1.0, 3.0, 21), True, "the request rate rose +200% over 20m (t > 1000)"),
+        # a peak behind: 30 minutes up, then 7 down; the line over all 37 still rises, its newest third does not
+        ("a ramp and its first fall", ramp(2.0, 4.0, 31) + ramp(4.0, 3.3, 8)[1:], False,
+         "the request rate rose +84% over 37m, but not over the last 12m (-2.2 requests/s per hour): a peak"),
+        # the first minutes of a fall inside the newest third: the rise still leads
+        ("a ramp and a dip", ramp(2.0, 4.0, 31) + ramp(4.0, 3.8, 4)[1:], True, "the request rate rose +102% over 33m"),
     ],
 )  # fmt: skip
 def test_which_request_rate_histories_make_a_rising_trend(case: str, rates: list[float], trend: bool, why: str) -> None:

@@ -14,8 +14,8 @@ The forecast is deliberately narrow:
 - Only a sustained rise counts: samples over at least MIN_SPAN_SHARE of the payback horizon (the load is read on the
   clock its gain is priced on), a least-squares slope at least MIN_T standard errors
   above zero (the samples are overlapping windows, so the errors are understated: the bar is high), and a rise of
-  at least MIN_RISE of the rate over the span. A step (a flash crowd) fits a line badly; a flat or falling load,
-  none.
+  at least MIN_RISE of the rate over the span, still rising over its newest third (STILL_RISING_SHARE: a peak
+  behind fits a rising line too). A step (a flash crowd) fits a line badly; a flat or falling load, none.
 - It projects no further ahead than it has looked back, and never past the horizon.
 - It only adds a reason to install a refit that does not lose over the record (plan_threshold): a fitted schedule is
   the best K per batch size by the model, so a wrong forecast costs one restart, inside the actuation budget.
@@ -45,6 +45,7 @@ MIN_SPAN_SHARE = 1 / 3
 MIN_SAMPLES = 10
 MIN_T = 6.0  # slope / its standard error
 MIN_RISE = 0.25  # the fitted line's rise over the span, relative to its start
+STILL_RISING_SHARE = 1 / 3  # the newest part of the span whose own line must still rise
 MIN_OUTPACING_SAMPLES = 3  # the fewest points a slope has a standard error from
 PROJECTION_STEPS = 12  # equal slices of the time ahead a projection prices
 T_SHOWN_MAX = 1000.0
@@ -124,7 +125,24 @@ def rising_trend(samples: Sequence[RateSample], horizon_s: float) -> tuple[Trend
             f"no sustained rise: the request rate moved {rise:+.0%} over {span / 60:.0f}m "
             f"({_t_text(t_stat)}; a trend needs {MIN_RISE:+.0%} and t >= {MIN_T:.0f})"
         )
+    ended = _rise_ended(xs, samples)
+    if ended:
+        return None, f"the request rate rose {rise:+.0%} over {span / 60:.0f}m, {ended}"
     return trend, f"the request rate rose {rise:+.0%} over {span / 60:.0f}m ({_t_text(t_stat)})"
+
+
+def _rise_ended(xs: Sequence[float], samples: Sequence[RateSample]) -> str | None:
+    """Why a line that rises over the span is a peak behind, not a rise ahead: the newest STILL_RISING_SHARE of the
+    span no longer rises (a ramp and the first minutes of its fall still fit a rising line); None while it does."""
+    since = xs[-1] - STILL_RISING_SHARE * (xs[-1] - xs[0])
+    recent = [(x, s.rate) for x, s in zip(xs, samples, strict=True) if x >= since]
+    if len(recent) < MIN_OUTPACING_SAMPLES:
+        return None
+    slope, _, _ = _line([x for x, _ in recent], [r for _, r in recent])
+    if slope > 0:
+        return None
+    minutes = (xs[-1] - recent[0][0]) / 60
+    return f"but not over the last {minutes:.0f}m ({slope * 3600:+.1f} requests/s per hour): a peak"
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
