@@ -24,7 +24,7 @@ A second source, for a load that is already there: arrivals that outpace complet
 engines reach their limit the finished-request rate lags the arrivals by exactly the growth of the requests in the
 engines (running and waiting, every pod: Little's law's bookkeeping), so arrivals over completions = 1 + that growth
 over the finished rate. It is read only from the windows of the config running now, once they are trusted (a change
-of config moves the batch by itself), from at least MIN_OUTPACING_SAMPLES of them with the same MIN_T bar, and it
+of config moves the batch by itself), from at least MIN_LINE_POINTS of them with the same MIN_T bar, and it
 counts only where it takes the running config past its capacity (schedule.Forecast.past_capacity_only): a config
 that keeps up settles at a batch the load record will show; one that cannot keeps falling behind until max_num_seqs.
 """
@@ -46,7 +46,7 @@ MIN_SAMPLES = 10
 MIN_T = 6.0  # slope / its standard error
 MIN_RISE = 0.25  # the fitted line's rise over the span, relative to its start
 STILL_RISING_SHARE = 1 / 3  # the newest part of the span whose own line must still rise
-MIN_OUTPACING_SAMPLES = 3  # the fewest points a slope has a standard error from
+MIN_LINE_POINTS = 3  # the fewest points a least-squares slope has a standard error from (_line)
 PROJECTION_STEPS = 12  # equal slices of the time ahead a projection prices
 T_SHOWN_MAX = 1000.0
 RATE_DIGITS = 4  # requests/s as status keeps them
@@ -135,13 +135,13 @@ def _rise_ended(xs: Sequence[float], samples: Sequence[RateSample]) -> str | Non
     """Why a line that rises over the span is a peak behind, not a rise ahead: the newest STILL_RISING_SHARE of the
     span no longer rises (a ramp and the first minutes of its fall still fit a rising line); None while it does."""
     since = xs[-1] - STILL_RISING_SHARE * (xs[-1] - xs[0])
-    recent = [(x, s.rate) for x, s in zip(xs, samples, strict=True) if x >= since]
-    if len(recent) < MIN_OUTPACING_SAMPLES:
+    first = next(i for i, x in enumerate(xs) if x >= since)
+    if len(xs) - first < MIN_LINE_POINTS:
         return None
-    slope, _, _ = _line([x for x, _ in recent], [r for _, r in recent])
+    slope, _, _ = _line(xs[first:], [s.rate for s in samples[first:]])
     if slope > 0:
         return None
-    minutes = (xs[-1] - recent[0][0]) / 60
+    minutes = (xs[-1] - xs[first]) / 60
     return f"but not over the last {minutes:.0f}m ({slope * 3600:+.1f} requests/s per hour): a peak"
 
 
@@ -191,8 +191,8 @@ def outpacing(samples: Sequence[RateSample], since: datetime) -> tuple[Outpacing
     """Arrivals outpacing completions over the samples from `since` (when the running config's windows are trusted):
     a growth of the requests in the engines at least MIN_T standard errors above zero; None and why not."""
     points = [s for s in samples if s.at >= since and s.in_system is not None]
-    if len(points) < MIN_OUTPACING_SAMPLES:
-        return None, f"{len(points)} windows of this config (outpacing needs {MIN_OUTPACING_SAMPLES})"
+    if len(points) < MIN_LINE_POINTS:
+        return None, f"{len(points)} windows of this config (outpacing needs {MIN_LINE_POINTS})"
     xs = [(s.at - points[0].at).total_seconds() for s in points]
     growth, _, t_stat = _line(xs, [s.in_system or 0.0 for s in points])
     finished = points[-1].rate
