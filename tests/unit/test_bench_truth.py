@@ -18,12 +18,20 @@ from specpilot.autotune.model.rollcost import restart_cost_for
 from specpilot.autotune.model.stepcost import PROFILES
 from specpilot.autotune.policy.decision import measured_restart_s, with_measured_restart
 from specpilot.autotune.policy.state import Action, ActuationRecord, PolicyInputs, PolicyState, TrialSpan
-from specpilot.bench.main import with_true_profile
+from specpilot.bench.main import on_gpu_class, on_true_profile, with_true_profile
+from specpilot.bench.replay import standard_trace_scenarios
 from specpilot.bench.runner import closed_loop_spec
-from specpilot.bench.scenarios import SCENARIOS, Scenario, scenario_named
+from specpilot.bench.scenarios import SCENARIOS, Replay, Scenario, scenario_named
 from specpilot.bench.specpilot_policy import SpecpilotController, to_datetime
 from specpilot.planning.plan import plan_memory
-from specpilot.sim.presets import LLAMA8B_H100, LLAMA70B_4XH100, TRUE_PROFILES, perturbed, preset_named
+from specpilot.sim.presets import (
+    GPU_CLASS_COPIES,
+    LLAMA8B_H100,
+    LLAMA70B_4XH100,
+    TRUE_PROFILES,
+    perturbed,
+    preset_named,
+)
 from specpilot.vllm.intent import intent_from_spec
 
 
@@ -83,6 +91,75 @@ def test_a_perturbed_run_keeps_the_scenarios_share_of_capacity(scenario: str, va
     true = with_true_profile(written, variant)
     assert [t for t, _ in true.qps] == [t for t, _ in written.qps]
     assert [q for _, q in true.qps] == pytest.approx([q * ratio for _, q in written.qps])
+
+
+@pytest.mark.parametrize("variant", ["perturbed-ridge-low", "perturbed-ridge-high", "a100-like", "l4-like"])
+def test_absolute_rates_stay_as_written_on_any_truth(variant: str) -> None:
+    """low-traffic's 0.1 QPS is the point of the scenario (windows too thin for a latency figure), not a share."""
+    written = scenario_named("low-traffic")
+    (true,) = on_true_profile([written], variant, named=True)
+    assert true.preset != written.preset
+    assert true.qps == written.qps
+
+
+@pytest.mark.parametrize(
+    ("gpu_class", "preset", "gpu_label", "ratio", "slower"),
+    [("a100-like", "llama8b-a100-like", "NVIDIA-A100-SXM4-80GB", 6.423 / 13.178, 3.35 / 2.04),
+     ("l4-like", "llama8b-l4-like", "NVIDIA-L4", 0.554 / 13.178, 3.35 / 0.30),
+     ("mi300x-like", "llama8b-mi300x-like", None, 18.35 / 13.178, 1.0)],
+)  # fmt: skip
+def test_a_gpu_class_run_is_sized_to_that_hardware_and_its_cr_names_it(
+    gpu_class: str, preset: str, gpu_label: str | None, ratio: float, slower: float
+) -> None:
+    """The same share of the class's own capacity, objectives loosened by its slower step (never tightened), and a
+    CR that states the class's GPU, for which the operator has no calibrated profile."""
+    written = scenario_named("spike")
+    true = on_gpu_class(written, gpu_class)
+    assert true is not None
+    assert true.preset == preset
+    assert [q for _, q in true.qps] == pytest.approx([q * ratio for _, q in written.qps], rel=1e-3)
+    assert true.tpot_slo_ms == pytest.approx(written.tpot_slo_ms * slower, rel=1e-3)
+    assert true.ttft_slo_s == pytest.approx(written.ttft_slo_s * slower, rel=1e-3)
+    spec = closed_loop_spec(true)
+    assert plan_memory(spec).fits
+    assert spec.resources.node_selector.get("nvidia.com/gpu.product") == gpu_label
+    assert spec.resources.gpu_memory_gi_b == preset_named(preset).gpu_memory_gib
+    assert fit_settings_for(spec).calibrated is False
+
+
+@pytest.mark.parametrize("gpu_class", list(GPU_CLASS_COPIES))
+def test_a_gpu_class_run_restates_a_replay_at_the_same_share(gpu_class: str) -> None:
+    written = next(s for s in standard_trace_scenarios() if s.name == "azure-conv-8b-eagle3-60pct")
+    true = on_gpu_class(written, gpu_class)
+    assert true is not None
+    assert true.replay is not None
+    assert written.replay is not None
+    ratio = {"a100-like": 6.423, "l4-like": 0.554, "mi300x-like": 18.35}[gpu_class] / 13.178
+    rate = len(true.replay.requests) / true.replay.last_arrival_s
+    written_rate = len(written.replay.requests) / written.replay.last_arrival_s
+    assert rate == pytest.approx(written_rate * ratio, rel=0.02)
+    assert true.duration_s - true.replay.last_arrival_s == pytest.approx(
+        written.duration_s - written.replay.last_arrival_s
+    )
+
+
+@pytest.mark.parametrize(
+    ("factor", "kept", "times"),
+    [(1.0, 4, [0.0, 1.0, 2.0, 3.0]), (0.5, 2, [1.0, 3.0]), (0.25, 1, [3.0]), (2.0, 4, [0.0, 0.5, 1.0, 1.5])],
+)  # fmt: skip
+def test_a_replay_at_another_rate(factor: float, kept: int, times: list[float]) -> None:
+    replay = Replay("t", tuple((float(i), 10 + i, 20 + i) for i in range(4))).at_rate(factor)
+    assert len(replay.requests) == kept
+    assert [t for t, _, _ in replay.requests] == times
+
+
+@pytest.mark.parametrize("gpu_class", list(GPU_CLASS_COPIES))
+def test_a_gpu_class_run_leaves_out_what_it_has_no_copy_of(gpu_class: str) -> None:
+    """diurnal is a 70B, l4-like already another GPU, target-change ran an 8B before its 70B: none has a copy."""
+    chosen = [scenario_named(n) for n in ("steady-low", "diurnal", "l4-like", "target-change")]
+    assert [s.name for s in on_true_profile(chosen, gpu_class, named=False)] == ["steady-low"]
+    with pytest.raises(ValueError, match=r"--scenario: diurnal runs llama70b-4xh100; --true-profile .* has a copy of"):
+        on_true_profile(chosen, gpu_class, named=True)
 
 
 @pytest.mark.parametrize(

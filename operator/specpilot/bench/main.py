@@ -18,7 +18,7 @@ from specpilot.bench import report
 from specpilot.bench.layout import Balancer
 from specpilot.bench.scenarios import CLIENT_TIMEOUT_S, SCENARIOS, Scenario, on_true_capacity, scenario_named
 from specpilot.bench.trace import TraceError, read_trace
-from specpilot.sim.presets import PERTURBATIONS, TRUE_PROFILES
+from specpilot.sim.presets import GPU_CLASS_COPIES, PERTURBATIONS, TRUE_PROFILES, preset_named
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,11 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_trace_arguments(p)
     p.add_argument(
         "--true-profile",
-        choices=("calibrated", *PERTURBATIONS),
+        choices=("calibrated", *PERTURBATIONS, *GPU_CLASS_COPIES),
         default="calibrated",
-        help="the hardware the simulator runs: the calibrated preset the CR describes, or a perturbed copy of it "
-        "(roofline ridge x0.6 or x1.4, verify x1.5, drafter x2, restart x1.5) that the operator is not told about, "
-        "the scenario's load at the same share of that copy's own capacity",
+        help="the hardware the simulator runs: the calibrated preset the CR describes; a perturbed copy of it "
+        "(roofline ridge x0.6 or x1.4, verify x1.5, drafter x2, restart x1.5) that the operator is not told about; "
+        "or an unseen GPU class (the 8B scaled from the H100 by datasheet bandwidth and FLOP/s) that the CR names "
+        "and the operator has no profile for, only the scenarios of the presets it has a copy of. The scenario's "
+        "load is at the same share of the true profile's own capacity",
     )
     p.add_argument(
         "--replicas",
@@ -218,15 +220,61 @@ def _chosen(args: argparse.Namespace) -> list[Scenario]:
 
 def with_true_profile(scenario: Scenario, variant: str) -> Scenario:
     """The scenario (and what its CR ran before) simulated on the perturbed copy of its calibrated preset, its
-    arrival rates at the same share of that copy's capacity (on_true_capacity; a replay keeps its recorded arrivals);
-    a scenario that already runs an uncalibrated profile keeps it. The CR, and so the operator, is the calibrated
-    run's."""
+    arrival rates at the same share of that copy's capacity (on_true_capacity; a replay keeps its recorded arrivals,
+    a scenario of absolute rates its rates); a scenario that already runs an uncalibrated profile keeps it. The CR,
+    and so the operator, is the calibrated run's."""
     previous = None if scenario.previous is None else with_true_profile(scenario.previous, variant)
     name = f"{scenario.preset}-{variant}"
     if name not in TRUE_PROFILES:
         return replace(scenario, previous=previous)
-    qps = on_true_capacity(scenario.qps, scenario.preset, name)
+    qps = scenario.qps if scenario.absolute_rates else on_true_capacity(scenario.qps, scenario.preset, name)
     return replace(scenario, preset=name, previous=previous, qps=qps)
+
+
+def on_gpu_class(scenario: Scenario, gpu_class: str) -> Scenario | None:
+    """The scenario on an unseen GPU class's copy of its preset, sized to that hardware as a deployment on it would
+    be: arrivals at the same share of the copy's no-speculation capacity (a replay thinned or compressed in time to
+    that rate; absolute rates as written) and the TPOT objective and TTFT deadline loosened by how much slower one
+    step is (never tightened). The CR states the class's GPU. None: the class has no copy of its preset (or of the
+    one its CR ran before)."""
+    copies = GPU_CLASS_COPIES[gpu_class]
+    if scenario.preset not in copies:
+        return None
+    previous = None if scenario.previous is None else on_gpu_class(scenario.previous, gpu_class)
+    if scenario.previous is not None and previous is None:
+        return None
+    base, copy = preset_named(scenario.preset), copies[scenario.preset]
+    slower = max(1.0, preset_named(copy).verify_base_ms / base.verify_base_ms)
+    sized = replace(scenario, preset=copy, previous=previous, tpot_slo_ms=scenario.tpot_slo_ms * slower,
+                    ttft_slo_s=scenario.ttft_slo_s * slower)  # fmt: skip
+    if scenario.absolute_rates:
+        return sized
+    if scenario.replay is None:
+        return replace(sized, qps=on_true_capacity(scenario.qps, scenario.preset, copy))
+    rate = on_true_capacity(((0.0, 1.0),), scenario.preset, copy)[0][1]
+    replay = scenario.replay.at_rate(rate)
+    tail_s = scenario.duration_s - scenario.replay.last_arrival_s
+    return replace(sized, replay=replay, duration_s=replay.last_arrival_s + tail_s)
+
+
+def on_true_profile(chosen: list[Scenario], variant: str, named: bool) -> list[Scenario]:
+    """`chosen` on `--true-profile variant`. A GPU class runs the scenarios it has a copy of the hardware for; the
+    others are left out, with a line on stderr, or, when named with --scenario, refused."""
+    if variant in PERTURBATIONS:
+        return [with_true_profile(s, variant) for s in chosen]
+    kept: list[Scenario] = []
+    for scenario in chosen:
+        sized = on_gpu_class(scenario, variant)
+        if sized is not None:
+            kept.append(sized)
+            continue
+        before = f" after {scenario.previous.preset}" if scenario.previous else ""
+        copied = ", ".join(GPU_CLASS_COPIES[variant])
+        why = f"{scenario.name} runs {scenario.preset}{before}; --true-profile {variant} has a copy of {copied} only"
+        if named:
+            raise ValueError(f"--scenario: {why}")
+        print(f"left out: {why}", file=sys.stderr)
+    return kept
 
 
 def with_objective(scenario: Scenario, objective: AutotuneObjective) -> Scenario:
@@ -264,7 +312,11 @@ def main(args: argparse.Namespace) -> int:
     if args.quick:
         chosen = [s.scaled(0.1) for s in chosen]
     if args.true_profile != "calibrated":
-        chosen = [with_true_profile(s, args.true_profile) for s in chosen]
+        try:
+            chosen = on_true_profile(chosen, args.true_profile, bool(args.scenario))
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.objective != AutotuneObjective.THROUGHPUT.value:
         chosen = [with_objective(s, AutotuneObjective(args.objective)) for s in chosen]
     chosen = [with_client_timeout(s, args.client_timeout) for s in chosen]

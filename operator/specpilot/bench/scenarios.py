@@ -52,7 +52,8 @@ LONG_PROMPTS = Lengths(5.22, 0.6, 6.18, 0.8, prompt_cap=4096, output_cap=2048)  
 # lengths, max_num_seqs and max_model_len. The 8B rates were written as QPS against a stated ~20 QPS; the preset
 # measured 17.716 then, and 13.178 since its refit to vLLM PR #32374's batch-256 steps (roofline ridge 320 -> 220,
 # KV read 39.26 -> 48 ns per token, 8 us per scheduled request), so the same QPS would have been 1.5x the load meant.
-# The perturbed true profiles' entries restate a scenario's load on them (`on_true_capacity`).
+# The true profiles' entries (perturbed copies, unseen GPU classes) restate a scenario's load on them
+# (`on_true_capacity`).
 NO_SD_CAPACITY_QPS: dict[tuple[str, Lengths, int, int], float] = {
     ("llama8b-h100", SHAREGPT, 256, 8192): 13.178,
     ("llama70b-4xh100", SHAREGPT, 256, 8192): 10.492,
@@ -60,6 +61,9 @@ NO_SD_CAPACITY_QPS: dict[tuple[str, Lengths, int, int], float] = {
     ("llama8b-h100-perturbed-ridge-high", SHAREGPT, 256, 8192): 10.136,
     ("llama70b-4xh100-perturbed-ridge-low", SHAREGPT, 256, 8192): 5.251,
     ("llama70b-4xh100-perturbed-ridge-high", SHAREGPT, 256, 8192): 8.272,
+    ("llama8b-a100-like", SHAREGPT, 256, 8192): 6.423,
+    ("llama8b-l4-like", SHAREGPT, 256, 8192): 0.554,
+    ("llama8b-mi300x-like", SHAREGPT, 256, 8192): 18.35,
 }
 
 
@@ -111,6 +115,18 @@ class Replay:
         kept = [(t * factor, p, o) for i, (t, p, o) in enumerate(self.requests)
                 if math.floor((i + 1) * factor) > math.floor(i * factor)]  # fmt: skip
         return Replay(self.source, tuple(kept))
+
+    def at_rate(self, factor: float) -> Replay:
+        """The same recording at `factor` times its request rate: below 1 every 1/factor-th request kept (evenly by
+        index) at its own time, above 1 every request kept and the arrival times divided by `factor`."""
+        if factor >= 1:
+            return Replay(self.source, tuple((t / factor, p, o) for t, p, o in self.requests))
+        kept = [r for i, r in enumerate(self.requests) if math.floor((i + 1) * factor) > math.floor(i * factor)]
+        return Replay(self.source, tuple(kept))
+
+    @property
+    def last_arrival_s(self) -> float:
+        return self.requests[-1][0] if self.requests else 0.0
 
     def repeated(self, times: int) -> Replay:
         """Every recorded request `times` times at its own arrival: the trace's load on each of `times` pods."""
@@ -166,6 +182,9 @@ class Scenario:
     # the controller's own (a candidate's trial: a restart, an analysis window, a promotion) is compressed less, and
     # its clock (time_scale) not at all: a trial's analysis needs a full window's sample at the scenario's traffic.
     shortest_s: float = 0.0
+    # The arrival rates are the point of the scenario (thin traffic), not a share of the hardware's capacity: a run on
+    # another true profile keeps them as written.
+    absolute_rates: bool = False
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -377,6 +396,7 @@ SCENARIOS += (
         ((0.0, 0.2),),
         tpot_slo_ms=15.0,
         dynamic=False,
+        absolute_rates=True,
     ),
     Scenario(
         "l4-like",

@@ -274,6 +274,14 @@ UNSEEN_GPUS = (
               kv_tokens=1_250_000, restart_s=150.0, sched_ms=1.5),
 )  # fmt: skip
 
+# `specpilot bench --true-profile CLASS`: the calibrated presets each unseen GPU class has a copy of. Unlike a
+# perturbed copy, a class copy is other hardware, so its CR states that GPU (product label and memory).
+GPU_CLASS_COPIES: dict[str, dict[str, str]] = {
+    "a100-like": {LLAMA8B_H100.name: "llama8b-a100-like"},
+    "l4-like": {LLAMA8B_H100.name: "llama8b-l4-like"},
+    "mi300x-like": {LLAMA8B_H100.name: "llama8b-mi300x-like"},
+}
+
 TRUE_PROFILES: dict[str, Preset] = {
     **{p.name: p for p in UNSEEN_GPUS},
     **{f"{b.name}-{v}": perturbed(b, v) for b in (LLAMA8B_H100, LLAMA70B_4XH100) for v in PERTURBATIONS},
