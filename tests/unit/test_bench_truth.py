@@ -154,6 +154,15 @@ def test_a_replay_at_another_rate(factor: float, kept: int, times: list[float]) 
 
 
 @pytest.mark.parametrize("gpu_class", list(GPU_CLASS_COPIES))
+def test_every_scenario_of_a_gpu_class_run_is_one_the_operator_deploys(gpu_class: str) -> None:
+    written = [*SCENARIOS, *standard_trace_scenarios()]
+    run = [s for s in (on_gpu_class(w, gpu_class) for w in written) if s is not None]
+    assert len(run) >= 12
+    for scenario in run:
+        assert plan_memory(closed_loop_spec(scenario)).fits, f"{gpu_class} {scenario.name}: MemoryFit would be False"
+
+
+@pytest.mark.parametrize("gpu_class", list(GPU_CLASS_COPIES))
 def test_a_gpu_class_run_leaves_out_what_it_has_no_copy_of(gpu_class: str) -> None:
     """diurnal is a 70B, l4-like already another GPU, target-change ran an 8B before its 70B: none has a copy."""
     chosen = [scenario_named(n) for n in ("steady-low", "diurnal", "l4-like", "target-change")]
