@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from specpilot.api.v1alpha1 import AutotuneObjective, LatencySpec
 from specpilot.autotune.model.baseline import load_bucket
-from specpilot.autotune.model.k0tax import kv_batch_limit
 from specpilot.autotune.model.rollcost import RolloutShape, needed_headroom, tpot_target_ms, ttft_deadline_s
 from specpilot.autotune.model.schedule import (
     FitSettings,
@@ -472,7 +471,6 @@ def plan(
     declared_k: int | None = None,
     inflight_s: float = 0.0,
     tpot_spread_ms: tuple[float, float] | None = None,
-    batch_limit: int | None = None,
 ) -> ThresholdPlan:
     """Fit with a measured TPOT that the model itself predicts (times `tpot_factor` to simulate a mismatch)."""
     intent = current or SpeculationIntent(True, 5)
@@ -498,7 +496,6 @@ def plan(
         declared_k=declared_k,
         inflight_s=inflight_s,
         tpot_spread_ms=tpot_spread_ms,
-        batch_limit=batch_limit,
     )
 
 
@@ -1054,24 +1051,3 @@ def test_a_refit_that_loses_nothing_now_is_installed_while_the_restart_is_free(
     else:
         assert "gainAhead" not in result.evidence
         assert "install needs >= 3%" in result.reason
-
-
-@pytest.mark.parametrize(("batch_limit", "installs", "reach"), [(None, True, 512), (600, True, 512), (1, False, 1)])
-def test_a_free_install_counts_only_the_batches_the_kv_cache_holds(
-    batch_limit: int | None, installs: bool, reach: int
-) -> None:
-    """The gain ahead is read up to the batch the KV cache holds: where it is full at batch 1 (an L4 of long
-    requests), the larger batches that gain are never reached, and the restart buys nothing."""
-    settings = FitSettings(rollout=pods_for(2.0))
-    result = plan("0.33.0", {1: 3600.0}, 1, settings=settings, batch_limit=batch_limit)
-    assert result.worth_installing is installs
-    assert result.evidence["reachableBatch"] == reach
-
-
-@pytest.mark.parametrize(
-    ("batch", "kv_usage", "limit"),
-    [(20.0, 0.5, 40), (36.0, 1.0, 36), (10.0, 0.03, 333), (12.0, 1.2, 12), (None, 0.5, None), (20.0, None, None),
-     (20.0, 0.0, None), (0.0, 0.5, None)],
-)  # fmt: skip
-def test_the_batch_the_kv_cache_holds(batch: float | None, kv_usage: float | None, limit: int | None) -> None:
-    assert kv_batch_limit(batch, kv_usage) == limit

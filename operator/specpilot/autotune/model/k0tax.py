@@ -83,15 +83,6 @@ def kv_bound(kv_usage: float | None, waiting: float | None, preemptions_per_s: f
     return False, f"not KV-bound (KV cache {shown}, no preemptions)"
 
 
-def kv_batch_limit(batch: float | None, kv_usage: float | None) -> int | None:
-    """The running batch at which the KV cache is full, at the context the requests run with now: the batch over the
-    cache's measured usage (an L4's 24 GiB holds about 36 requests of 1,000 tokens, whatever max_num_seqs says).
-    None where either is unmeasured or the cache is empty."""
-    if batch is None or kv_usage is None or batch <= 0 or kv_usage <= 0:
-        return None
-    return max(1, math.floor(batch / min(1.0, kv_usage)))
-
-
 def memory_rate(model: StepCostModel, batch: int, memory: DrafterMemory) -> float:
     """mem(B): relative tokens/s plain would add by running more requests in the KV the drafter holds (see doc)."""
     if not memory.kv_bound or memory.kv_gain <= 0:

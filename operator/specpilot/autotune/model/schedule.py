@@ -682,7 +682,6 @@ def plan_threshold(
     inflight_s: float = 0.0,
     tpot_spread_ms: tuple[float, float] | None = None,
     peak_ratio: float = 1.0,
-    batch_limit: int | None = None,
 ) -> ThresholdPlan:
     """Fit the batch-size schedule (>= 0.24), V0 threshold (<= 0.9.2) or, where the engine has neither, one K, and
     judge whether installing it pays.
@@ -752,7 +751,7 @@ def plan_threshold(
             _no_change(support, settings, f"{shown} already installed", evidence, off),
             off_cost_s=off_cost_s, restart_free=free,
         )  # fmt: skip
-    judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forecast, anchor, evidence, batch_limit)
+    judged = _judge(refit, batches, batch, max_num_seqs, settings, at_load, forecast, anchor, evidence)
     return ThresholdPlan(
         support, refit.proposed if judged.worth else None, judged.gain, judged.payback_s, judged.worth,
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
@@ -961,10 +960,9 @@ def _judge(
     forecast: Forecast | None,
     anchor: SpeculationIntent | None,
     evidence: dict[str, Any],
-    batch_limit: int | None = None,
 ) -> _Judged:
     """Is the refit worth a restart: by the load record, by a forecast rise, or, while the restart is free, by the
-    load it may reach (largest_gain_ahead), up to max_num_seqs or the batch the KV cache holds (`batch_limit`)."""
+    load it may reach (largest_gain_ahead)."""
     gain = refit.gain_over(load)
     payback = payback_seconds(gain, settings.restart_cost_s)
     # the gain at the batch running now: what each minute of waiting forgoes in throughput (the backlog gate), while
@@ -995,10 +993,8 @@ def _judge(
     option = None
     free = at_load is not None and at_load.free
     if free and not (by_record or by_forecast) and loses_only_ties(gain, settings):
-        reach = max_num_seqs if batch_limit is None else max(batch, min(max_num_seqs, batch_limit))
-        option = largest_gain_ahead(range(batch, reach + 1), refit.gain_over)
+        option = largest_gain_ahead(range(batch, max_num_seqs + 1), refit.gain_over)
         evidence["gainAhead"] = round(option, 4)
-        evidence["reachableBatch"] = reach
     by_option = option is not None and option >= settings.min_gain
     reason = _install_reason(gain, payback, settings, at_load)
     if by_option:

@@ -44,7 +44,7 @@ from specpilot.autotune.model.forecast import (
     recent_peak_ratio,
     rising_trend,
 )
-from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_batch_limit, kv_bound
+from specpilot.autotune.model.k0tax import DrafterMemory, drafter_kv_gain, kv_bound
 from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
@@ -791,7 +791,6 @@ def _plan(
         inflight_s=valid_value(m, Signal.E2E_P99) or 0.0,
         tpot_spread_ms=_tpot_spread_ms(m),
         peak_ratio=_rate_peak(state.request_rates, inputs.fit),
-        batch_limit=kv_batch_limit(batch, valid_value(m, Signal.KV_CACHE_USAGE)),
     )
 
 
