@@ -7,23 +7,14 @@ from dataclasses import replace
 import pytest
 
 import tests.unit.test_policy as tp
-from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, StepCostModel, with_context_length
-from specpilot.autotune.model.stepfit import (
-    MIN_SAMPLES,
-    RIDGE_SCALES,
-    StepSample,
-    add_sample,
-    fit_step_cost,
-    sample_from_window,
-)
+from specpilot.autotune.model.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
 from specpilot.autotune.policy.decision import evaluate_alone
 from specpilot.autotune.policy.state import PolicyState
 from specpilot.autotune.signals.measurements import MeasurementClass
 from specpilot.autotune.signals.promql import Signal
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
-from specpilot.sim.presets import Preset, preset_named
 from specpilot.vllm.versions import v
 
 CONTEXT = 1000  # mean context of running requests: the profile's L-bar
@@ -34,10 +25,10 @@ WRONG = replace(TRUE, verify_base_ms=TRUE.verify_base_ms * 1.6, kv_read_ns_per_t
                 draft_kv_ns_per_token=TRUE.draft_kv_ns_per_token * 0.4, sched_ms=3.0)  # fmt: skip
 
 
-def sim_step_ms(batch: int, k: int, *, speculating: bool, context: int = CONTEXT, truth: Preset = SIM_8B) -> float:
+def sim_step_ms(batch: int, k: int, *, speculating: bool, context: int = CONTEXT) -> float:
     """The simulator's true step time (staircase over CUDA-graph sizes, drafter, overhead) for B decodes at K."""
     spec = SpecConfig("eagle3", 3) if speculating else None
-    engine = Engine(EngineConfig(truth, v("0.32.0"), "fit", 512, speculation=spec), seed=1)
+    engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "fit", 512, speculation=spec), seed=1)
     return engine.step_ms(batch * (k + 1), batch * context, batch, k)
 
 
@@ -70,49 +61,6 @@ def test_the_fit_recovers_the_simulators_curve_from_a_wrong_profile() -> None:
     shown = fit.to_dict()
     assert shown["used"] is True
     assert shown["note"].startswith("fitted from this deployment: verify x0.6")
-
-
-A100 = preset_named("llama8b-a100-like")  # ridge x0.52 of the H100's: FLOP/s over bandwidth
-
-
-def speculating_windows(batches: list[int], truth: Preset) -> list[StepSample]:
-    """Windows of a deployment that always ran K = 3 (no plain figure), +-3% scatter."""
-    return [
-        StepSample(b, 3, True, round(sim_step_ms(b, 3, speculating=True, truth=truth) * (1 + 0.03 * (-1) ** i), 3))
-        for i, b in enumerate(batches)
-    ]
-
-
-def test_on_a_gpu_of_another_ridge_only_a_fitted_ridge_describes_the_steps() -> None:
-    """The H100's shape rescaled cannot follow an A100's earlier bend (its fit goes out of range); with the ridge
-    fitted it follows the measured K = 3 steps. From speculating windows alone the ridge trades off against the
-    drafter term (plain's cost within a quarter); windows of both (after a trial of plain) pin it down."""
-    batches = [4, 10, 20, 40, 80, 120, 180]
-    seen = speculating_windows(batches, A100)
-    assert fit_step_cost(seen, LLAMA8B_H100).model is None
-    free = fit_step_cost(seen, LLAMA8B_H100, RIDGE_SCALES)
-    assert free.model is not None, free.note
-    assert 0.5 <= free.ridge_scale <= 0.7, free.note
-    assert free.to_dict()["ridgeScale"] == free.ridge_scale
-    for batch in (8, 60, 150):
-        for k, within in ((3, 0.05), (0, 0.25)):
-            true_ms = sim_step_ms(batch, k, speculating=k > 0, truth=A100)
-            assert free.model.step_ms(batch, k, configured=k > 0) == pytest.approx(true_ms, rel=within), (batch, k)
-    both = [*seen, *(StepSample(b, 0, False, sim_step_ms(b, 0, speculating=False, truth=A100)) for b in batches)]
-    pinned = fit_step_cost(both, LLAMA8B_H100, RIDGE_SCALES)
-    assert pinned.ridge_scale == 0.5, pinned.note
-    assert pinned.model is not None
-    for batch in (8, 60, 150):
-        for k in (0, 1, 3):
-            true_ms = sim_step_ms(batch, k, speculating=k > 0, truth=A100)
-            assert pinned.model.step_ms(batch, k, configured=k > 0) == pytest.approx(true_ms, rel=0.05), (batch, k)
-
-
-def test_on_the_profiles_own_gpu_the_fitted_ridge_is_the_profiles() -> None:
-    own = fit_step_cost(windows([4, 10, 20, 40, 80, 120, 180]), LLAMA8B_H100, RIDGE_SCALES)
-    assert own.model is not None
-    assert own.ridge_scale == 1.0, own.note
-    assert "ridge" not in own.note
 
 
 def test_thin_data_fall_back_to_the_profile_and_say_so() -> None:
@@ -213,23 +161,6 @@ def test_the_policy_fits_from_its_own_windows_and_reports_the_fit() -> None:
     assert after.evidence["threshold"]["model"]["name"] == "llama8b-h100 (fitted online)"
     restored = PolicyState.from_dict(rich.to_dict())
     assert restored.step_samples == rich.step_samples
-
-
-@pytest.mark.parametrize(("calibrated", "used", "ridge_below_one"), [(False, True, True), (True, False, False)])
-def test_the_policy_fits_the_ridge_only_of_another_gpus_profile(
-    calibrated: bool, used: bool, ridge_below_one: bool
-) -> None:
-    """An A100's K = 3 windows: with the H100 profile only a prior (no calibrated profile for the GPU) the policy
-    fits its ridge too and prices with that fit; a calibrated profile's ridge is its GPU's and stays, and its
-    rescaled fit of these windows is out of range."""
-    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True, "min": 4, "max": 256})
-    state = PolicyState(load={8: 7200.0}, load_updated=tp.T0 - tp.MINUTE,
-                        step_samples=tuple(speculating_windows([4, 10, 20, 40, 80, 120, 180], A100)))  # fmt: skip
-    fit = FitSettings(model=LLAMA8B_H100, calibrated=calibrated)
-    decision = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=180), fit=fit), state, tp.T0)
-    shown = decision.evidence["stepFit"]
-    assert shown["used"] is used, shown
-    assert (shown["ridgeScale"] < 1) is ridge_below_one, shown
 
 
 def test_settled_windows_feed_the_samples_once_per_window() -> None:

@@ -9,9 +9,7 @@ the assumed profile's shape (smooth roofline for the target, the method's drafte
 solves three scales for this hardware and model: verify alpha (with the per-request engine work s_1, which grows
 with the batch as the verify does), drafter beta and per-step overhead gamma, by least
 squares on relative error with a weak pull toward the profile, so a term the data cannot see (the drafter, while
-every window ran the same K) stays at its assumed value instead of drifting. Where the profile is another set-up's
-(a GPU no profile was calibrated on), the roofline's ridge is a fourth unknown: the three scales are solved at each
-of RIDGE_SCALES x the profile's ridge and the closest fit kept. Until the data are thick enough
+every window ran the same K) stays at its assumed value instead of drifting. Until the data are thick enough
 (MIN_SAMPLES points over MIN_BUCKETS load buckets), or while the fit misses its own points by more than MAX_ERROR,
 the profile is used, and the evidence says which.
 """
@@ -31,10 +29,6 @@ from specpilot.autotune.signals.promql import Signal
 MIN_SAMPLES = 6
 MIN_BUCKETS = 3
 MAX_ERROR = 0.15  # RMS relative error on its own points above which the fit is not trusted
-# The roofline ridges tried, as factors of the prior's, when the prior is another set-up's profile (a GPU with no
-# calibrated profile): the ridge is FLOP/s over bandwidth, a property of the GPU (an A100's is about half an H100's),
-# and no scale of the prior's terms moves where its steps turn compute-bound.
-RIDGE_SCALES = (0.5, 0.6, 0.7, 0.85, 1.0, 1.2, 1.4, 1.7, 2.0)
 MAX_SAMPLES = 48  # kept in status.autotune; the oldest go first
 PRIOR_WEIGHT = 0.005  # pull toward the profile (alpha = beta = 1, gamma = sched): weak next to 6+ points
 
@@ -136,13 +130,11 @@ class StepFit:
     samples: int
     buckets: int
     note: str
-    ridge_scale: float = 1.0  # the fitted roofline ridge over the prior's
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "used": self.model is not None,
             "verifyScale": round(self.verify_scale, 4),
-            "ridgeScale": round(self.ridge_scale, 4),
             "draftScale": round(self.draft_scale, 4),
             "overheadMs": round(self.overhead_ms, 4),
             "rmsRelativeError": None if self.rms_error is None else round(self.rms_error, 4),
@@ -203,12 +195,8 @@ def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
     return x
 
 
-def fit_step_cost(
-    samples: Sequence[StepSample], prior: StepCostModel, ridge_scales: Sequence[float] = (1.0,)
-) -> StepFit:
-    """Fit (alpha, beta, gamma) on relative error with a weak prior, at each of `ridge_scales` x the prior's roofline
-    ridge (the one with the smallest error on the points kept, the nearest to the prior's on a tie); the fitted
-    model, or None with the reason."""
+def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFit:
+    """Fit (alpha, beta, gamma) on relative error with a weak prior; the fitted model, or None with the reason."""
     buckets = len({load_bucket(s.batch) for s in samples})
     n = len(samples)
     if n < MIN_SAMPLES or buckets < MIN_BUCKETS:
@@ -217,20 +205,6 @@ def fit_step_cost(
             f"profile {prior.name} used: {n} windows over {buckets} load buckets (a fit needs {MIN_SAMPLES} over "
             f"{MIN_BUCKETS})",
         )  # fmt: skip
-    fits = [_fit_at(samples, replace(prior, ridge_tokens=prior.ridge_tokens * r), r, buckets) for r in ridge_scales]
-    solved = [f for f in fits if f.rms_error is not None]
-    if not solved:
-        return fits[0]
-    best = min(solved, key=lambda f: (f.rms_error or 0.0, abs(math.log(f.ridge_scale))))
-    if best.rms_error is not None and best.rms_error > MAX_ERROR:
-        return replace(best, model=None, note=f"fit too poor ({best.note}): profile used")
-    return replace(best, note=f"fitted from this deployment: {best.note}")
-
-
-def _fit_at(samples: Sequence[StepSample], prior: StepCostModel, ridge_scale: float, buckets: int) -> StepFit:
-    """The three scales solved on `prior` (its ridge already scaled by `ridge_scale`), with their RMS relative error
-    on the samples; no error where the system is singular or a scale out of range."""
-    n = len(samples)
     # rows: (v, d, fixed)/t . (alpha, beta, gamma) = 1, plus sqrt(w) * (unit rows pulling toward the prior)
     ata = [[0.0] * 3 for _ in range(3)]
     atb = [0.0] * 3
@@ -246,17 +220,13 @@ def _fit_at(samples: Sequence[StepSample], prior: StepCostModel, ridge_scale: fl
             for j in range(3):
                 ata[i][j] += x[i] * x[j]
     solution = _solve3(ata, atb)
-    ridge = "" if ridge_scale == 1 else f", ridge x{ridge_scale:g}"
     if solution is None:
-        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, f"fit singular{ridge}: profile used",
-                       ridge_scale)  # fmt: skip
+        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, "fit singular: profile used")
     alpha, beta, gamma = solution
     if alpha <= 0 or beta < 0 or gamma < 0:
         return StepFit(
             None, alpha, beta, gamma, None, n, buckets,
-            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms{ridge}): profile "
-            "used",
-            ridge_scale,
+            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms): profile used",
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)
     errors = [
@@ -264,10 +234,10 @@ def _fit_at(samples: Sequence[StepSample], prior: StepCostModel, ridge_scale: fl
         for s in samples
     ]
     rms = math.sqrt(sum(e * e for e in errors) / n)
-    shown = (
-        f"verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms{ridge}; RMS error {rms:.1%} on {n} windows"
-    )
-    return StepFit(model, alpha, beta, gamma, rms, n, buckets, shown, ridge_scale)
+    shown = f"verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms; RMS error {rms:.1%} on {n} windows"
+    if rms > MAX_ERROR:
+        return StepFit(None, alpha, beta, gamma, rms, n, buckets, f"fit too poor ({shown}): profile used")
+    return StepFit(model, alpha, beta, gamma, rms, n, buckets, f"fitted from this deployment: {shown}")
 
 
 def add_sample(samples: Sequence[StepSample], sample: StepSample) -> tuple[StepSample, ...]:

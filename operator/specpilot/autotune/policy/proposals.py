@@ -80,7 +80,6 @@ from specpilot.autotune.model.stepcost import (
 from specpilot.autotune.model.stepfit import (
     MIN_BUCKETS,
     MIN_SAMPLES,
-    RIDGE_SCALES,
     StepFit,
     fit_step_cost,
     mean_context_tokens,
@@ -490,11 +489,9 @@ class StepModel:
 def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
     """The fit of the deployment's own settled windows when its error on them is small (stepfit.MAX_ERROR), else the
     profile calibrated on this set-up. A profile of another set-up (an unknown GPU, another size) is only the fit's
-    prior: its shape is not this deployment's, so its roofline ridge is fitted too (stepfit.RIDGE_SCALES), and until
-    its own windows fit, nothing is priced with it."""
+    prior: its shape is not this deployment's, so until its own windows fit, nothing is priced with it."""
     prior = inputs.fit.model
-    ridges = (1.0,) if inputs.fit.calibrated else RIDGE_SCALES
-    fit = fit_step_cost(state.step_samples, model_for_method(prior, inputs.spec.speculation.method.value), ridges)
+    fit = fit_step_cost(state.step_samples, model_for_method(prior, inputs.spec.speculation.method.value))
     if fit.model is not None:
         return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
     if inputs.fit.calibrated:
