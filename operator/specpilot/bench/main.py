@@ -16,7 +16,14 @@ from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AutotuneObjective
 from specpilot.bench import report
 from specpilot.bench.layout import Balancer
-from specpilot.bench.scenarios import CLIENT_TIMEOUT_S, SCENARIOS, Scenario, on_true_capacity, scenario_named
+from specpilot.bench.scenarios import (
+    CLIENT_TIMEOUT_S,
+    SCENARIOS,
+    Scenario,
+    capacity_ratio,
+    on_true_capacity,
+    scenario_named,
+)
 from specpilot.bench.trace import TraceError, read_trace
 from specpilot.sim.presets import GPU_CLASS_COPIES, PERTURBATIONS, TRUE_PROFILES, preset_named
 
@@ -251,8 +258,7 @@ def on_gpu_class(scenario: Scenario, gpu_class: str) -> Scenario | None:
         return sized
     if scenario.replay is None:
         return replace(sized, qps=on_true_capacity(scenario.qps, scenario.preset, copy))
-    rate = on_true_capacity(((0.0, 1.0),), scenario.preset, copy)[0][1]
-    replay = scenario.replay.at_rate(rate)
+    replay = scenario.replay.at_rate(capacity_ratio(scenario.preset, copy))
     tail_s = scenario.duration_s - scenario.replay.last_arrival_s
     return replace(sized, replay=replay, duration_s=replay.last_arrival_s + tail_s)
 

@@ -95,9 +95,14 @@ def on_true_capacity(rates: Points, preset: str, truth: str) -> Points:
     deployment's traffic is sized to the hardware it runs on, whatever the CR's GPU label says. At the calibrated
     rates a slower truth is past capacity for every configuration (on the ridge-low profile 60% becomes 106%), every
     policy misses the SLO on nearly every request, and goodput compares noise."""
-    key = (SHAREGPT, 256, 8192)
-    ratio = NO_SD_CAPACITY_QPS[(truth, *key)] / NO_SD_CAPACITY_QPS[(preset, *key)]
+    ratio = capacity_ratio(preset, truth)
     return tuple((t, rate * ratio) for t, rate in rates)
+
+
+def capacity_ratio(preset: str, truth: str) -> float:
+    """`truth`'s no-speculation capacity over `preset`'s at ShareGPT lengths: what a load keeps its share by."""
+    key = (SHAREGPT, 256, 8192)
+    return NO_SD_CAPACITY_QPS[(truth, *key)] / NO_SD_CAPACITY_QPS[(preset, *key)]
 
 
 @dataclass(frozen=True)
@@ -112,17 +117,18 @@ class Replay:
         consecutive requests one kept (evenly spaced by index, so every minute keeps its share of the load)."""
         if factor >= 1:
             return Replay(self.source, tuple((t * factor, p, o) for t, p, o in self.requests))
-        kept = [(t * factor, p, o) for i, (t, p, o) in enumerate(self.requests)
-                if math.floor((i + 1) * factor) > math.floor(i * factor)]  # fmt: skip
-        return Replay(self.source, tuple(kept))
+        return Replay(self.source, tuple((t * factor, p, o) for t, p, o in self._thinned(factor)))
 
     def at_rate(self, factor: float) -> Replay:
         """The same recording at `factor` times its request rate: below 1 every 1/factor-th request kept (evenly by
         index) at its own time, above 1 every request kept and the arrival times divided by `factor`."""
         if factor >= 1:
             return Replay(self.source, tuple((t / factor, p, o) for t, p, o in self.requests))
-        kept = [r for i, r in enumerate(self.requests) if math.floor((i + 1) * factor) > math.floor(i * factor)]
-        return Replay(self.source, tuple(kept))
+        return Replay(self.source, self._thinned(factor))
+
+    def _thinned(self, share: float) -> tuple[tuple[float, int, int], ...]:
+        """Every 1/share-th recorded request, evenly spaced by index so every minute keeps its share."""
+        return tuple(r for i, r in enumerate(self.requests) if math.floor((i + 1) * share) > math.floor(i * share))
 
     @property
     def last_arrival_s(self) -> float:
