@@ -1221,6 +1221,51 @@ def test_an_unknown_gpu_is_priced_only_by_its_own_fit(
     assert in_reason in decision.reason
 
 
+def contradicting_windows() -> tuple[StepSample, ...]:
+    """K = 3 windows whose step grows with the batch far faster than the H100 profile's (a lower roofline ridge):
+    the prior's shape cannot fit them (a negative drafter term), so the fit is refused."""
+    return tuple(
+        StepSample(b, 3, True, LLAMA8B_H100.step_ms(b, 3, configured=True) * (1 + b / 24))
+        for b in (2, 6, 12, 24, 48, 96)
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "product", "replicas", "samples", "action", "in_reason"),
+    [
+        # another GPU whose windows the prior's shape cannot fit: no model will price anything, so plain is
+        # measured on one pod, even at a small batch with no queue
+        ("A100, fit refused", "NVIDIA-A100-SXM4-80GB", 2, contradicting_windows(), Action.DISABLE,
+         "on hardware its profile does not describe (fit out of range"),
+        # too few windows to say the prior is wrong: acceptance alone holds
+        ("A100, no fit yet", "NVIDIA-A100-SXM4-80GB", 2, (), Action.KEEP, "its own fit needs 6 settled windows"),
+        # one replica: an experiment would be an outage, so it holds
+        ("A100, one replica", "NVIDIA-A100-SXM4-80GB", 1, contradicting_windows(), Action.KEEP,
+         "acceptance alone never switches speculation off"),
+        # the calibrated set-up: its profile is this hardware's, a refused fit is not a doubt about it
+        ("calibrated H100", "NVIDIA-H100-80GB-HBM3", 2, contradicting_windows(), Action.KEEP,
+         "acceptance alone never switches speculation off"),
+    ],
+)  # fmt: skip
+def test_windows_that_contradict_another_gpus_profile_start_an_experiment_at_any_batch(
+    case: str, product: str, replicas: int, samples: tuple[StepSample, ...], action: Action, in_reason: str
+) -> None:
+    """Low acceptance at a small batch with no queue, no plain comparison and no usable model: on a GPU without a
+    calibrated profile whose own windows refuse the prior's shape, the only action is a one-pod experiment; with too
+    few windows to say so, on one replica, or on a calibrated set-up, the config holds."""
+    spec = with_replicas(gpu_spec(product, 80.0), replicas)
+    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030)
+    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
+    state = PolicyState(step_samples=samples)
+    decision = evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
+    assert decision.action is action, decision.reason
+    assert in_reason in decision.reason, decision.reason
+    assert decision.experiment is (action is Action.DISABLE)
+    if decision.experiment:
+        assert decision.reason.startswith("experiment: acceptance 0.30 < disableBelow 0.50"), decision.reason
+        assert decision.off_kind is OffReason.CANARY
+
+
 def edited(change: dict[str, Any]) -> SpeculativeDeploymentSpec:
     raw = tp.make_spec(agreeingEvaluations=1, stabilization="0s").model_dump(mode="json", by_alias=True)
     for path, value in change.items():

@@ -374,24 +374,28 @@ def _below_disable_without_comparison(
             f"off: {plan.reason}"
         )
         return Proposal(refit_action(plan.support), plan.proposed, reason, evidence)
-    return _acceptance_only(inputs, reason, predicted, prediction, missing, evidence, plan)
+    doubt = _saturation(inputs) or _prior_contradicted(inputs, usable_step_model(inputs, state))
+    return _acceptance_only(inputs, reason, (predicted, prediction), missing, evidence, plan, doubt)
 
 
 def _acceptance_only(
     inputs: PolicyInputs,
     reason: str,
-    predicted: float | None,
-    prediction: str,
+    model_says: tuple[float | None, str],
     missing: str,
     evidence: dict[str, Any],
     plan: ThresholdPlan | None,
+    doubt: str,
 ) -> Proposal:
     """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
     off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
     (_speedup_ceiling), the disable acts. A usable cost model that prices speculation slower than plain supports the
-    disable. Otherwise the config holds, with acceptance as a warning in the reason: under adaptive verification
-    (which lowers acceptance by design), where a usable model prices speculation no slower than plain, and where
-    there is no usable model (too few requests for a mean TPOT, a model this deployment's windows do not confirm)."""
+    disable. With no usable model and a `doubt` (_saturation, _prior_contradicted), the disable is an experiment on
+    one pod where one can be spared. Otherwise the config holds, with acceptance as a warning in the reason: under
+    adaptive verification (which lowers acceptance by design), where a usable model prices speculation no slower than
+    plain, and where there is no usable model and no doubt (too few requests for a mean TPOT, a small batch).
+    `model_says`: the speed-up over plain a usable model predicts (None without one) and why (_predicted_speedup)."""
+    predicted, prediction = model_says
     off_target = inputs.current.without_speculation()
     ceiling = _speedup_ceiling(inputs)
     if ceiling is not None and ceiling < 1 + FASTER_MARGIN:
@@ -405,8 +409,8 @@ def _acceptance_only(
         )
     if inputs.spec.speculation.adaptive_verification:
         why = "adaptive verification lowers acceptance by design"
-    elif predicted is None and rollout.can_trial(inputs.spec) and (saturated := _saturation(inputs)):
-        return _experiment(inputs, off_target, f"{reason} {saturated}, no measured speed comparison yet ({missing})",
+    elif predicted is None and rollout.can_trial(inputs.spec) and doubt:
+        return _experiment(inputs, off_target, f"{reason} {doubt}, no measured speed comparison yet ({missing})",
                            evidence)  # fmt: skip
     elif predicted is None:
         why = f"no usable cost model ({prediction})"
@@ -451,8 +455,8 @@ def _saturation(inputs: PolicyInputs) -> str:
     """The model-free evidence that the engine runs at its limit, where speculation loses (each verify step is
     compute-bound and the drafts cost batch slots): requests waiting on average over the window (BACKLOG_WAITING,
     the backlog gate's own floor), or a running batch at SATURATED_BATCH_SHARE of max_num_seqs. Empty where neither:
-    at a small batch speculation is in the regime where it pays, and with no model to say otherwise an experiment
-    would cost two restarts for little."""
+    at a small batch, on hardware its profile describes, speculation is in the regime where it pays, and an experiment
+    would cost two restarts of a pod for little (_prior_contradicted is the other doubt)."""
     m = inputs.measurements
     waiting = valid_value(m, Signal.WAITING_REQUESTS)
     batch = valid_value(m, Signal.BATCH_SIZE)
@@ -464,12 +468,25 @@ def _saturation(inputs: PolicyInputs) -> str:
     return ""
 
 
+def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
+    """The deployment's own windows contradict its only cost profile: a profile of another set-up (an unknown GPU),
+    and its fit refused on windows enough for one (out of range, or too poor). The hardware is then not what any
+    model here describes, and the rule that speculation pays at a small batch is the prior's too: on a GPU whose
+    roofline ridge is lower, a K that pays on the prior's GPU can lose at a moderate batch. Empty otherwise: a
+    calibrated profile, no fit tried yet (too few windows), or a fit that is used."""
+    fit = step_model.fit
+    if inputs.fit.calibrated or step_model.model is not None or fit.samples < MIN_SAMPLES or fit.buckets < MIN_BUCKETS:
+        return ""
+    return f"on hardware its profile does not describe ({fit.note.removesuffix(': profile used')})"
+
+
 def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
     """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance and
-    saturation say it may not: measure instead of guessing. Plain goes to one pod beside the speculating ones on the
-    same traffic (a one-pod trial), and is promoted only when that pod is measured faster beyond the tolerance;
-    otherwise the trial rolls back and is not tried again before probeInterval. Only where a pod can be spared
-    (rollout.can_trial): elsewhere the config holds, as acceptance alone never switches speculation off."""
+    `doubt` (saturation, or windows the only profile cannot explain) say it may not: measure instead of guessing.
+    Plain goes to one pod beside the speculating ones on the same traffic (a one-pod trial), and is promoted only
+    when that pod is measured faster beyond the tolerance; otherwise the trial rolls back and is not tried again
+    before probeInterval. Only where a pod can be spared (rollout.can_trial): elsewhere the config holds, as
+    acceptance alone never switches speculation off."""
     reason = (
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"
