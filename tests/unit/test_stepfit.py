@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 import tests.unit.test_policy as tp
+from specpilot.autotune.model.schedule import FitSettings
 from specpilot.autotune.model.stepcost import LLAMA8B_H100, StepCostModel, with_context_length
 from specpilot.autotune.model.stepfit import MIN_SAMPLES, StepSample, add_sample, fit_step_cost, sample_from_window
 from specpilot.autotune.policy.decision import evaluate_alone
@@ -15,6 +16,7 @@ from specpilot.autotune.signals.measurements import MeasurementClass
 from specpilot.autotune.signals.promql import Signal
 from specpilot.sim.engine import Engine, EngineConfig, SpecConfig
 from specpilot.sim.presets import LLAMA8B_H100 as SIM_8B
+from specpilot.sim.presets import Preset, preset_named
 from specpilot.vllm.versions import v
 
 CONTEXT = 1000  # mean context of running requests: the profile's L-bar
@@ -25,10 +27,10 @@ WRONG = replace(TRUE, verify_base_ms=TRUE.verify_base_ms * 1.6, kv_read_ns_per_t
                 draft_kv_ns_per_token=TRUE.draft_kv_ns_per_token * 0.4, sched_ms=3.0)  # fmt: skip
 
 
-def sim_step_ms(batch: int, k: int, *, speculating: bool, context: int = CONTEXT) -> float:
+def sim_step_ms(batch: int, k: int, *, speculating: bool, context: int = CONTEXT, truth: Preset = SIM_8B) -> float:
     """The simulator's true step time (staircase over CUDA-graph sizes, drafter, overhead) for B decodes at K."""
     spec = SpecConfig("eagle3", 3) if speculating else None
-    engine = Engine(EngineConfig(SIM_8B, v("0.32.0"), "fit", 512, speculation=spec), seed=1)
+    engine = Engine(EngineConfig(truth, v("0.32.0"), "fit", 512, speculation=spec), seed=1)
     return engine.step_ms(batch * (k + 1), batch * context, batch, k)
 
 
@@ -61,6 +63,65 @@ def test_the_fit_recovers_the_simulators_curve_from_a_wrong_profile() -> None:
     shown = fit.to_dict()
     assert shown["used"] is True
     assert shown["note"].startswith("fitted from this deployment: verify x0.6")
+
+
+A100 = preset_named("llama8b-a100-like")  # its roofline ridge is 0.52 x the H100's (FLOP/s over bandwidth)
+BATCHES = [4, 12, 24, 48, 96, 160, 220]
+
+
+def class_windows(truth: Preset, ks: tuple[int, ...]) -> list[StepSample]:
+    """Windows of a deployment on `truth` that ran each K of `ks` at every batch of BATCHES, +-3% scatter."""
+    return [
+        StepSample(b, k, k > 0, round(sim_step_ms(b, k, speculating=k > 0, truth=truth) * (1 + 0.03 * (-1) ** i), 3))
+        for i, b in enumerate(BATCHES)
+        for k in ks
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "truth", "ks", "fit_ridge", "used", "ridge", "in_note"),
+    [
+        # the H100 shape rescaled cannot follow the A100's earlier bend: refused, as before, without the ridge
+        ("A100, K3 and plain, ridge not fitted", A100, (3, 0), False, False, 1.0, "fit out of range"),
+        # from K = 3 windows alone the ridge trades off against the drafter term: x0.5 to x0.7 fit alike
+        ("A100, K3 only", A100, (3,), True, False, 1.0, "ridge not identified: x0.5 to x0.7 fit within 10%"),
+        # windows of plain beside them pin it at the truth's x0.52
+        ("A100, K3 and plain", A100, (3, 0), True, True, 0.5, "ridge x0.5; RMS error"),
+        # on the profile's own GPU its own ridge fits first, and nothing else is tried
+        ("H100, K3 and plain", SIM_8B, (3, 0), True, True, 1.0, "fitted from this deployment: verify x"),
+    ],
+)  # fmt: skip
+def test_the_ridge_of_another_gpu_is_fitted_only_where_the_windows_identify_it(
+    case: str, truth: Preset, ks: tuple[int, ...], fit_ridge: bool, used: bool, ridge: float, in_note: str
+) -> None:
+    """A prior of another GPU whose own ridge is refused: the fit tries RIDGE_SCALES, and uses the best only where
+    every ridge about as good lies near it (RIDGE_SPREAD); otherwise nothing is priced, and the note says why."""
+    fit = fit_step_cost(class_windows(truth, ks), LLAMA8B_H100, fit_ridge=fit_ridge)
+    assert (fit.model is not None) is used, fit.note
+    assert fit.ridge_scale == ridge, fit.note
+    assert in_note in fit.note, fit.note
+    assert fit.to_dict()["ridgeScale"] == ridge
+    if fit.model is not None:
+        for batch in (8, 60, 150):
+            for k in (0, 1, 3):
+                true_ms = sim_step_ms(batch, k, speculating=k > 0, truth=truth)
+                assert fit.model.step_ms(batch, k, configured=k > 0) == pytest.approx(true_ms, rel=0.06), (batch, k)
+
+
+@pytest.mark.parametrize(("calibrated", "used", "ridge"), [(False, True, 0.5), (True, False, 1.0)])
+def test_the_policy_fits_the_ridge_only_of_another_gpus_profile(calibrated: bool, used: bool, ridge: float) -> None:
+    """An A100's windows of K = 3 and of plain: with the H100 profile only a prior (no calibrated profile for the
+    GPU) the policy fits its ridge and prices with that fit; a calibrated profile's ridge is its GPU's and stays, so
+    its rescaled fit of these windows is refused and the calibrated profile prices."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True, "min": 4, "max": 256})
+    state = PolicyState(
+        load={8: 7200.0}, load_updated=tp.T0 - tp.MINUTE, step_samples=tuple(class_windows(A100, (3, 0)))
+    )
+    fit = FitSettings(model=LLAMA8B_H100, calibrated=calibrated)
+    decision = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=180), fit=fit), state, tp.T0)
+    shown = decision.evidence["stepFit"]
+    assert shown["used"] is used, shown
+    assert shown["ridgeScale"] == ridge, shown
 
 
 def test_thin_data_fall_back_to_the_profile_and_say_so() -> None:

@@ -12,6 +12,12 @@ squares on relative error with a weak pull toward the profile, so a term the dat
 every window ran the same K) stays at its assumed value instead of drifting. Until the data are thick enough
 (MIN_SAMPLES points over MIN_BUCKETS load buckets), or while the fit misses its own points by more than MAX_ERROR,
 the profile is used, and the evidence says which.
+
+Where the profile is another set-up's (a GPU no profile was calibrated on) and its shape is refused, the roofline's
+ridge is a fourth unknown: the three scales are solved at each of RIDGE_SCALES x the profile's ridge. Such a fit is
+used only where the windows identify the ridge: every ridge that fits them about as well as the best
+(EQUALLY_GOOD) lies within RIDGE_SPREAD of it. Windows that all ran one K rarely do (the ridge trades off against
+the drafter term); windows of plain beside them do.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ from specpilot.autotune.signals.promql import Signal
 MIN_SAMPLES = 6
 MIN_BUCKETS = 3
 MAX_ERROR = 0.15  # RMS relative error on its own points above which the fit is not trusted
+# The roofline ridges tried, as factors of the prior's, where the prior is another set-up's profile and its own ridge
+# is refused: the ridge is FLOP/s over bandwidth, a property of the GPU (an A100's is about half an H100's), and no
+# scale of the prior's terms moves where its steps turn compute-bound.
+RIDGE_SCALES = (0.5, 0.6, 0.7, 0.85, 1.2, 1.4, 1.7, 2.0)
+EQUALLY_GOOD = 1.1  # a ridge whose RMS error is within this factor of the best's fits the windows as well
+RIDGE_SPREAD = 1.25  # the equally good ridges must lie within this factor of each other for the ridge to be known
 MAX_SAMPLES = 48  # kept in status.autotune; the oldest go first
 PRIOR_WEIGHT = 0.005  # pull toward the profile (alpha = beta = 1, gamma = sched): weak next to 6+ points
 
@@ -130,11 +142,13 @@ class StepFit:
     samples: int
     buckets: int
     note: str
+    ridge_scale: float = 1.0  # the fitted roofline ridge over the prior's
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "used": self.model is not None,
             "verifyScale": round(self.verify_scale, 4),
+            "ridgeScale": round(self.ridge_scale, 4),
             "draftScale": round(self.draft_scale, 4),
             "overheadMs": round(self.overhead_ms, 4),
             "rmsRelativeError": None if self.rms_error is None else round(self.rms_error, 4),
@@ -195,8 +209,10 @@ def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
     return x
 
 
-def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFit:
-    """Fit (alpha, beta, gamma) on relative error with a weak prior; the fitted model, or None with the reason."""
+def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel, *, fit_ridge: bool = False) -> StepFit:
+    """Fit (alpha, beta, gamma) on relative error with a weak prior; the fitted model, or None with the reason.
+    `fit_ridge`: the prior is another set-up's profile, so where its own ridge is refused, the ridge is fitted too
+    (_fit_ridge)."""
     buckets = len({load_bucket(s.batch) for s in samples})
     n = len(samples)
     if n < MIN_SAMPLES or buckets < MIN_BUCKETS:
@@ -205,6 +221,49 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
             f"profile {prior.name} used: {n} windows over {buckets} load buckets (a fit needs {MIN_SAMPLES} over "
             f"{MIN_BUCKETS})",
         )  # fmt: skip
+    own = _fit_at(samples, prior, 1.0, buckets)
+    if own.rms_error is not None and own.rms_error <= MAX_ERROR:
+        return replace(own, note=f"fitted from this deployment: {own.note}")
+    return _fit_ridge(samples, prior, buckets, own) if fit_ridge else _refused(own)
+
+
+def _refused(fit: StepFit) -> StepFit:
+    """A solved fit whose error is above MAX_ERROR, as refused (an unsolved one says why already)."""
+    if fit.rms_error is None:
+        return fit
+    return replace(fit, model=None, note=f"fit too poor ({fit.note}): profile used")
+
+
+def _fit_ridge(samples: Sequence[StepSample], prior: StepCostModel, buckets: int, own: StepFit) -> StepFit:
+    """The closest fit over the prior's own ridge (`own`, refused) and RIDGE_SCALES x it, used only where the windows
+    identify the ridge (every ridge within EQUALLY_GOOD of the best error lies within RIDGE_SPREAD of the best);
+    else `own` refused, with why."""
+    refused = _refused(own)
+    tried = [own, *(_fit_at(samples, replace(prior, ridge_tokens=prior.ridge_tokens * r), r, buckets)
+                    for r in RIDGE_SCALES)]  # fmt: skip
+    solved = [f for f in tried if f.rms_error is not None]
+    if not solved:
+        return refused
+    best = min(solved, key=lambda f: f.rms_error or 0.0)
+    assert best.rms_error is not None
+    if best.rms_error > MAX_ERROR:
+        return replace(refused, note=f"{refused.note}; no ridge from x{RIDGE_SCALES[0]:g} to x{RIDGE_SCALES[-1]:g} "
+                                     f"fits within {MAX_ERROR:.0%}")  # fmt: skip
+    alike = [f.ridge_scale for f in solved if (f.rms_error or 0.0) <= best.rms_error * EQUALLY_GOOD]
+    if max(alike) / min(alike) > RIDGE_SPREAD:
+        why = (
+            f"ridge not identified: x{min(alike):g} to x{max(alike):g} fit within {EQUALLY_GOOD - 1:.0%} of the best "
+            f"({best.note})"
+        )
+        return replace(refused, note=f"{refused.note}; {why}")
+    return replace(best, note=f"fitted from this deployment: {best.note}")
+
+
+def _fit_at(samples: Sequence[StepSample], prior: StepCostModel, ridge_scale: float, buckets: int) -> StepFit:
+    """The three scales solved on `prior` (its ridge already `ridge_scale` x the profile's) with their RMS relative
+    error on the samples, its model set whatever that error; no error where the system is singular or a scale is out
+    of range."""
+    n = len(samples)
     # rows: (v, d, fixed)/t . (alpha, beta, gamma) = 1, plus sqrt(w) * (unit rows pulling toward the prior)
     ata = [[0.0] * 3 for _ in range(3)]
     atb = [0.0] * 3
@@ -220,13 +279,17 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
             for j in range(3):
                 ata[i][j] += x[i] * x[j]
     solution = _solve3(ata, atb)
+    ridge = "" if ridge_scale == 1 else f", ridge x{ridge_scale:g}"
     if solution is None:
-        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, "fit singular: profile used")
+        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, f"fit singular{ridge}: profile used",
+                       ridge_scale)  # fmt: skip
     alpha, beta, gamma = solution
     if alpha <= 0 or beta < 0 or gamma < 0:
         return StepFit(
             None, alpha, beta, gamma, None, n, buckets,
-            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms): profile used",
+            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms{ridge}): profile "
+            "used",
+            ridge_scale,
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)
     errors = [
@@ -234,10 +297,10 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel) -> StepFi
         for s in samples
     ]
     rms = math.sqrt(sum(e * e for e in errors) / n)
-    shown = f"verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms; RMS error {rms:.1%} on {n} windows"
-    if rms > MAX_ERROR:
-        return StepFit(None, alpha, beta, gamma, rms, n, buckets, f"fit too poor ({shown}): profile used")
-    return StepFit(model, alpha, beta, gamma, rms, n, buckets, f"fitted from this deployment: {shown}")
+    shown = (
+        f"verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms{ridge}; RMS error {rms:.1%} on {n} windows"
+    )
+    return StepFit(model, alpha, beta, gamma, rms, n, buckets, shown, ridge_scale)
 
 
 def add_sample(samples: Sequence[StepSample], sample: StepSample) -> tuple[StepSample, ...]:

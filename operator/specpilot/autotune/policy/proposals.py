@@ -477,7 +477,7 @@ def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
     fit = step_model.fit
     if inputs.fit.calibrated or step_model.model is not None or fit.samples < MIN_SAMPLES or fit.buckets < MIN_BUCKETS:
         return ""
-    return f"on hardware its profile does not describe ({fit.note.removesuffix(': profile used')})"
+    return f"on hardware its profile does not describe ({fit.note.replace(': profile used', '')})"
 
 
 def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
@@ -506,9 +506,11 @@ class StepModel:
 def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
     """The fit of the deployment's own settled windows when its error on them is small (stepfit.MAX_ERROR), else the
     profile calibrated on this set-up. A profile of another set-up (an unknown GPU, another size) is only the fit's
-    prior: its shape is not this deployment's, so until its own windows fit, nothing is priced with it."""
+    prior: its shape is not this deployment's (its roofline ridge is fitted too where its own is refused), so until
+    its own windows fit, nothing is priced with it."""
     prior = inputs.fit.model
-    fit = fit_step_cost(state.step_samples, model_for_method(prior, inputs.spec.speculation.method.value))
+    method = inputs.spec.speculation.method.value
+    fit = fit_step_cost(state.step_samples, model_for_method(prior, method), fit_ridge=not inputs.fit.calibrated)
     if fit.model is not None:
         return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
     if inputs.fit.calibrated:
