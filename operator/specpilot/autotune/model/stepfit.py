@@ -144,6 +144,11 @@ class StepFit:
     note: str
     ridge_scale: float = 1.0  # the fitted roofline ridge over the prior's
 
+    @property
+    def too_thin(self) -> bool:
+        """Too few windows, or load buckets, for a fit to be tried (MIN_SAMPLES, MIN_BUCKETS)."""
+        return self.samples < MIN_SAMPLES or self.buckets < MIN_BUCKETS
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "used": self.model is not None,

@@ -336,7 +336,7 @@ def _refit_or_keep(
         summary_text += f", kept: {speed.reason} (acceptance is a warning here, not the trigger)"
     if batch is not None:
         summary_text += f", batch {batch:.1f} per engine"
-    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed)
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed, usable_step_model(inputs, state))
     if plan is not None:
         if plan.disable and at.overrides.speculation is not SpeculationOverride.FORCE_ON:
             return Proposal(Action.DISABLE, off_target, plan.reason, evidence, off_kind=OffReason.LOAD)
@@ -360,13 +360,14 @@ def _below_disable_without_comparison(
     acceptance = valid_value(inputs.measurements, Signal.ACCEPTANCE_RATE)
     batch = valid_value(inputs.measurements, Signal.BATCH_SIZE)
     assert acceptance is not None
-    predicted, prediction = _predicted_speedup(inputs, state, acceptance, batch)
+    step_model = usable_step_model(inputs, state)
+    predicted, prediction = _predicted_speedup(inputs, step_model, acceptance, batch)
     evidence["predictedSpeed"] = {
         "speedup": None if predicted is None else round(predicted, 3),
         "note": prediction,
     }
     missing = speed.missing or speed.reason
-    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed)
+    plan = _fit_plan(inputs, state, now, acceptance, batch, evidence, filed, step_model)
     if plan is not None and plan.proposed is not None and _fit_beats_off(plan):
         reason = (
             f"{reason}, but there is no measured speed comparison yet ({missing}) and the cost model, "
@@ -374,7 +375,7 @@ def _below_disable_without_comparison(
             f"off: {plan.reason}"
         )
         return Proposal(refit_action(plan.support), plan.proposed, reason, evidence)
-    doubt = _saturation(inputs) or _prior_contradicted(inputs, usable_step_model(inputs, state))
+    doubt = _saturation(inputs) or _prior_contradicted(inputs, step_model)
     return _acceptance_only(inputs, reason, (predicted, prediction), missing, evidence, plan, doubt)
 
 
@@ -475,7 +476,7 @@ def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
     roofline ridge is lower, a K that pays on the prior's GPU can lose at a moderate batch. Empty otherwise: a
     calibrated profile, no fit tried yet (too few windows), or a fit that is used."""
     fit = step_model.fit
-    if inputs.fit.calibrated or step_model.model is not None or fit.samples < MIN_SAMPLES or fit.buckets < MIN_BUCKETS:
+    if inputs.fit.calibrated or step_model.model is not None or fit.too_thin:
         return ""
     return f"on hardware its profile does not describe ({fit.note.replace(': profile used', '')})"
 
@@ -515,11 +516,10 @@ def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
         return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
     if inputs.fit.calibrated:
         return StepModel(prior, fit, f"profile {prior.name}, calibrated on this set-up")
-    thin = fit.samples < MIN_SAMPLES or fit.buckets < MIN_BUCKETS
     own = (
         f"its own fit needs {MIN_SAMPLES} settled windows over {MIN_BUCKETS} load buckets ({fit.samples} over "
         f"{fit.buckets} so far)"
-        if thin
+        if fit.too_thin
         else f"its own fit is refused ({fit.note})"
     )
     return StepModel(None, fit, f"no usable cost model: {prior.name} is another set-up's profile, a prior only; {own}")
@@ -545,9 +545,9 @@ def _fit_plan(
     batch: float | None,
     evidence: dict[str, Any],
     filed: _Filed,
+    step_model: StepModel,
 ) -> ThresholdPlan | None:
     """The threshold/schedule fit priced with the usable step model (usable_step_model); filed in `evidence`."""
-    step_model = usable_step_model(inputs, state)
     evidence["stepFit"] = step_model.fit.to_dict()
     plan = _plan(inputs, state, now, acceptance, batch, step_model)
     if plan is not None:
@@ -643,7 +643,7 @@ def _latency_regression(inputs: PolicyInputs, state: PolicyState, now: datetime)
 
 
 def _predicted_speedup(
-    inputs: PolicyInputs, state: PolicyState, acceptance: float, batch: float | None
+    inputs: PolicyInputs, step_model: StepModel, acceptance: float, batch: float | None
 ) -> tuple[float | None, str]:
     """The cost model's speedup over plain at this batch and K, from the measured acceptance profile.
 
@@ -664,7 +664,6 @@ def _predicted_speedup(
     k = k_for_batch(current, b, max_k)
     if k <= 0:
         return None, f"no cost-model prediction: K = 0 at batch {b}"
-    step_model = usable_step_model(inputs, state)
     if step_model.model is None:
         return None, step_model.note
     model = with_emission(model_for_method(step_model.model, inputs.spec.speculation.method.value), profile)
