@@ -485,13 +485,15 @@ def running_vllm_server(
     startup_timeout: float = 240.0,
     log_path: Path | None = None,
     env: Mapping[str, str] | None = None,
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
 ) -> Iterator[VllmServer]:
     """A healthy real vLLM server for the duration of the block; stopped (and its children) afterwards.
 
     ``argv`` is either extra flags for the tiny target (``["--speculative-config", '{"method": "draft_model",
     "model": "tiny-llama-draft-same", "num_speculative_tokens": 3}']``) or a full command line (``["vllm", "serve",
     "meta-llama/Llama-3.1-8B-Instruct", ...]``), adapted by ``adapt_serve_argv`` with the tiny models as defaults.
-    Unless argv names one, the served model name is ``tiny``. On startup failure, VllmServerError carries the log tail.
+    Unless argv names one, the served model name is ``tiny``. ``max_model_len`` caps the command line's own (the tiny
+    target's context is 2,048). On startup failure, VllmServerError carries the log tail.
     """
     full = list(argv)
     if not full or full[0].startswith("-"):
@@ -506,6 +508,7 @@ def running_vllm_server(
         port=use_port,
         default_model=models[TARGET],
         default_draft=models[DRAFT_SAME],
+        max_model_len=max_model_len,
     )
     for note in adapted.notes:
         print(f"[vllm] {note}", file=sys.stderr)

@@ -46,6 +46,15 @@ def client(prometheus: PrometheusServer) -> PrometheusClient:
     return PrometheusClient(PrometheusConnection(prometheus.url, timeout_s=5))
 
 
+# A scrape's samples carry its start time but become visible only when it is committed, so queries at "now" can see
+# one scrape more in one query than in the previous one. The tests query an instant whose scrapes are all in.
+COMMITTED = timedelta(seconds=2)
+
+
+def committed_instant() -> datetime:
+    return datetime.now(UTC) - COMMITTED
+
+
 def settled(
     client: PrometheusClient, scope_: Scope, ready: Callable[[dict[str, Measurement]], bool], timeout_s: float = 30
 ) -> dict[str, Measurement]:
@@ -53,7 +62,7 @@ def settled(
     spec = make_spec()
     deadline = time.monotonic() + timeout_s
     while True:
-        result = dict(measure(spec, scope_, client, datetime.now(UTC)))
+        result = dict(measure(spec, scope_, client, committed_instant()))
         if ready(result) or time.monotonic() > deadline:
             return result
         time.sleep(0.5)
@@ -62,6 +71,10 @@ def settled(
 def full_window(result: dict[str, Measurement]) -> bool:
     gate = result[Signal.REQUESTS_IN_WINDOW]
     return gate.valid and (gate.value or 0) >= 400 and result[Signal.TPOT_P99].valid
+
+
+def full_speculating_window(result: dict[str, Measurement]) -> bool:
+    return full_window(result) and result[Signal.DRAFT_TOKENS_IN_WINDOW].valid
 
 
 EXACT = {
@@ -88,7 +101,7 @@ EXACT = {
 
 
 def test_measurements_come_out_exact(client: PrometheusClient) -> None:
-    result = settled(client, scope("spec"), full_window)
+    result = settled(client, scope("spec"), full_speculating_window)
     problems = {name: f"{m.klass.value}: {m.detail}" for name, m in result.items() if not m.valid}
     assert problems == {}, "every query of 0.33 parses and answers on a speculating pod"
     for signal, expected in EXACT.items():
@@ -106,8 +119,8 @@ def test_measurements_come_out_exact(client: PrometheusClient) -> None:
 
 @pytest.mark.parametrize("version", ["0.7.3", "0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.24.0"])
 def test_every_version_dialect_parses(client: PrometheusClient, version: str) -> None:
-    settled(client, scope("spec"), full_window)
-    result = measure(make_spec(version), scope("spec"), client, datetime.now(UTC))
+    settled(client, scope("spec"), full_speculating_window)
+    result = measure(make_spec(version), scope("spec"), client, committed_instant())
     errors = {name: m.detail for name, m in result.items() if m.klass is ERROR}
     assert errors == {}
 
@@ -123,7 +136,7 @@ def test_speculation_off_is_nodata_not_error(client: PrometheusClient) -> None:
         assert result[signal].klass is NO_DATA, signal
         assert result[signal].value is None, "absent counters are never read as 0"
     assert result[Signal.TPOT_P99].value == pytest.approx(0.0475)
-    out = evaluate_once(make_spec(), scope("plain"), client, datetime.now(UTC), current=ON.without_speculation())
+    out = evaluate_once(make_spec(), scope("plain"), client, committed_instant(), current=ON.without_speculation())
     assert out["decision"]["action"] == "Keep"
     assert "speculation off" in out["decision"]["reason"]
 
@@ -135,7 +148,7 @@ def test_absent_series_are_nodata(client: PrometheusClient) -> None:
 
 
 def test_more_than_one_series_is_an_error(client: PrometheusClient) -> None:
-    result = settled(client, scope("dp"), full_window)
+    result = settled(client, scope("dp"), full_speculating_window)
     assert result[Signal.RUNNING_REQUESTS].value == 16, "two engines summed"
     assert result[Signal.BATCH_SIZE].value == 8, "per engine"
     assert result[Signal.ACCEPTANCE_RATE].value == pytest.approx(0.7)
@@ -147,7 +160,7 @@ def test_more_than_one_series_is_an_error(client: PrometheusClient) -> None:
 
 def test_counter_resets_keep_rates_exact(client: PrometheusClient, loopback: Loopback) -> None:
     pod = loopback.pods["reset"]
-    result = settled(client, scope("reset"), lambda r: pod.scrapes >= 10 and full_window(r))
+    result = settled(client, scope("reset"), lambda r: pod.scrapes >= 10 and full_speculating_window(r))
     assert pod.scrapes >= 10, "at least two restarts happened inside the window"
     assert result[Signal.ACCEPTANCE_RATE].value == pytest.approx(0.7, rel=1e-9)
     assert result[Signal.TPOT_P99].value == pytest.approx(0.0475, rel=1e-9)
@@ -157,8 +170,8 @@ def test_counter_resets_keep_rates_exact(client: PrometheusClient, loopback: Loo
 def test_evaluate_once_reports_measurements_and_holds_on_acceptance_alone(client: PrometheusClient) -> None:
     """Acceptance 0.70 under a disableBelow of 0.80, with no plain comparison and no cost model this deployment's
     windows confirm: acceptance alone never switches speculation off, so the evaluation holds and says why."""
-    settled(client, scope("spec"), full_window)
-    out = evaluate_once(make_spec(disableBelow=0.8, enableAbove=0.9), scope("spec"), client, datetime.now(UTC))
+    settled(client, scope("spec"), full_speculating_window)
+    out = evaluate_once(make_spec(disableBelow=0.8, enableAbove=0.9), scope("spec"), client, committed_instant())
     json.dumps(out)
     decision = out["decision"]
     assert decision["action"] == "Keep"
@@ -172,7 +185,7 @@ def test_evaluate_once_reports_measurements_and_holds_on_acceptance_alone(client
 
 
 def test_cli_evaluate_prints_json(prometheus: PrometheusServer, client: PrometheusClient, tmp_path: Path) -> None:
-    settled(client, scope("spec"), full_window)
+    settled(client, scope("spec"), full_speculating_window)
     resource = {
         "apiVersion": "specpilot.dev/v1alpha1",
         "kind": "SpeculativeDeployment",

@@ -29,15 +29,18 @@ POD_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 SERVED = "llama-8b"
 STREAMS = 4
 MAX_TOKENS = 400  # about 2 s per stream on this machine: long enough to be cut by a SIGTERM after the first token
+# Without the drain the test needs a stream still generating at the signal, also when the client threads lag the
+# server on a loaded machine: four times longer streams (the tiny target's context is 2,048).
+UNDRAINED_MODEL_LEN, UNDRAINED_MAX_TOKENS = 2048, 1600
 
 
-def spec(rollout: dict[str, Any]) -> v1alpha1.SpeculativeDeploymentSpec:
+def spec(rollout: dict[str, Any], max_model_len: int = 512) -> v1alpha1.SpeculativeDeploymentSpec:
     return v1alpha1.parse_spec(
         {
             "engine": {
                 "image": "vllm/vllm-cpu:v0.32.0",
                 "version": "0.32.0",
-                "maxModelLen": 512,
+                "maxModelLen": max_model_len,
                 "maxNumSeqs": 8,
                 "servedModelName": SERVED,
             },
@@ -56,18 +59,18 @@ class Termination:
     exit_seconds: float  # from SIGTERM to the API server's exit
 
 
-def terminate_while_streaming(server: Any) -> Termination:
+def terminate_while_streaming(server: Any, max_tokens: int = MAX_TOKENS) -> Termination:
     """Start STREAMS streaming completions, SIGTERM the API server once each has produced text, then collect."""
     started = [threading.Event() for _ in range(STREAMS)]
     results: list[StreamResult | None] = [None] * STREAMS
 
     def stream(i: int) -> None:
-        results[i] = stream_completion(server.url, model=SERVED, max_tokens=MAX_TOKENS, first_chunk=started[i])
+        results[i] = stream_completion(server.url, model=SERVED, max_tokens=max_tokens, first_chunk=started[i])
 
     threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(STREAMS)]
     for thread in threads:
         thread.start()
-    assert all(event.wait(60) for event in started), "every stream must produce text before the SIGTERM"
+    assert all(event.wait(60) for event in started), f"every stream must produce text before the SIGTERM: {results}"
     in_flight = [i for i, thread in enumerate(threads) if thread.is_alive()]
     process = server.proc
     process.send_signal(signal.SIGTERM)  # what the kubelet sends to the container's PID 1 after preStop
@@ -110,13 +113,15 @@ def test_a_drained_sigterm_completes_every_request_in_flight(
 def test_without_the_drain_a_sigterm_aborts_the_requests_in_flight(
     vllm_server: ServerFactory, tiny_models: dict[str, Path]
 ) -> None:
-    command = render_command(spec({"drainSeconds": 0}))
+    command = render_command(spec({"drainSeconds": 0}, max_model_len=UNDRAINED_MODEL_LEN))
     assert "--shutdown-timeout" not in command.argv
-    with vllm_server(command.argv, model_map={POD_TARGET: tiny_models[TARGET]}) as server:
-        seen = terminate_while_streaming(server)
+    with vllm_server(
+        command.argv, model_map={POD_TARGET: tiny_models[TARGET]}, max_model_len=UNDRAINED_MODEL_LEN
+    ) as server:
+        seen = terminate_while_streaming(server, UNDRAINED_MAX_TOKENS)
     # A stream whose last tokens were still on the wire at the signal reads as in flight and complete; the one that
     # produced its first text last is mid-generation at the signal, on any machine: without the drain it is cut.
     cut = cut_by_the_signal(seen)
-    aborted = [r for r in cut if not r.complete and (r.completion_tokens or 0) < MAX_TOKENS]
+    aborted = [r for r in cut if not r.complete and (r.completion_tokens or 0) < UNDRAINED_MAX_TOKENS]
     assert aborted, cut
     assert seen.new_request.error is not None
