@@ -134,7 +134,7 @@ def sample_from_window(measurements: Mapping[str, Measurement], *, speculating: 
 
 @dataclass(frozen=True)
 class StepFit:
-    model: StepCostModel | None  # None: data too thin or the fit too poor; use the profile
+    model: StepCostModel | None  # None: data too thin or the fit refused (`note` says which and why)
     verify_scale: float
     draft_scale: float
     overhead_ms: float
@@ -223,8 +223,7 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel, *, fit_ri
     if n < MIN_SAMPLES or buckets < MIN_BUCKETS:
         return StepFit(
             None, 1.0, 1.0, prior.sched_ms, None, n, buckets,
-            f"profile {prior.name} used: {n} windows over {buckets} load buckets (a fit needs {MIN_SAMPLES} over "
-            f"{MIN_BUCKETS})",
+            f"{n} windows over {buckets} load buckets (a fit needs {MIN_SAMPLES} over {MIN_BUCKETS})",
         )  # fmt: skip
     own = _fit_at(samples, prior, 1.0, buckets)
     if own.rms_error is not None and own.rms_error <= MAX_ERROR:
@@ -236,7 +235,7 @@ def _refused(fit: StepFit) -> StepFit:
     """A solved fit whose error is above MAX_ERROR, as refused (an unsolved one says why already)."""
     if fit.rms_error is None:
         return fit
-    return replace(fit, model=None, note=f"fit too poor ({fit.note}): profile used")
+    return replace(fit, model=None, note=f"fit too poor ({fit.note})")
 
 
 def _fit_ridge(samples: Sequence[StepSample], prior: StepCostModel, buckets: int, own: StepFit) -> StepFit:
@@ -286,14 +285,13 @@ def _fit_at(samples: Sequence[StepSample], prior: StepCostModel, ridge_scale: fl
     solution = _solve3(ata, atb)
     ridge = "" if ridge_scale == 1 else f", ridge x{ridge_scale:g}"
     if solution is None:
-        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, f"fit singular{ridge}: profile used",
+        return StepFit(None, 1.0, 1.0, prior.sched_ms, None, n, buckets, f"fit singular{ridge}",
                        ridge_scale)  # fmt: skip
     alpha, beta, gamma = solution
     if alpha <= 0 or beta < 0 or gamma < 0:
         return StepFit(
             None, alpha, beta, gamma, None, n, buckets,
-            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms{ridge}): profile "
-            "used",
+            f"fit out of range (verify x{alpha:.2f}, drafter x{beta:.2f}, overhead {gamma:.2f} ms{ridge})",
             ridge_scale,
         )  # fmt: skip
     model = scaled(prior, alpha, beta, gamma)

@@ -478,7 +478,7 @@ def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
     fit = step_model.fit
     if inputs.fit.calibrated or step_model.model is not None or fit.too_thin:
         return ""
-    return f"on hardware its profile does not describe ({fit.note.replace(': profile used', '')})"
+    return f"on hardware its profile does not describe ({fit.note})"
 
 
 def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
@@ -515,7 +515,7 @@ def usable_step_model(inputs: PolicyInputs, state: PolicyState) -> StepModel:
     if fit.model is not None:
         return StepModel(fit.model, fit, f"the deployment's own fit ({fit.note})")
     if inputs.fit.calibrated:
-        return StepModel(prior, fit, f"profile {prior.name}, calibrated on this set-up")
+        return StepModel(prior, fit, f"profile {prior.name}, calibrated on this set-up (its own fit: {fit.note})")
     own = (
         f"its own fit needs {MIN_SAMPLES} settled windows over {MIN_BUCKETS} load buckets ({fit.samples} over "
         f"{fit.buckets} so far)"
