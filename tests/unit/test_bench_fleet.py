@@ -28,6 +28,7 @@ from specpilot.bench.runner import (
     run_restarted,
     run_scenario,
     run_specpilot,
+    specpilot_alone,
 )
 from specpilot.bench.scenarios import Arrival, Scenario, arrivals, scenario_named
 from specpilot.bench.specpilot_policy import OperatorController, to_datetime, to_seconds
@@ -271,6 +272,15 @@ def test_tiny_benchmark_at_two_replicas() -> None:
     text = report.table(list(rows.values()))
     assert "failed" in text.splitlines()[0]
     assert "replicas" in text.splitlines()[0]
+    (alone,) = specpilot_alone([(tiny, 1, lay)])  # `bench --specpilot-only`: the same run, to the request
+    (mine,) = [r for r in runs if r.policy == "specpilot"]
+    assert alone.outcomes == mine.outcomes
+    assert (alone.actuations, alone.changes, alone.trials, alone.notes) == (
+        mine.actuations,
+        mine.changes,
+        mine.trials,
+        mine.notes,
+    )
 
 
 def test_specpilot_changes_one_pod_first_then_the_rest_and_loses_nothing() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AutotuneObjective
-from specpilot.bench import report
-from specpilot.bench.layout import Balancer
+from specpilot.bench import compare, report
+from specpilot.bench.layout import Balancer, Layout
 from specpilot.bench.scenarios import (
     CLIENT_TIMEOUT_S,
     SCENARIOS,
@@ -102,6 +102,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
+    p.add_argument(
+        "--against",
+        type=Path,
+        metavar="RUN.json",
+        help="a stored run (what -o json printed, or its bench.json): print every row of this run beside the stored "
+        "row of the same scenario, seed and policy, with specpilot's ratios to the oracle and to max(off, always-on) "
+        "(after the table, or on stderr with -o json)",
+    )
+    p.add_argument(
+        "--specpilot-only",
+        action="store_true",
+        help="run specpilot's closed loop alone, the same run as its row in a full run (no other row depends on the "
+        "policy); with --against, judged by the stored run's oracle and controls",
+    )
 
 
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
@@ -305,27 +319,69 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(format_rows(points))
         return 0
-    from specpilot.bench.runner import rollout_layout, rows_of, run_scenario
-
     try:
-        chosen = _chosen(args)
+        stored = _stored(args.against)
+        chosen = _prepared(args)
     except TraceError as err:
         print(f"error: --trace: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    rows = _specpilot_rows(args, chosen) if args.specpilot_only else _all_rows(args, chosen)
+    if args.output == "json":
+        print(json.dumps(rows, indent=2))
+    if stored is not None:
+        out = sys.stderr if args.output == "json" else sys.stdout
+        print(f"\n== against {args.against}", file=out)
+        print(compare.table(compare.compare(rows, stored)), file=out)
+    return 0
+
+
+def _stored(path: Path | None) -> dict[compare.Key, dict[str, Any]] | None:
+    """The --against run's rows, read before any simulation so a bad file fails at once."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--against {path}: cannot read it ({err})") from err
+    return compare.parse_stored_rows(text, f"--against {path}")
+
+
+def _prepared(args: argparse.Namespace) -> list[Scenario]:
+    """The chosen scenarios with every setting of the command line applied."""
+    chosen = _chosen(args)
     if args.quick:
         chosen = [s.scaled(0.1) for s in chosen]
     if args.true_profile != "calibrated":
-        try:
-            chosen = on_true_profile(chosen, args.true_profile, bool(args.scenario))
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        chosen = on_true_profile(chosen, args.true_profile, bool(args.scenario))
     if args.objective != AutotuneObjective.THROUGHPUT.value:
         chosen = [with_objective(s, AutotuneObjective(args.objective)) for s in chosen]
-    chosen = [with_client_timeout(s, args.client_timeout) for s in chosen]
+    return [with_client_timeout(s, args.client_timeout) for s in chosen]
+
+
+def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> list[dict[str, Any]]:
+    """specpilot's row alone on every scenario and seed, the scenarios in parallel (--jobs); printed as rows."""
+    from specpilot.bench.runner import rollout_layout, rows_of, specpilot_alone
+
+    balancer = Balancer(args.balancer)
+    jobs = [(s, seed, rollout_layout(s, args.replicas, balancer, args.max_surge)) for seed in args.seed for s in chosen]
+    runs = specpilot_alone(jobs, args.jobs)
+    rows = [row for (s, seed, _), run in zip(jobs, runs, strict=True) for row in rows_of([run], s, seed)]
+    if args.output == "table":
+        print(report.table(rows))
+        for run in runs:
+            for line in run.notes:
+                print(f"   {run.scenario}: specpilot actuation: {line[:200]}")
+    return rows
+
+
+def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> list[dict[str, Any]]:
+    """Every policy, oracle and control on every scenario and seed, with the verdicts; bench.json and plots under
+    --report."""
+    from specpilot.bench.runner import rollout_layout, rows_of, run_scenario
+
     rows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     several = len(args.seed) > 1
@@ -346,24 +402,7 @@ def main(args: argparse.Namespace) -> int:
             if not args.no_plots:
                 meta["plot"] = str(report.plot(runs, meta, args.report / f"seed-{seed}" if several else args.report))
             if args.output == "table":
-                print(f"\n== {scenario.name}{f' (seed {seed})' if several else ''}: {scenario.description}")
-                if not layout.outage:
-                    print(f"   {layout.replicas} replicas behind {layout.balancer.value}, arrivals x{layout.replicas};"
-                          f" rollouts: maxSurge {layout.max_surge}, maxUnavailable {layout.max_unavailable},"
-                          f" drain {layout.drain_s:g} s")  # fmt: skip
-                if scenario.objective is not AutotuneObjective.THROUGHPUT:
-                    print(f"   specpilot's CR: spec.autotune.objective {scenario.objective.value}")
-                patience = scenario.client_timeout_s
-                print(f"   clients hang up after {patience:g} s without a first token" if patience is not None
-                      else "   clients wait forever for a first token (--no-client-timeout)")  # fmt: skip
-                print(report.table(scenario_rows))
-                for line in meta["verdicts"]:
-                    print(f"   {line}")
-                for line in meta["actuation_reasons"]:
-                    print(f"   specpilot actuation: {line[:200]}")
-                for line in meta["lenient_actuation_reasons"]:
-                    print(f"   specpilot-lenient actuation: {line[:200]}")
-                sys.stdout.flush()
+                _print_scenario(scenario, seed if several else None, layout, scenario_rows, meta)
     summary = report.across_seeds(rows, metas) if several else []
     if summary and args.output == "table":
         print(f"\n== across seeds {','.join(str(s) for s in args.seed)}: each ratio paired within one seed "
@@ -371,6 +410,27 @@ def main(args: argparse.Namespace) -> int:
         print(report.seeds_table(summary))
     args.report.mkdir(parents=True, exist_ok=True)
     report.write_json(rows, metas, args.report / "bench.json", summary)
-    if args.output == "json":
-        print(json.dumps(rows, indent=2))
-    return 0
+    return rows
+
+
+def _print_scenario(
+    scenario: Scenario, seed: int | None, layout: Layout, rows: list[dict[str, Any]], meta: dict[str, Any]
+) -> None:
+    print(f"\n== {scenario.name}{f' (seed {seed})' if seed is not None else ''}: {scenario.description}")
+    if not layout.outage:
+        print(f"   {layout.replicas} replicas behind {layout.balancer.value}, arrivals x{layout.replicas};"
+              f" rollouts: maxSurge {layout.max_surge}, maxUnavailable {layout.max_unavailable},"
+              f" drain {layout.drain_s:g} s")  # fmt: skip
+    if scenario.objective is not AutotuneObjective.THROUGHPUT:
+        print(f"   specpilot's CR: spec.autotune.objective {scenario.objective.value}")
+    patience = scenario.client_timeout_s
+    print(f"   clients hang up after {patience:g} s without a first token" if patience is not None
+          else "   clients wait forever for a first token (--no-client-timeout)")  # fmt: skip
+    print(report.table(rows))
+    for line in meta["verdicts"]:
+        print(f"   {line}")
+    for line in meta["actuation_reasons"]:
+        print(f"   specpilot actuation: {line[:200]}")
+    for line in meta["lenient_actuation_reasons"]:
+        print(f"   specpilot-lenient actuation: {line[:200]}")
+    sys.stdout.flush()

@@ -558,6 +558,24 @@ def _lenient_job(job: Job) -> PolicyRun:
 
 def _closed_loop(job: Job, acceptance: dict[str, float] | None, name: str) -> PolicyRun:
     scenario, _, seed, layout = _job_parts(job)
+    return closed_loop_row(scenario, seed, layout, acceptance, name)
+
+
+def specpilot_alone(jobs: Sequence[tuple[Scenario, int, Layout]], workers: int = 1) -> list[PolicyRun]:
+    """specpilot's row of each (scenario, seed, layout) without the other policies, oracles and controls (none of
+    which depends on the policy): the same run, to the request, as its row in run_scenario."""
+    return _run_jobs([(_alone_job, job) for job in jobs], workers)
+
+
+def _alone_job(job: tuple[Scenario, int, Layout]) -> PolicyRun:
+    scenario, seed, layout = job
+    return closed_loop_row(for_replicas(scenario, layout.replicas), seed, layout)
+
+
+def closed_loop_row(
+    scenario: Scenario, seed: int, layout: Layout, acceptance: dict[str, float] | None = None, name: str = "specpilot"
+) -> PolicyRun:
+    """specpilot's controller in closed loop as the row `name`, its actuations' reasons and trials' events as notes."""
     started = time.monotonic()
     replica, controller = run_specpilot(scenario, seed, arrivals(scenario, seed), acceptance, layout)
     config = oracles.label(replica.intent) if isinstance(replica, Replica) else replica.label(replica.config)
