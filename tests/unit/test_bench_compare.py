@@ -67,8 +67,9 @@ def test_the_table_counts_what_moved_and_the_targets_met() -> None:
     assert lines[1].split()[3:8] == ["950.00", "->", "990.00", "104.2%", "99.0%"]
     assert "- -> 500.00" in lines[2], "a scenario the stored run lacks"
     assert lines[-1] == (
-        "2 of 3 rows moved; specpilot >= 0.95 x the oracle on 1 of 2, >= 0.99 x max(off, always-on) on 1 of 2"
-    )
+        "2 of 3 rows moved; specpilot >= 0.95 x the oracle on 1 of 1 with an oracle row, >= 0.99 x max(off,"
+        " always-on) on 1 of 1 with a plain row"
+    ), "diurnal has no oracle or plain row in either run"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,8 @@ def test_specpilot_alone_against_its_own_stored_run_moves_nothing(tmp_path: Path
     assert again.returncode == 0, again.stderr
     assert f"== against {path}" in again.stdout
     assert again.stdout.rstrip().endswith(
-        "0 of 1 rows moved; specpilot >= 0.95 x the oracle on 0 of 1, >= 0.99 x max(off, always-on) on 0 of 1"
+        "0 of 1 rows moved; specpilot >= 0.95 x the oracle on 0 of 0 with an oracle row, >= 0.99 x max(off,"
+        " always-on) on 0 of 0 with a plain row"
     ), "the same seed gives the same run; the stored run has no oracle or plain rows to judge by"
 
 
