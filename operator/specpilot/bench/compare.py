@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specpilot.bench.report import PLAIN, actuations_text, better_plain
+
 Key = tuple[str, int, str]  # (scenario, seed, policy)
 NUMBERS = ("goodput", "failed", "replicas")
-PLAIN = ("off", "always-on")
 
 
 class StoredRunError(ValueError):
@@ -60,9 +61,8 @@ class Compared:
     reference rows where it has them, else the stored run's (they do not depend on the policy)."""
 
     key: Key
-    replicas: int
     goodput: float
-    stored_goodput: float | None  # None: no stored row of the same arrivals
+    stored_goodput: float | None  # None: no stored row of as many replicas
     vs_oracle: float | None
     vs_plain: float | None
     failed: int
@@ -107,15 +107,12 @@ def _compared(
         note = f"not compared: the stored row ran {old['replicas']} replicas, this one {row['replicas']}"
         old = None
     alike = {p: r for p, r in references.items() if r["replicas"] == row["replicas"]}
-    oracle = alike.get("oracle")
-    plain = [alike[p] for p in PLAIN if p in alike]
     return Compared(
         key,
-        int(row["replicas"]),
         float(row["goodput"]),
         None if old is None else float(old["goodput"]),
-        _ratio(row, oracle),
-        _ratio(row, max(plain, key=lambda r: float(r["goodput"]))) if plain else None,
+        _ratio(row, alike.get("oracle")),
+        _ratio(row, better_plain(alike.get(p) for p in PLAIN)),
         int(row["failed"]),
         None if old is None else int(old["failed"]),
         _actuations(row),
@@ -131,8 +128,7 @@ def _ratio(row: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float
 
 
 def _actuations(row: Mapping[str, Any]) -> str:
-    changes, trials = row.get("changes"), row.get("trials")
-    return f"{row.get('actuations', '-')}" if changes is None else f"{row.get('actuations')} ({changes}, {trials})"
+    return actuations_text(row.get("actuations", 0), row.get("changes"), row.get("trials"))
 
 
 HEADER = ("scenario", "seed", "policy", "goodput stored -> now", "now / stored", "vs oracle", "vs max(off, always-on)",

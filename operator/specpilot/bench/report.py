@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +79,21 @@ def verdicts(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     return out
 
 
+PLAIN = ("off", "always-on")  # the two configurations a deployment could run without autotune
+
+
+def better_plain(rows: Iterable[Mapping[str, Any] | None]) -> Mapping[str, Any] | None:
+    """The row of higher goodput among the plain choices given (None where none is)."""
+    present = [r for r in rows if r is not None]
+    return max(present, key=lambda r: float(r["goodput"])) if present else None
+
+
 def latency_verdicts(name: str, mine: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
     """Goodput against the better plain choice (off or the declared config always on), and every latency of the
     row as a ratio to the oracle's and to speculation off's (< 1: faster): printed, never asserted."""
     out: list[str] = []
-    plain = [by[p] for p in ("off", "always-on") if p in by and by[p]["goodput"] > 0]
-    if plain:
-        better = max(plain, key=lambda r: r["goodput"])
+    better = better_plain(by[p] for p in PLAIN if p in by and by[p]["goodput"] > 0)
+    if better is not None:
         ratio = mine["goodput"] / better["goodput"]
         out.append(f"{name}: goodput vs max(off, always-on) ({better['policy']}) {ratio:.1%}"
                    f" (target >= 99%: {'met' if ratio >= 0.99 else 'MISSED'})")  # fmt: skip
@@ -180,13 +188,13 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                 entry["trials"].append(mine.get("trials"))
                 entry["failed"].append(mine.get("failed", 0))
                 entry["oracle_failed"].append(oracle.get("failed", 0))
-                _add_latency(entry, mine, oracle, {p: by_seed.get((scenario, seed, p)) for p in ("off", "always-on")})
+                _add_latency(entry, mine, oracle, {p: by_seed.get((scenario, seed, p)) for p in PLAIN})
             if entry["seeds"]:
                 out.append(entry)
     return out
 
 
-def _actuations(actuations: int, changes: int | None, trials: int | None) -> str:
+def actuations_text(actuations: int, changes: int | None, trials: int | None) -> str:
     """One seed's actuations with, of them, the changes of what every pod serves and the one-pod trials (rows
     written before those were counted show the actuations alone)."""
     return str(actuations) if changes is None else f"{actuations} ({changes}, {trials or 0})"
@@ -196,8 +204,7 @@ def _add_latency(
     entry: dict[str, Any], mine: dict[str, Any], oracle: dict[str, Any], plain: dict[str, dict[str, Any] | None]
 ) -> None:
     """One seed's goodput against max(off, always-on) and [P50 TPOT, P99 TTFT] ratios to the oracle and to off."""
-    rows = [r for r in plain.values() if r is not None]
-    better = max(rows, key=lambda r: float(r["goodput"])) if rows else None
+    better = better_plain(plain.values())
     entry["vs_plain"].append(_ratio(mine, better) if better else math.nan)
     off = plain.get("off")
     for key, reference in (("latency_vs_oracle", oracle), ("latency_vs_off", off)):
@@ -209,7 +216,7 @@ def _quotient(mine: Any, reference: Any) -> float:
     return float(mine) / float(reference) if _finite(mine) and _finite(reference) and reference > 0 else math.nan
 
 
-def _ratio(mine: dict[str, Any], reference: dict[str, Any]) -> float:
+def _ratio(mine: Mapping[str, Any], reference: Mapping[str, Any]) -> float:
     return float(mine["goodput"]) / float(reference["goodput"]) if reference["goodput"] > 0 else math.nan
 
 
@@ -237,7 +244,7 @@ def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
                       _spread(e["vs_reachable"], "{:.1%}"), _spread(e["vs_oracle_within_budget"], "{:.1%}"),
                       _spread(e["oracle_vs_best_static"], "{:+.1%}"), _spread(e["oracle_restarts_alone"], "{:+.1%}"),
                       _spread(e["vs_restart_control"], "{:.1%}"), windows,
-                      ", ".join(_actuations(*counts) for counts in zip(e["actuations"], e["changes"], e["trials"],
+                      ", ".join(actuations_text(*counts) for counts in zip(e["actuations"], e["changes"], e["trials"],
                                                                          strict=True)),
                       dropped, _spread(e["vs_plain"], "{:.1%}"),
                       f"{sum(1 for r in e['vs_plain'] if r >= 0.99)}/{n}", _mean_latency(e["latency_vs_oracle"]),
