@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,15 @@ from specpilot.api.v1alpha1 import SpeculativeDeploymentSpec, parse_spec
 from tests.prometheus.fake_vllm import FakeVllm, Loopback, serve
 
 NAMESPACE, DEPLOYMENT = "ml", "chat"  # the scope labels of every fake pod
+
+
+# A scrape's samples carry its start time but become visible only when it is committed, so queries at "now" can see
+# one scrape more in one query than in the previous one. The tests query an instant whose scrapes are all in.
+COMMITTED = timedelta(seconds=2)
+
+
+def committed_instant() -> datetime:
+    return datetime.now(UTC) - COMMITTED
 
 
 def make_spec(version: str = "0.33.0", **acceptance: float) -> SpeculativeDeploymentSpec:

@@ -13,7 +13,6 @@ split unchanged.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,7 +25,7 @@ from specpilot.autotune.signals.measurements import MeasurementClass, classify, 
 from specpilot.autotune.signals.promql import Query, Scope, ScopeSet, Signal, build_queries
 from specpilot.vllm.metrics import metric_names_for
 from specpilot.vllm.versions import VllmVersion
-from tests.prometheus.conftest import make_spec
+from tests.prometheus.conftest import committed_instant, make_spec
 from tests.prometheus.fake_vllm import Loopback
 
 pytestmark = pytest.mark.prometheus
@@ -93,7 +92,7 @@ def subjects() -> list[Subject]:
 def wait_for_full_windows(client: PrometheusClient) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        probes = [measure(make_spec(), Scope(*target[:3]), client, datetime.now(UTC)) for target in TARGETS]
+        probes = [measure(make_spec(), Scope(*target[:3]), client, committed_instant()) for target in TARGETS]
         if all(p[Signal.REQUESTS_IN_WINDOW].valid and (p[Signal.REQUESTS_IN_WINDOW].value or 0) >= 400 for p in probes):
             return
         time.sleep(0.5)
@@ -103,7 +102,7 @@ def wait_for_full_windows(client: PrometheusClient) -> None:
 def test_grouped_round_equals_per_deployment_queries(fleet_prometheus: PrometheusServer) -> None:
     client = PrometheusClient(PrometheusConnection(fleet_prometheus.url, timeout_s=5))
     wait_for_full_windows(client)
-    at = datetime.now(UTC) - timedelta(seconds=1)  # a settled instant: both sides read identical samples
+    at = committed_instant()  # both sides read identical samples
     fleet = subjects()
     round_ = measure_many(fleet, client, at)
     for subject in fleet:
@@ -138,7 +137,7 @@ def test_one_series_too_many_survives_the_split(fleet_prometheus: PrometheusServ
     """An unaggregated gauge: two engines give two series per deployment, an Error either way, word for word."""
     client = PrometheusClient(PrometheusConnection(fleet_prometheus.url, timeout_s=5))
     wait_for_full_windows(client)
-    at = datetime.now(UTC) - timedelta(seconds=1)
+    at = committed_instant()
     scopes = [Scope("ml", "code", "cfg-a"), Scope("ml", "chat", "cfg-a"), Scope("ml", "ghost", "cfg-z")]
     group = ScopeSet.of(scopes)
     grouped = Query(Signal.RUNNING_REQUESTS, f"vllm:num_requests_running{group.selector()}", "requests")

@@ -28,7 +28,7 @@ from specpilot.autotune.policy.state import PolicyInputs, PolicyState
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, classify
 from specpilot.autotune.signals.promql import Query, Scope, Signal
 from specpilot.vllm.intent import SpeculationIntent
-from tests.prometheus.conftest import DEPLOYMENT, NAMESPACE, make_spec
+from tests.prometheus.conftest import DEPLOYMENT, NAMESPACE, committed_instant, make_spec
 from tests.prometheus.fake_vllm import Loopback
 
 pytestmark = pytest.mark.prometheus
@@ -44,15 +44,6 @@ def scope(config: str) -> Scope:
 @pytest.fixture
 def client(prometheus: PrometheusServer) -> PrometheusClient:
     return PrometheusClient(PrometheusConnection(prometheus.url, timeout_s=5))
-
-
-# A scrape's samples carry its start time but become visible only when it is committed, so queries at "now" can see
-# one scrape more in one query than in the previous one. The tests query an instant whose scrapes are all in.
-COMMITTED = timedelta(seconds=2)
-
-
-def committed_instant() -> datetime:
-    return datetime.now(UTC) - COMMITTED
 
 
 def settled(
