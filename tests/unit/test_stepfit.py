@@ -108,6 +108,38 @@ def test_the_ridge_of_another_gpu_is_fitted_only_where_the_windows_identify_it(
                 assert fit.model.step_ms(batch, k, configured=k > 0) == pytest.approx(true_ms, rel=0.06), (batch, k)
 
 
+@pytest.mark.parametrize(
+    ("case", "truth", "batches", "fit_ridge", "rivals"),
+    [
+        # K3 windows at batches 40-190 of an A100: the H100's own ridge fits within 15%, and so do x0.5 to x0.85
+        # with the drafter term anywhere from x0.3 to x2: the split of the step is not known
+        ("A100, K3 only, moderate to large batches", A100, (40, 60, 90, 120, 150, 190), True, (0.5, 0.6, 0.7, 0.85)),
+        # the same windows, the profile calibrated on this GPU (no ridge is fitted): no rivals
+        ("A100, K3 only, ridge not fitted", A100, (40, 60, 90, 120, 150, 190), False, ()),
+        # the H100's own windows, K3 and plain: its own ridge, and no other fits as well
+        ("H100, K3 and plain", SIM_8B, (4, 12, 24, 48, 96, 160), True, ()),
+    ],
+)  # fmt: skip
+def test_ridges_that_fit_as_well_as_the_used_one_are_its_rivals(
+    case: str, truth: Preset, batches: tuple[int, ...], fit_ridge: bool, rivals: tuple[float, ...]
+) -> None:
+    """The prior's own ridge fits within MAX_ERROR: it is used, and where other ridges fit the windows about as well
+    (EQUALLY_GOOD) and spread beyond RIDGE_SPREAD, they are kept as its rivals, with models, and shown."""
+    ks = (3,) if truth is A100 else (3, 0)
+    samples = [
+        StepSample(b, k, k > 0, round(sim_step_ms(b, k, speculating=k > 0, truth=truth) * (1 + 0.03 * (-1) ** i), 3))
+        for i, b in enumerate(batches)
+        for k in ks
+    ]
+    fit = fit_step_cost(samples, LLAMA8B_H100, fit_ridge=fit_ridge)
+    assert fit.model is not None, fit.note
+    assert fit.ridge_scale == 1.0
+    assert tuple(r.ridge_scale for r in fit.rivals) == rivals, fit.note
+    assert all(r.model is not None for r in fit.rivals)
+    assert fit.to_dict()["rivalRidgeScales"] == list(rivals)
+    assert ("a change needs every one of them" in fit.note) is bool(rivals), fit.note
+
+
 @pytest.mark.parametrize(("calibrated", "used", "ridge"), [(False, True, 0.5), (True, False, 1.0)])
 def test_the_policy_fits_the_ridge_only_of_another_gpus_profile(calibrated: bool, used: bool, ridge: float) -> None:
     """An A100's windows of K = 3 and of plain: with the H100 profile only a prior (no calibrated profile for the
@@ -122,6 +154,22 @@ def test_the_policy_fits_the_ridge_only_of_another_gpus_profile(calibrated: bool
     shown = decision.evidence["stepFit"]
     assert shown["used"] is used, shown
     assert shown["ridgeScale"] == ridge, shown
+
+
+def test_the_policy_shows_the_rivals_of_the_fit_it_prices_with() -> None:
+    """K = 3 windows of an A100 at batches 40-190 under the H100 profile as a prior: the policy prices with the
+    prior's own ridge, fitted, and its evidence names the ridges that fit as well (what a change must agree with)."""
+    spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True, "min": 4, "max": 256})
+    samples = [
+        StepSample(b, 3, True, round(sim_step_ms(b, 3, speculating=True, truth=A100) * (1 + 0.03 * (-1) ** i), 3))
+        for i, b in enumerate((40, 60, 90, 120, 150, 190))
+    ]
+    state = PolicyState(load={64: 7200.0}, load_updated=tp.T0 - tp.MINUTE, step_samples=tuple(samples))
+    fit = FitSettings(model=LLAMA8B_H100, calibrated=False)
+    decision = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=120), fit=fit), state, tp.T0)
+    shown = decision.evidence["stepFit"]
+    assert shown["used"] is True, shown
+    assert shown["rivalRidgeScales"] == [0.5, 0.6, 0.7, 0.85], shown
 
 
 def test_thin_data_are_not_fitted_and_the_fit_says_why() -> None:

@@ -17,7 +17,9 @@ Where the profile is another set-up's (a GPU no profile was calibrated on) and i
 ridge is a fourth unknown: the three scales are solved at each of RIDGE_SCALES x the profile's ridge. Such a fit is
 used only where the windows identify the ridge: every ridge that fits them about as well as the best
 (EQUALLY_GOOD) lies within RIDGE_SPREAD of it. Windows that all ran one K rarely do (the ridge trades off against
-the drafter term); windows of plain beside them do.
+the drafter term); windows of plain beside them do. Where the prior's own ridge fits within MAX_ERROR but other ridges
+fit as well and the ridge is not identified, the fit is used with those others as its rivals (`StepFit.rivals`): a
+change goes in only where every one of them prices it so too.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ class StepFit:
     buckets: int
     note: str
     ridge_scale: float = 1.0  # the fitted roofline ridge over the prior's
+    # fits at other ridges about as good where the ridge is not identified (_with_rivals); a change is made only
+    # where every one of them prices it so too (proposals.agreed_by_rivals)
+    rivals: tuple[StepFit, ...] = ()
 
     @property
     def too_thin(self) -> bool:
@@ -160,6 +165,7 @@ class StepFit:
             "samples": self.samples,
             "loadBuckets": self.buckets,
             "note": self.note,
+            "rivalRidgeScales": [round(r.ridge_scale, 4) for r in self.rivals],
         }
 
 
@@ -227,8 +233,29 @@ def fit_step_cost(samples: Sequence[StepSample], prior: StepCostModel, *, fit_ri
         )  # fmt: skip
     own = _fit_at(samples, prior, 1.0, buckets)
     if own.rms_error is not None and own.rms_error <= MAX_ERROR:
-        return replace(own, note=f"fitted from this deployment: {own.note}")
+        used = replace(own, note=f"fitted from this deployment: {own.note}")
+        return _with_rivals(samples, prior, buckets, used) if fit_ridge else used
     return _fit_ridge(samples, prior, buckets, own) if fit_ridge else _refused(own)
+
+
+def _ridge_fits(samples: Sequence[StepSample], prior: StepCostModel, buckets: int) -> list[StepFit]:
+    """The three scales solved at each of RIDGE_SCALES x the prior's ridge."""
+    return [_fit_at(samples, replace(prior, ridge_tokens=prior.ridge_tokens * r), r, buckets) for r in RIDGE_SCALES]
+
+
+def _with_rivals(samples: Sequence[StepSample], prior: StepCostModel, buckets: int, used: StepFit) -> StepFit:
+    """`used` (the prior's own ridge, within MAX_ERROR) with the other ridges that fit the windows about as well as the
+    best (EQUALLY_GOOD) as its rivals, where they and the prior's own spread beyond RIDGE_SPREAD: the windows then do
+    not tell which split of the step between target and drafter is this hardware's."""
+    assert used.rms_error is not None
+    solved = [f for f in _ridge_fits(samples, prior, buckets) if f.rms_error is not None and f.model is not None]
+    best = min([used.rms_error, *(f.rms_error or 0.0 for f in solved)])
+    alike = [f for f in solved if (f.rms_error or 0.0) <= best * EQUALLY_GOOD]
+    scales = [1.0, *(f.ridge_scale for f in alike)]
+    if not alike or max(scales) / min(scales) <= RIDGE_SPREAD:
+        return used
+    why = f"ridge not identified: x{min(scales):g} to x{max(scales):g} fit within {EQUALLY_GOOD - 1:.0%} of the best"
+    return replace(used, note=f"{used.note}; {why}, and a change needs every one of them", rivals=tuple(alike))
 
 
 def _refused(fit: StepFit) -> StepFit:
@@ -243,8 +270,7 @@ def _fit_ridge(samples: Sequence[StepSample], prior: StepCostModel, buckets: int
     identify the ridge (every ridge within EQUALLY_GOOD of the best error lies within RIDGE_SPREAD of the best);
     else `own` refused, with why."""
     refused = _refused(own)
-    tried = [own, *(_fit_at(samples, replace(prior, ridge_tokens=prior.ridge_tokens * r), r, buckets)
-                    for r in RIDGE_SCALES)]  # fmt: skip
+    tried = [own, *_ridge_fits(samples, prior, buckets)]
     solved = [f for f in tried if f.rms_error is not None]
     if not solved:
         return refused

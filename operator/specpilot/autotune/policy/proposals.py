@@ -750,10 +750,49 @@ def _plan(
     step_model: StepModel,
 ) -> ThresholdPlan | None:
     """Fit the batch threshold or schedule (one K where the engine has neither), when allowed; None when tuning is
-    out of scope.
+    out of scope. Where the step model's fit has rivals (stepfit.StepFit.rivals: other ridges that fit the windows as
+    well), a change it proposes stands only where every rival's own plan proposes a change of the same kind
+    (agreed_by_rivals).
 
     `step_model`: what the steps are priced with (usable_step_model); without a usable one nothing is refitted.
     """
+    plan = _plan_on(inputs, state, now, acceptance, batch, step_model)
+    rivals = step_model.fit.rivals
+    if plan is None or not rivals or not (plan.disable or plan.proposed is not None):
+        return plan
+    priced = [
+        (rival, _plan_on(inputs, state, now, acceptance, batch, StepModel(rival.model, rival, rival.note)))
+        for rival in rivals
+    ]
+    return agreed_by_rivals(plan, priced)
+
+
+def agreed_by_rivals(plan: ThresholdPlan, rivals: Sequence[tuple[StepFit, ThresholdPlan | None]]) -> ThresholdPlan:
+    """`plan` where each rival's plan agrees with its change: speculation off where it goes off, some refit or off
+    where it refits (the rival need not draw the same schedule: the change's direction is what the windows must
+    support); else no change, with the first rival that dissents."""
+    for fit, rival in rivals:
+        if rival is not None and (rival.disable if plan.disable else rival.disable or rival.proposed is not None):
+            continue
+        if rival is None:
+            dissent = "which prices nothing"
+        else:
+            dissent = "which does not price speculation off" if plan.disable else "which proposes no change"
+            dissent += f" ({rival.reason})"
+        held = f"held: the windows fit as well at ridge x{fit.ridge_scale:g} of the profile's, {dissent}"
+        return replace(plan, proposed=None, worth_installing=False, disable=False, reason=f"{plan.reason}; {held}")
+    return plan
+
+
+def _plan_on(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    acceptance: float,
+    batch: float | None,
+    step_model: StepModel,
+) -> ThresholdPlan | None:
+    """_plan on one step model, whatever its rivals."""
     spec = inputs.spec
     at = spec.autotune
     version = VllmVersion.parse(spec.engine.version)
