@@ -756,43 +756,6 @@ def _plan(
 
     `step_model`: what the steps are priced with (usable_step_model); without a usable one nothing is refitted.
     """
-    plan = _plan_on(inputs, state, now, acceptance, batch, step_model)
-    rivals = step_model.fit.rivals
-    if plan is None or not rivals or not (plan.disable or plan.proposed is not None):
-        return plan
-    priced = [
-        (rival, _plan_on(inputs, state, now, acceptance, batch, StepModel(rival.model, rival, rival.note)))
-        for rival in rivals
-    ]
-    return agreed_by_rivals(plan, priced)
-
-
-def agreed_by_rivals(plan: ThresholdPlan, rivals: Sequence[tuple[StepFit, ThresholdPlan | None]]) -> ThresholdPlan:
-    """`plan` where each rival's plan agrees with its change: speculation off where it goes off, some refit or off
-    where it refits (the rival need not draw the same schedule: the change's direction is what the windows must
-    support); else no change, with the first rival that dissents."""
-    for fit, rival in rivals:
-        if rival is not None and (rival.disable if plan.disable else rival.disable or rival.proposed is not None):
-            continue
-        if rival is None:
-            dissent = "which prices nothing"
-        else:
-            dissent = "which does not price speculation off" if plan.disable else "which proposes no change"
-            dissent += f" ({rival.reason})"
-        held = f"held: the windows fit as well at ridge x{fit.ridge_scale:g} of the profile's, {dissent}"
-        return replace(plan, proposed=None, worth_installing=False, disable=False, reason=f"{plan.reason}; {held}")
-    return plan
-
-
-def _plan_on(
-    inputs: PolicyInputs,
-    state: PolicyState,
-    now: datetime,
-    acceptance: float,
-    batch: float | None,
-    step_model: StepModel,
-) -> ThresholdPlan | None:
-    """_plan on one step model, whatever its rivals."""
     spec = inputs.spec
     at = spec.autotune
     version = VllmVersion.parse(spec.engine.version)
@@ -824,7 +787,7 @@ def _plan_on(
         now=now,
         max_age=BASELINE_MAX_AGE,
     )
-    return plan_threshold(
+    plan = plan_threshold(
         version=version,
         support=support,
         current=inputs.current,
@@ -846,6 +809,28 @@ def _plan_on(
         tpot_spread_ms=_tpot_spread_ms(m),
         peak_ratio=_rate_peak(state.request_rates, inputs.fit),
     )
+    rivals = step_model.fit.rivals
+    if not rivals or not (plan.disable or plan.proposed is not None):
+        return plan
+    priced = [(r, _plan(inputs, state, now, acceptance, batch, StepModel(r.model, r, r.note))) for r in rivals]
+    return agreed_by_rivals(plan, priced)
+
+
+def agreed_by_rivals(plan: ThresholdPlan, rivals: Sequence[tuple[StepFit, ThresholdPlan | None]]) -> ThresholdPlan:
+    """`plan` where each rival's plan agrees with its change: speculation off where it goes off, some refit or off
+    where it refits (the rival need not draw the same schedule: the change's direction is what the windows must
+    support); else no change, with the first rival that dissents."""
+    for fit, rival in rivals:
+        if rival is not None and (rival.disable if plan.disable else rival.disable or rival.proposed is not None):
+            continue
+        if rival is None:
+            dissent = "which prices nothing"
+        else:
+            dissent = "which does not price speculation off" if plan.disable else "which proposes no change"
+            dissent += f" ({rival.reason})"
+        held = f"held: the windows fit as well at ridge x{fit.ridge_scale:g} of the profile's, {dissent}"
+        return replace(plan, proposed=None, worth_installing=False, disable=False, reason=f"{plan.reason}; {held}")
+    return plan
 
 
 def _tpot_spread_ms(m: Mapping[str, Measurement]) -> tuple[float, float] | None:
