@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -69,11 +70,11 @@ A100 = preset_named("llama8b-a100-like")  # its roofline ridge is 0.52 x the H10
 BATCHES = [4, 12, 24, 48, 96, 160, 220]
 
 
-def class_windows(truth: Preset, ks: tuple[int, ...]) -> list[StepSample]:
-    """Windows of a deployment on `truth` that ran each K of `ks` at every batch of BATCHES, +-3% scatter."""
+def class_windows(truth: Preset, ks: tuple[int, ...], batches: Sequence[int] = BATCHES) -> list[StepSample]:
+    """Windows of a deployment on `truth` that ran each K of `ks` at every batch of `batches`, +-3% scatter."""
     return [
         StepSample(b, k, k > 0, round(sim_step_ms(b, k, speculating=k > 0, truth=truth) * (1 + 0.03 * (-1) ** i), 3))
-        for i, b in enumerate(BATCHES)
+        for i, b in enumerate(batches)
         for k in ks
     ]
 
@@ -126,12 +127,7 @@ def test_ridges_that_fit_as_well_as_the_used_one_are_its_rivals(
     """The prior's own ridge fits within MAX_ERROR: it is used, and where other ridges fit the windows about as well
     (EQUALLY_GOOD) and spread beyond RIDGE_SPREAD, they are kept as its rivals, with models, and shown."""
     ks = (3,) if truth is A100 else (3, 0)
-    samples = [
-        StepSample(b, k, k > 0, round(sim_step_ms(b, k, speculating=k > 0, truth=truth) * (1 + 0.03 * (-1) ** i), 3))
-        for i, b in enumerate(batches)
-        for k in ks
-    ]
-    fit = fit_step_cost(samples, LLAMA8B_H100, fit_ridge=fit_ridge)
+    fit = fit_step_cost(class_windows(truth, ks, batches), LLAMA8B_H100, fit_ridge=fit_ridge)
     assert fit.model is not None, fit.note
     assert fit.ridge_scale == 1.0
     assert tuple(r.ridge_scale for r in fit.rivals) == rivals, fit.note
@@ -160,11 +156,8 @@ def test_the_policy_shows_the_rivals_of_the_fit_it_prices_with() -> None:
     """K = 3 windows of an A100 at batches 40-190 under the H100 profile as a prior: the policy prices with the
     prior's own ridge, fitted, and its evidence names the ridges that fit as well (what a change must agree with)."""
     spec = tp.make_spec(agreeingEvaluations=1, stabilization="0s", batchThreshold={"tune": True, "min": 4, "max": 256})
-    samples = [
-        StepSample(b, 3, True, round(sim_step_ms(b, 3, speculating=True, truth=A100) * (1 + 0.03 * (-1) ** i), 3))
-        for i, b in enumerate((40, 60, 90, 120, 150, 190))
-    ]
-    state = PolicyState(load={64: 7200.0}, load_updated=tp.T0 - tp.MINUTE, step_samples=tuple(samples))
+    samples = tuple(class_windows(A100, (3,), (40, 60, 90, 120, 150, 190)))
+    state = PolicyState(load={64: 7200.0}, load_updated=tp.T0 - tp.MINUTE, step_samples=samples)
     fit = FitSettings(model=LLAMA8B_H100, calibrated=False)
     decision = evaluate_alone(tp.inputs(spec, tp.tuned_observation(batch=120), fit=fit), state, tp.T0)
     shown = decision.evidence["stepFit"]

@@ -248,7 +248,7 @@ def _with_rivals(samples: Sequence[StepSample], prior: StepCostModel, buckets: i
     best (EQUALLY_GOOD) as its rivals, where they and the prior's own spread beyond RIDGE_SPREAD: the windows then do
     not tell which split of the step between target and drafter is this hardware's."""
     assert used.rms_error is not None
-    solved = [f for f in _ridge_fits(samples, prior, buckets) if f.rms_error is not None and f.model is not None]
+    solved = [f for f in _ridge_fits(samples, prior, buckets) if f.rms_error is not None]
     best = min([used.rms_error, *(f.rms_error or 0.0 for f in solved)])
     alike = [f for f in solved if (f.rms_error or 0.0) <= best * EQUALLY_GOOD]
     scales = [1.0, *(f.ridge_scale for f in alike)]
