@@ -286,6 +286,36 @@ def unexplained(tpot_mean_s: float = 0.040) -> dict[str, Measurement]:
     return window
 
 
+@pytest.mark.parametrize(
+    ("stabilization", "agreed_after_minutes", "shortened_to"),
+    [
+        # the trial takes the 90s restart and the analysis span (the 2m window and two 15s scrapes): 4 minutes
+        ("20m", 4, "4m"),
+        ("4m", 4, None),  # a span no longer than the trial is kept as declared
+        ("2m", 2, None),
+    ],
+)
+def test_an_experiment_waits_as_long_as_its_trial_takes_not_the_whole_stabilization(
+    stabilization: str, agreed_after_minutes: int, shortened_to: str | None
+) -> None:
+    """The experiment's one-pod trial is the check the stabilization span would be; it waits only as long as the
+    trial takes, so that a doubt lasting that long is measured by the trial and one passing sooner is not."""
+    cluster = three_replicas(stabilization=stabilization)
+    agreed_at = None
+    for minute in range(1, 12):
+        cluster.advance(1)
+        decision = cluster.evaluate(unexplained()).decision
+        assert decision is not None
+        assert decision["reason"].startswith("experiment: "), decision
+        if not decision["gate"].startswith("waiting for agreement"):
+            agreed_at = minute - 1  # the streak starts at the first evaluation
+            break
+    assert agreed_at == agreed_after_minutes, cluster.outcomes[-1][1].decision
+    agreement = decision["evidence"]["agreement"]
+    assert agreement.get("stabilizationShortenedTo") == shortened_to, agreement
+    assert ("its one-pod trial takes" in agreement.get("why", "")) is (shortened_to is not None)
+
+
 SPAN = ["Running", "Running", "Running"]  # ready at the first evaluation, analysed 2m30s later
 
 

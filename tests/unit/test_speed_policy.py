@@ -29,6 +29,7 @@ from specpilot.autotune.policy.agreement import (
     agree_by_effect,
     anchor_intent,
     boundary_close,
+    experiment_wait,
     further_shed,
     intents_agree,
     keys_agree,
@@ -689,6 +690,21 @@ def test_the_stabilization_is_no_longer_than_the_changes_payback(
 
 
 @pytest.mark.parametrize(
+    ("trial_s", "expected_s", "shortened"),
+    [
+        (390.0, 390.0, True),  # a 90 s restart and a 5m window with two 15 s scrapes, within the 10m span
+        (599.0, 599.0, True),
+        (600.0, 600.0, False),  # a trial as long as the span: the span as declared
+        (750.0, 600.0, False),  # a 70B restart of 420 s and the same analysis: never longer than the span
+    ],
+)
+def test_an_experiment_waits_no_longer_than_its_trial(trial_s: float, expected_s: float, shortened: bool) -> None:
+    span, short = experiment_wait(timedelta(minutes=10), timedelta(seconds=trial_s))
+    assert span.total_seconds() == pytest.approx(expected_s)
+    assert short is shortened
+
+
+@pytest.mark.parametrize(
     ("stable_s", "span_s", "priced", "expected"),
     [
         # a payback span: act once holding to the next evaluation (60 s) would pass it (drafter-degraded: 3 minutes
@@ -1264,6 +1280,36 @@ def test_windows_that_contradict_another_gpus_profile_start_an_experiment_at_any
     if decision.experiment:
         assert decision.reason.startswith("experiment: acceptance 0.30 < disableBelow 0.50"), decision.reason
         assert decision.off_kind is OffReason.CANARY
+
+
+@pytest.mark.parametrize(
+    ("waiting", "agreed_after_minutes", "why"),
+    [
+        # windows that contradict the profile, no queue: the span, in which more windows may make a model usable
+        (0.0, 10, None),
+        # the same at saturation: one pod's restart (90 s) and the analysis span (5m and two 15 s scrapes)
+        (4.0, 7, "an experiment at saturation waits as long as its one-pod trial takes"),
+    ],
+)
+def test_an_experiment_at_saturation_waits_its_trial_and_one_on_contradicted_windows_the_span(
+    waiting: float, agreed_after_minutes: int, why: str | None
+) -> None:
+    """An experiment's wait: at saturation no longer than the one-pod trial it starts, so a queue does not grow for
+    the whole stabilization; started by windows that contradict the profile, with no queue, the whole span."""
+    raw = with_replicas(gpu_spec("NVIDIA-A100-SXM4-80GB", 80.0), 2).model_dump(mode="json", by_alias=True)
+    raw["autotune"].update(agreeingEvaluations=2, stabilization="10m")
+    spec = parse_spec(raw)
+    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030)
+    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, waiting)
+    state = PolicyState(step_samples=contradicting_windows())
+    for minute in range(12):
+        decision, state = decide(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state,
+                                 T0 + timedelta(minutes=minute))  # fmt: skip
+        assert decision.experiment, decision.reason
+        if not decision.gate.startswith("waiting for agreement"):
+            break  # agreed (a queue with no arrivals then meets the backlog gate, which is not this test's)
+    assert minute == agreed_after_minutes, decision.gate
+    assert decision.evidence["agreement"].get("why", "").startswith(why or "-") is (why is not None)
 
 
 def edited(change: dict[str, Any]) -> SpeculativeDeploymentSpec:

@@ -159,6 +159,17 @@ def stabilized(stable: timedelta, span: timedelta, *, priced: bool, interval: ti
     return stable >= span
 
 
+def experiment_wait(span: timedelta, trial: timedelta) -> tuple[timedelta, bool]:
+    """The stabilization span of an experiment: min(span, `trial`), the time its one-pod trial takes from the
+    restart to the analysis; True when shortened. The trial is the check the span would be, and it can only measure
+    the doubt that started it while that doubt lasts: a saturation that has lasted one trial's length is as likely
+    to last another as to pass (a state's age predicts its remaining life), and one that passes sooner is the
+    transient the wait guards against."""
+    if trial < span:
+        return trial, True
+    return span, False
+
+
 def stabilization_for(span: timedelta, gain: float, restart_cost_s: float) -> tuple[timedelta, bool]:
     """The stabilization span for a change of this relative gain: min(span, restart / gain); True when shortened.
     A restart that costs nothing has nothing to repay, whatever the gain: no span beyond the agreeing evaluations."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from specpilot.api import rollout
 from specpilot.api.durations import format_duration, parse_duration
 from specpilot.api.timestamps import format_time
 from specpilot.api.v1alpha1 import (
@@ -55,6 +56,7 @@ from specpilot.autotune.model.stepfit import (
 )
 from specpilot.autotune.policy.agreement import (
     agree_by_effect,
+    experiment_wait,
     further_shed,
     keys_agree,
     sheds,
@@ -71,7 +73,7 @@ from specpilot.autotune.policy.backlog import (
     restart_under_backlog,
 )
 from specpilot.autotune.policy.budget import budget_check
-from specpilot.autotune.policy.proposals import measured_speed, propose, window_evidence
+from specpilot.autotune.policy.proposals import measured_speed, propose, saturation, window_evidence
 from specpilot.autotune.policy.state import (
     FRESH_RECORDS,
     Action,
@@ -451,6 +453,12 @@ class _Wait:
     gain: float
     gain_source: str
     free: bool = False  # the fit priced a rollout at the load now at no serving (ThresholdPlan.restart_free)
+    trial: bool = False  # an experiment's: the length of the one-pod trial it starts (agreement.experiment_wait)
+
+    @property
+    def payback(self) -> bool:
+        """Shortened to a payback, judged up to the next evaluation (agreement.stabilized); a trial's length is not."""
+        return self.shortened and not self.trial
 
 
 def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
@@ -481,7 +489,7 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
     elif streak is not None and (agrees or by_effect):
         # the same decision; once agreed, the anchor follows the newest fit: the decision is made and waits only
         # for a gate (budget, backlog), so a boundary drifting a batch at a time must not restart the window
-        agreed = streak.count >= needed and stabilized(r.now - streak.since, wait.window, priced=wait.shortened,
+        agreed = streak.count >= needed and stabilized(r.now - streak.since, wait.window, priced=wait.payback,
                                                        interval=interval)  # fmt: skip
         streak = replace(streak, count=streak.count + 1, key=key if agreed else streak.key)
     elif streak is not None and further:
@@ -498,8 +506,10 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
     """A shed waits no longer than it takes to repay its restart (agreement.stabilization_for), priced by its own
     gain only (prices_its_own_gain) and, under a hopeless backlog, at the work the restart drops in time; while the
     fit priced a rollout at the load now at no serving, a shed has nothing to repay and waits only for its agreeing
-    evaluations (acting wrongly costs no serving, and the one-pod trial bounds it). A change toward more
-    speculation keeps the span."""
+    evaluations (acting wrongly costs no serving, and the one-pod trial bounds it). An experiment at saturation
+    waits no longer than its one-pod trial takes (agreement.experiment_wait); one started by windows that contradict
+    the profile keeps the span, in which more windows may make a model usable. A change toward more speculation
+    keeps the span."""
     at, fit = r.inputs.spec.autotune, r.inputs.fit
     own = prices_its_own_gain(proposal)
     gain, source = proposal_gain(proposal.priced, 0.0, at_load=True) if own else (0.0, "")
@@ -515,6 +525,10 @@ def _stabilization(r: _Round, state: PolicyState, proposal: Proposal, *, shed: b
         if under_backlog is not None and under_backlog < restart_s:
             restart_s = under_backlog
     span = timedelta(seconds=parse_duration(at.stabilization))
+    if proposal.experiment and not free and saturation(r.inputs):
+        trial = timedelta(seconds=fit.restart_cost_s) + rollout.analysis_span(r.inputs.spec)
+        window, shortened = experiment_wait(span, trial)
+        return _Wait(window, shortened, restart_s, gain, source, free, trial=shortened)
     window, shortened = stabilization_for(span, gain, restart_s) if shed else (span, False)
     return _Wait(window, shortened, restart_s, gain, source, free)
 
@@ -539,6 +553,13 @@ def _agreement_evidence(r: _Round, state: PolicyState, wait: _Wait, *, by_effect
             "waits only for its agreeing evaluations"
         )
         return out
+    if wait.trial:
+        out["why"] = (
+            f"an experiment at saturation waits as long as its one-pod trial takes (restart "
+            f"{fit.restart_cost_s:.0f}s and the analysis window): a saturation that lasts that long is measured by "
+            "the trial, one that passes sooner is not"
+        )
+        return out
     priced = (
         f"restart {wait.restart_s:.0f}s"
         if wait.restart_s >= fit.restart_cost_s
@@ -559,11 +580,13 @@ def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decis
     stable = r.now - state.streak.since
     interval = timedelta(seconds=parse_duration(at.interval))
     needed = at.agreeing_evaluations
-    if state.streak.count >= needed and stabilized(stable, wait.window, priced=wait.shortened, interval=interval):
+    if state.streak.count >= needed and stabilized(stable, wait.window, priced=wait.payback, interval=interval):
         return None, state
     span = at.stabilization
     if wait.shortened:
-        why = "a rollout costs no serving now" if wait.free else "the change's payback"
+        why = "the change's payback"
+        if wait.free or wait.trial:
+            why = "a rollout costs no serving now" if wait.free else "the one-pod trial's length"
         span = f"{format_duration(wait.window.total_seconds())} ({why})"
     gate = (
         f"waiting for agreement: {state.streak.count}/{needed} evaluations, stable for "

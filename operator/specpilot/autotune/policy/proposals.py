@@ -375,7 +375,7 @@ def _below_disable_without_comparison(
             f"off: {plan.reason}"
         )
         return Proposal(refit_action(plan.support), plan.proposed, reason, evidence)
-    doubt = _saturation(inputs) or _prior_contradicted(inputs, step_model)
+    doubt = saturation(inputs) or _prior_contradicted(inputs, step_model)
     return _acceptance_only(inputs, reason, (predicted, prediction), missing, evidence, plan, doubt)
 
 
@@ -391,7 +391,7 @@ def _acceptance_only(
     """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
     off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
     (_speedup_ceiling), the disable acts. A usable cost model that prices speculation slower than plain supports the
-    disable. With no usable model and a `doubt` (_saturation, _prior_contradicted), the disable is an experiment on
+    disable. With no usable model and a `doubt` (saturation, _prior_contradicted), the disable is an experiment on
     one pod where one can be spared. Otherwise the config holds, with acceptance as a warning in the reason: under
     adaptive verification (which lowers acceptance by design), where a usable model prices speculation no slower than
     plain, and where there is no usable model and no doubt (too few requests for a mean TPOT, a small batch).
@@ -448,11 +448,11 @@ def _disable_unpaid(plan: ThresholdPlan | None, predicted: float, horizon_s: flo
     )
 
 
-# The share of max_num_seqs from which a running batch is saturation: the engine admits no more (_saturation).
+# The share of max_num_seqs from which a running batch is saturation: the engine admits no more (saturation).
 SATURATED_BATCH_SHARE = 0.9
 
 
-def _saturation(inputs: PolicyInputs) -> str:
+def saturation(inputs: PolicyInputs) -> str:
     """The model-free evidence that the engine runs at its limit, where speculation loses (each verify step is
     compute-bound and the drafts cost batch slots): requests waiting on average over the window (BACKLOG_WAITING,
     the backlog gate's own floor), or a running batch at SATURATED_BATCH_SHARE of max_num_seqs. Empty where neither:
@@ -849,7 +849,7 @@ def _rate_peak(samples: Sequence[RateSample], fit: FitSettings) -> float:
 
 def _forecast(inputs: PolicyInputs, samples: Sequence[RateSample]) -> Forecast | None:
     """The projected rise of the offered load over the next stretch (forecast.py): a sustained rise of the request
-    rate, else, before the engine reaches its limit (_saturation: past it the queue is the backlog gate's), arrivals
+    rate, else, before the engine reaches its limit (saturation: past it the queue is the backlog gate's), arrivals
     outpacing the running config's completions, held over the horizon as the load record is; None without either."""
     horizon_s = inputs.fit.horizon_s
     trend, why = rising_trend(samples, horizon_s)
@@ -857,7 +857,7 @@ def _forecast(inputs: PolicyInputs, samples: Sequence[RateSample]) -> Forecast |
         ahead = projection_ahead_s(trend, horizon_s)
         return Forecast(tuple(projected_ratios(trend, ahead)), ahead, why, trend.to_dict())
     since = inputs.trusted_from()
-    if since is None or _saturation(inputs):
+    if since is None or saturation(inputs):
         return None
     found, why = outpacing(samples, since)
     if found is None:
