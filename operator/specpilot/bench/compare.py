@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.bench.report import PLAIN, actuations_text, better_plain
+from specpilot.bench.report import PLAIN, actuations_text, better_plain, goodput_ratio
 
 Key = tuple[str, int, str]  # (scenario, seed, policy)
 NUMBERS = ("goodput", "failed", "replicas")
@@ -111,20 +111,14 @@ def _compared(
         key,
         float(row["goodput"]),
         None if old is None else float(old["goodput"]),
-        _ratio(row, alike.get("oracle")),
-        _ratio(row, better_plain(alike.get(p) for p in PLAIN)),
+        goodput_ratio(row, alike.get("oracle")),
+        goodput_ratio(row, better_plain(alike.get(p) for p in PLAIN)),
         int(row["failed"]),
         None if old is None else int(old["failed"]),
         _actuations(row),
         "" if old is None else _actuations(old),
         note,
     )
-
-
-def _ratio(row: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float | None:
-    if reference is None or float(reference["goodput"]) <= 0:
-        return None
-    return float(row["goodput"]) / float(reference["goodput"])
 
 
 def _actuations(row: Mapping[str, Any]) -> str:

@@ -172,15 +172,15 @@ def across_seeds(rows: Sequence[dict[str, Any]], metas: Sequence[dict[str, Any]]
                     continue
                 entry["seeds"].append(seed)
                 entry["vs_oracle"].append(_ratio(mine, oracle))
-                entry["vs_oracle_from_declared"].append(_ratio(mine, from_declared) if from_declared else math.nan)
+                entry["vs_oracle_from_declared"].append(_ratio(mine, from_declared))
                 entry["vs_best_static"].append(_ratio(mine, best) - 1)
-                entry["vs_reachable"].append(_ratio(mine, reachable) if reachable else math.nan)
-                entry["vs_oracle_within_budget"].append(_ratio(mine, within) if within else math.nan)
+                entry["vs_reachable"].append(_ratio(mine, reachable))
+                entry["vs_oracle_within_budget"].append(_ratio(mine, within))
                 entry["oracle_vs_best_static"].append(_ratio(oracle, best) - 1)
                 restarted = by_seed.get((scenario, seed, as_oracle))
                 entry["oracle_restarts_alone"].append(_ratio(restarted, best) - 1 if restarted else math.nan)
                 control = by_seed.get((scenario, seed, as_mine)) if policy == mine_of else None  # not the lenient's
-                entry["vs_restart_control"].append(_ratio(mine, control) if control else math.nan)
+                entry["vs_restart_control"].append(_ratio(mine, control))
                 counted = p99_windows_worse(meta, policy)
                 entry["p99_windows_worse"].append(list(counted) if counted else None)
                 entry["actuations"].append(mine["actuations"])
@@ -205,7 +205,7 @@ def _add_latency(
 ) -> None:
     """One seed's goodput against max(off, always-on) and [P50 TPOT, P99 TTFT] ratios to the oracle and to off."""
     better = better_plain(plain.values())
-    entry["vs_plain"].append(_ratio(mine, better) if better else math.nan)
+    entry["vs_plain"].append(_ratio(mine, better))
     off = plain.get("off")
     for key, reference in (("latency_vs_oracle", oracle), ("latency_vs_off", off)):
         entry[key].append([_quotient(mine.get(m), reference.get(m)) if reference else math.nan
@@ -216,8 +216,17 @@ def _quotient(mine: Any, reference: Any) -> float:
     return float(mine) / float(reference) if _finite(mine) and _finite(reference) and reference > 0 else math.nan
 
 
-def _ratio(mine: Mapping[str, Any], reference: Mapping[str, Any]) -> float:
-    return float(mine["goodput"]) / float(reference["goodput"]) if reference["goodput"] > 0 else math.nan
+def goodput_ratio(mine: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float | None:
+    """`mine`'s goodput over `reference`'s; None without a reference, or where the reference's goodput is 0."""
+    if reference is None or float(reference["goodput"]) <= 0:
+        return None
+    return float(mine["goodput"]) / float(reference["goodput"])
+
+
+def _ratio(mine: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float:
+    """goodput_ratio for the seeds table's aggregates, which skip NaN: NaN where there is no ratio."""
+    ratio = goodput_ratio(mine, reference)
+    return math.nan if ratio is None else ratio
 
 
 def seeds_table(summary: Sequence[dict[str, Any]]) -> str:
