@@ -460,6 +460,13 @@ class _Wait:
         """Shortened to a payback, judged up to the next evaluation (agreement.stabilized); a trial's length is not."""
         return self.shortened and not self.trial
 
+    @property
+    def shortened_by(self) -> str:
+        """What shortened the span, for the gate's words."""
+        if self.free:
+            return "a rollout costs no serving now"
+        return "the one-pod trial's length" if self.trial else "the change's payback"
+
 
 def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
     """Continue or start the agreement streak (agreement.py) and price its wait; the evidence says both."""
@@ -584,10 +591,7 @@ def _agreement_gate(v: _Verdict, state: PolicyState, wait: _Wait) -> tuple[Decis
         return None, state
     span = at.stabilization
     if wait.shortened:
-        why = "the change's payback"
-        if wait.free or wait.trial:
-            why = "a rollout costs no serving now" if wait.free else "the one-pod trial's length"
-        span = f"{format_duration(wait.window.total_seconds())} ({why})"
+        span = f"{format_duration(wait.window.total_seconds())} ({wait.shortened_by})"
     gate = (
         f"waiting for agreement: {state.streak.count}/{needed} evaluations, stable for "
         f"{format_duration(stable.total_seconds())} of {span}"
