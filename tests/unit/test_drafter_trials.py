@@ -20,6 +20,7 @@ from specpilot.api.timestamps import format_time
 from specpilot.api.v1alpha1 import CandidateStatus, CandidateVerdict, TrialOutcome
 from specpilot.autotune.policy import drafters
 from specpilot.autotune.policy import trial as trials
+from specpilot.autotune.policy.traffic import traffic_shift
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
 from tests.seams import ROUND_TRIP_SPEC, T0, Cluster, m, window_measurements
@@ -413,7 +414,7 @@ def test_a_removed_candidate_abandons_its_trial() -> None:
 def traffic(
     config: str = "a", acceptance: float | None = 0.7, output: float | None = 200, prompt: float | None = 500
 ) -> Any:
-    return v1alpha1.CandidateTraffic(
+    return v1alpha1.MeasuredTraffic(
         config_hash=config, acceptance_rate=acceptance, output_tokens_p50=output, mean_prompt_tokens=prompt
     )
 
@@ -435,4 +436,4 @@ def traffic(
     ],
 )
 def test_traffic_shift(then: Any, now: Any, shift: str | None) -> None:
-    assert drafters.traffic_shift(then, now) == shift
+    assert traffic_shift(then, now) == shift

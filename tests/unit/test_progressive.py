@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.api import v1alpha1
+from specpilot.api import timestamps, v1alpha1
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
 from specpilot.reconcile import manifests
@@ -159,6 +159,29 @@ def test_slower_trial_rolls_back_and_is_not_retried_at_once() -> None:
         assert not outcome.actuated
         gates.append(outcome.decision["gate"])
     assert any(g.startswith("trial rolled back; not tried again before") for g in gates), gates
+
+
+def test_a_rolled_back_config_is_tried_again_before_its_retry_time_once_the_traffic_shifts() -> None:
+    """The rollback's verdict holds for the traffic it was measured on: the trial records the incumbents' traffic as
+    it ended, and acceptance moving beyond the ordinary drift (0.20 -> 0.02) re-opens the same disable at once."""
+    cluster = three_replicas()
+    on_hash = start_trial(cluster)["incumbentConfigHash"]
+    assert analyse(cluster, 0.020)[-1] == "RolledBack"
+    trial = cluster.status["trial"]
+    assert trial["traffic"] == {"configHash": on_hash, "acceptanceRate": 0.2}
+    retry_after = timestamps.parse_time(trial["retryAfter"])
+    gates: list[str] = []
+    while not gates or not gates[-1].startswith("trial rolled back; not tried again before"):
+        assert len(gates) < 5, gates  # the same disable is agreed again on the same traffic, and held
+        cluster.advance(1)
+        held = cluster.evaluate(COLLAPSED)
+        assert not held.actuated
+        gates.append(held.decision["gate"])
+    started_again = evaluate_until_actuated(cluster, window_measurements(speculating=True, acceptance=0.02))
+    assert started_again < retry_after
+    assert cluster.status["trial"]["phase"] == "Running"
+    assert cluster.status["trial"]["intent"]["enabled"] is False
+    assert not speculating(cluster.canary)
 
 
 def test_trial_pod_loading_is_not_analysed() -> None:

@@ -173,9 +173,36 @@ def test_slower_trial_rolls_back_and_blocks_a_retry_until_probe_interval() -> No
     assert step.event is not None
     assert step.event[:2] == ("Warning", "TrialRolledBack")
     assert step.trial.retry_after == "2026-11-26T12:13:00Z"  # probeInterval 10m after the rollback
-    assert trials.blocks_retry(step.trial, OFF, T0 + timedelta(minutes=12))
-    assert not trials.blocks_retry(step.trial, OFF, T0 + timedelta(minutes=13))
-    assert not trials.blocks_retry(step.trial, SpeculationIntent(True, 3, 16), T0 + timedelta(minutes=5))
+    assert trials.blocks_retry(step.trial, OFF, T0 + timedelta(minutes=12), None)
+    assert not trials.blocks_retry(step.trial, OFF, T0 + timedelta(minutes=13), None)
+    assert not trials.blocks_retry(step.trial, SpeculationIntent(True, 3, 16), T0 + timedelta(minutes=5), None)
+
+
+def ended_on(acceptance: float | None, output: float | None = 200.0, config: str = "on") -> v1alpha1.MeasuredTraffic:
+    return v1alpha1.MeasuredTraffic(config_hash=config, acceptance_rate=acceptance, output_tokens_p50=output)
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "blocked"),
+    [
+        (ended_on(0.40), ended_on(0.45), True),  # window-to-window drift: the verdict holds
+        (ended_on(0.40), ended_on(0.20), False),  # acceptance fell by 0.20: the verdict says nothing of it
+        (ended_on(0.40), ended_on(0.40, output=500.0), False),  # outputs 2.5x longer
+        (ended_on(0.40), ended_on(0.20, config="other"), True),  # acceptance under another config is not comparable
+        (ended_on(0.40), None, True),  # nothing measured now: no shift assumed
+        (None, ended_on(0.20), True),  # a record from before the trial kept its traffic
+        (ended_on(None), ended_on(0.20), True),
+    ],
+)
+def test_a_rollback_holds_until_its_retry_time_unless_the_traffic_shifts(
+    then: v1alpha1.MeasuredTraffic | None, now: v1alpha1.MeasuredTraffic | None, blocked: bool
+) -> None:
+    step = analysed(started(), 0.009, T0)
+    step = analysed(step.trial, 0.020, T0 + timedelta(minutes=3))
+    assert step.ended is TrialPhase.ROLLED_BACK
+    record = step.trial.model_copy(update={"traffic": then})
+    assert trials.blocks_retry(record, OFF, T0 + timedelta(minutes=5), now) is blocked
+    assert not trials.blocks_retry(record, OFF, T0 + timedelta(minutes=13), now)  # past retryAfter either way
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ traffic tried (looping greedy, short greedy outputs, sampling, repetition penalt
 docs/design/decisions.md), so the winner cannot be swapped by traffic here; the roles are swapped instead. A third
 analysis of the same window with a minimum sample above what was sent must be Inconclusive: too little evidence
 changes nothing. Then the traffic changes (the same prompts sampled at
-temperature 1): the incumbents' traffic as the operator records it with a verdict (drafters.traffic_of) must read
+temperature 1): the incumbents' traffic as the operator records it with a verdict (traffic_of) must read
 as a shift that re-opens a loser (acceptance), while the unchanged traffic does not.
 
 Two real servers (~60 s to start on the 2-core machine when idle) and 2 x 30 s of load.
@@ -49,6 +49,7 @@ from specpilot.api.v1alpha1 import CandidateVerdict, TrialPhase
 from specpilot.autotune.evaluate import measure
 from specpilot.autotune.policy import drafters
 from specpilot.autotune.policy import trial as trials
+from specpilot.autotune.policy.traffic import traffic_of, traffic_shift
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Scope
 from specpilot.vllm.dialects import render_command
@@ -232,9 +233,9 @@ def test_the_drafter_measured_faster_is_kept_on_real_servers(
 
     # the loser is re-opened when the traffic shifts: the draft model's acceptance as the incumbent collapses under
     # sampling (its greedy drafts rarely match sampled tokens), measured the way the operator records a verdict
-    greedy, shifted = drafters.traffic_of(figures["draft"], "draft"), drafters.traffic_of(sampled, "draft")
+    greedy, shifted = traffic_of(figures["draft"], "draft"), traffic_of(sampled, "draft")
     print(f"traffic at the verdict: {greedy}\nafter the change: {shifted}")
-    shift = drafters.traffic_shift(greedy, shifted)
+    shift = traffic_shift(greedy, shifted)
     assert shift is not None, (greedy, shifted)
     assert shift.startswith("acceptance"), shift
-    assert drafters.traffic_shift(greedy, greedy) is None
+    assert traffic_shift(greedy, greedy) is None

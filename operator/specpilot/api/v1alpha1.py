@@ -1309,7 +1309,7 @@ class CandidateVerdict(StrEnum):
     UNTRIED = "Untried"  # not run yet
     TRIALLING = "Trialling"  # one pod runs it now, measured against the incumbent pods
     WON = "Won"  # measured faster than the incumbent: promoted (Auto) or recommended (Recommend)
-    LOST = "Lost"  # measured slower: not tried again until the traffic changes (CandidateTraffic)
+    LOST = "Lost"  # measured slower: not tried again until the traffic changes (MeasuredTraffic)
     INCONCLUSIVE = "Inconclusive"  # too few samples, or a difference within the noise
 
 
@@ -1345,11 +1345,24 @@ class TrialOutcome(StrEnum):
     INCONCLUSIVE = "Inconclusive"
 
 
+class MeasuredTraffic(_Model):
+    """The traffic a verdict was measured on, as the incumbent pods saw it over the analysis window.
+
+    Read back by the operator: a Lost or Inconclusive candidate drafter, and a config rolled back by its one-pod trial,
+    are tried again when the traffic has shifted from this (acceptance under the same incumbent config, or the prompt /
+    output length mix), without waiting for their retry time."""
+
+    config_hash: str = Field(description="The incumbent pods' config hash (acceptance is compared only under it).")
+    acceptance_rate: float | None = Field(None, description="The incumbent pods' acceptance rate.")
+    output_tokens_p50: float | None = Field(None, description="Median generated tokens per request.")
+    mean_prompt_tokens: float | None = Field(None, description="Mean prompt tokens per request.")
+
+
 class TrialStatus(_Model):
     """The one-pod trial of a speculation config (progressive actuation, docs/rollout.md).
 
     The operator reads back only the typed record of the trial (intents, hashes, times, phase, extended, experiment,
-    incumbentTpotBeforeMs); the figures, speedup and reason are evidence for people.
+    incumbentTpotBeforeMs, traffic); the figures, speedup and reason are evidence for people.
     """
 
     intent: IntentStatus = Field(description="The speculation config on trial (what the trial pod runs).")
@@ -1389,7 +1402,14 @@ class TrialStatus(_Model):
     )
     ended_at: str | None = Field(None, description="When the trial was promoted, rolled back or abandoned.")
     retry_after: str | None = Field(
-        None, description="After a rollback: the same config is not tried again before this time (probeInterval)."
+        None,
+        description="After a rollback: the same config is not tried again before this time (probeInterval), unless "
+        "the traffic shifts from `traffic`.",
+    )
+    traffic: MeasuredTraffic | None = Field(
+        None,
+        description="The traffic the incumbent pods measured when the trial ended: a large shift from it lets a "
+        "rolled-back config be tried again before retryAfter.",
     )
     outcome: TrialOutcome | None = Field(None, description="The last analysis: Successful, Failed or Inconclusive.")
     candidate: TrialFigures | None = Field(None, description="The trial pod's figures over the analysis window.")
@@ -1412,18 +1432,6 @@ def _check_zoned_times(record: BaseModel, names: Sequence[str]) -> None:
         value = getattr(record, name)
         if value is not None and not is_zoned_time(value):
             raise ValueError(f"{to_camel(name)} {value!r} is not an RFC 3339 time with a zone")
-
-
-class CandidateTraffic(_Model):
-    """The traffic a candidate's verdict was measured on, as the incumbent pods saw it over the analysis window.
-
-    Read back by the operator: a Lost or Inconclusive candidate is tried again when the traffic has shifted from this
-    (acceptance under the same incumbent config, or the prompt / output length mix)."""
-
-    config_hash: str = Field(description="The incumbent pods' config hash (acceptance is compared only under it).")
-    acceptance_rate: float | None = Field(None, description="The incumbent pods' acceptance rate.")
-    output_tokens_p50: float | None = Field(None, description="Median generated tokens per request.")
-    mean_prompt_tokens: float | None = Field(None, description="Mean prompt tokens per request.")
 
 
 class CandidateStatus(_Model):
@@ -1452,7 +1460,7 @@ class CandidateStatus(_Model):
         "traffic shifts. A Lost candidate has none: only a traffic shift re-opens it.",
     )
     reason: str | None = Field(None, description="The verdict in words, for people.")
-    traffic: CandidateTraffic | None = Field(
+    traffic: MeasuredTraffic | None = Field(
         None, description="The traffic of the verdict: a large shift from it re-opens a Lost or Inconclusive candidate."
     )
 

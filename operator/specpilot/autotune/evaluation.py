@@ -40,6 +40,7 @@ from specpilot.autotune.policy.state import (
     PolicyInputs,
     PolicyState,
 )
+from specpilot.autotune.policy.traffic import traffic_of, traffic_shift
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass, valid_value
 from specpilot.autotune.signals.promql import Scope, Signal, Window
 from specpilot.reconcile import conditions as cond
@@ -494,9 +495,12 @@ def _with_trial(
     running = trials.running(status)
     if running is not None:
         record, state = _trial_turn(spec, status, running, state, measured[0], measured[1], now, events)
-    elif record is not None and decision.actuate and trials.blocks_retry(record, decision.target, now):
-        gate = f"trial rolled back; not tried again before {record.retry_after}"
-        decision = replace(decision, actuate=False, gate=gate)
+    elif record is not None and decision.actuate:
+        incumbent_hash = (status.get("effective") or {}).get("configHash")
+        traffic_now = traffic_of(measured[0], str(incumbent_hash)) if incumbent_hash else None
+        if trials.blocks_retry(record, decision.target, now, traffic_now):
+            gate = f"trial rolled back; not tried again before {record.retry_after} unless the traffic shifts"
+            decision = replace(decision, actuate=False, gate=gate)
     return record, decision, state
 
 
@@ -529,17 +533,16 @@ def _candidate_turn(
     if before is not None and before.candidate_name is not None and record is not None:
         index = drafters.find(records, before.candidate_name)
         if index is not None and record.phase is not v1alpha1.TrialPhase.RUNNING:
-            traffic = drafters.traffic_of(turn.measurements, record.incumbent_config_hash)
-            records[index] = _candidate_ended(records[index], record, spec, traffic, events)
+            records[index] = _candidate_ended(records[index], record, spec, events)
     if turn.quiet or before is not None or (record is not None and record.phase is v1alpha1.TrialPhase.RUNNING):
         return record, records, state, []
     incumbent_hash = (status.get("effective") or {}).get("configHash")
-    traffic_now = drafters.traffic_of(turn.measurements, str(incumbent_hash)) if incumbent_hash else None
+    traffic_now = traffic_of(turn.measurements, str(incumbent_hash)) if incumbent_hash else None
     index = drafters.next_candidate(records, now, traffic_now) if drafters.untried_reason(spec) is None else None
     if index is None:
         return record, records, state, []
     candidate = spec.speculation.candidates[index]
-    shift = drafters.traffic_shift(records[index].traffic, traffic_now)
+    shift = traffic_shift(records[index].traffic, traffic_now)
     target = drafters.trial_intent(current, candidate)
     allowed, why = budget_check(state, spec.autotune.budget, current, target, now)
     if not allowed or not incumbent_hash:
@@ -575,13 +578,13 @@ def _candidate_turn(
 
 def _candidate_ended(
     record: v1alpha1.CandidateStatus, trial: v1alpha1.TrialStatus, spec: v1alpha1.SpeculativeDeploymentSpec,
-    traffic: v1alpha1.CandidateTraffic, events: list[Event],
+    events: list[Event],
 ) -> v1alpha1.CandidateStatus:  # fmt: skip
     """A candidate's record once its trial ended: Untried again when abandoned, else its verdict (event
-    Candidate<verdict>)."""
+    Candidate<verdict>), with the traffic the trial ended on."""
     if trial.phase is v1alpha1.TrialPhase.ABANDONED:
         return record.model_copy(update={"verdict": v1alpha1.CandidateVerdict.UNTRIED, "reason": trial.reason})
-    done = drafters.concluded(record, trial, spec.autotune.latency.regression_tolerance, traffic)
+    done = drafters.concluded(record, trial, spec.autotune.latency.regression_tolerance, trial.traffic)
     kind = "Warning" if done.verdict is v1alpha1.CandidateVerdict.LOST else "Normal"
     events.append(Event(kind, f"Candidate{done.verdict.value}", f"candidate {record.name}: {trial.reason}"))
     return done
@@ -668,6 +671,9 @@ def _trial_turn(
             incumbent_pods=int(status.get("readyReplicas") or 0),
         )
         step = trials.advance(trial, spec=spec, ready=ready, observation=observation, now=now)
+    if step.ended is not None:
+        ended_on = traffic_of(measurements, trial.incumbent_config_hash)
+        step = replace(step, trial=step.trial.model_copy(update={"traffic": ended_on}))
     if step.event is not None:
         events.append(Event(*step.event))
     if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.action:

@@ -11,7 +11,7 @@ published as status.recommendation.drafter. One replica without surge runs no tr
 with the reason, and nothing is recommended without measurements.
 
 The order is the spec's: the first candidate that is Untried, or Lost / Inconclusive re-opened. A loser is remembered
-with its evidence and the traffic it was measured on (CandidateTraffic) and is not tried again until that traffic
+with its evidence and the traffic it was measured on (MeasuredTraffic) and is not tried again until that traffic
 shifts (traffic_shift: acceptance under the same incumbent config, or the length mix); an Inconclusive candidate is
 also re-opened by its retry wait (probeInterval), since it lacked evidence rather than speed. A Won candidate is not
 tried again. A verdict needs a margin: Won when the trial pod's mean time per output token is faster
@@ -21,7 +21,7 @@ became ready), Inconclusive otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,15 +29,14 @@ from specpilot.api import rollout, v1alpha1
 from specpilot.api.timestamps import format_time, parse_time
 from specpilot.api.v1alpha1 import (
     CandidateStatus,
-    CandidateTraffic,
     CandidateVerdict,
+    MeasuredTraffic,
     SpeculationCandidate,
     TrialOutcome,
     TrialStatus,
 )
 from specpilot.autotune.policy import trial as trials
-from specpilot.autotune.signals.measurements import Measurement, valid_value
-from specpilot.autotune.signals.promql import Signal
+from specpilot.autotune.policy.traffic import traffic_shift
 from specpilot.vllm.intent import SpeculationIntent
 
 NEEDS_MODE = "not tried: trials of candidate drafters run in spec.autotune.mode Auto or Recommend, not Off"
@@ -99,45 +98,7 @@ def reconcile_records(spec: v1alpha1.SpeculativeDeploymentSpec, stored: Any) -> 
     return records
 
 
-# A shift in the traffic that re-opens a Lost or Inconclusive candidate: acceptance (under the same incumbent config)
-# moved by at least ACCEPTANCE_SHIFT (absolute), or the median output or mean prompt length changed by LENGTH_SHIFT
-# times or more either way. Smaller moves are the ordinary drift of one window to the next.
-ACCEPTANCE_SHIFT = 0.15
-LENGTH_SHIFT = 2.0
-
-
-def traffic_of(measurements: Mapping[str, Measurement], config_hash: str) -> CandidateTraffic:
-    """The traffic the incumbent pods (running `config_hash`) measured over one window."""
-    return CandidateTraffic(
-        config_hash=config_hash,
-        acceptance_rate=valid_value(measurements, Signal.ACCEPTANCE_RATE),
-        output_tokens_p50=valid_value(measurements, Signal.OUTPUT_TOKENS_P50),
-        mean_prompt_tokens=valid_value(measurements, Signal.MEAN_PROMPT_TOKENS),
-    )
-
-
-def _length_shift(what: str, then: float | None, now: float | None) -> str | None:
-    if then is None or now is None or then <= 0 or now <= 0:
-        return None
-    if max(then, now) / min(then, now) >= LENGTH_SHIFT:
-        return f"{what} {then:.0f} -> {now:.0f} tokens"
-    return None
-
-
-def traffic_shift(then: CandidateTraffic | None, now: CandidateTraffic | None) -> str | None:
-    """How the traffic moved since a verdict, in words, when the move re-opens the candidate; None otherwise
-    (also when either side was not measured: no shift is assumed from missing data)."""
-    if then is None or now is None:
-        return None
-    before, after = then.acceptance_rate, now.acceptance_rate
-    same_config = then.config_hash == now.config_hash
-    if same_config and before is not None and after is not None and abs(after - before) >= ACCEPTANCE_SHIFT:
-        return f"acceptance {before:.2f} -> {after:.2f}"
-    output = _length_shift("median output", then.output_tokens_p50, now.output_tokens_p50)
-    return output or _length_shift("mean prompt", then.mean_prompt_tokens, now.mean_prompt_tokens)
-
-
-def reopened(record: CandidateStatus, now: datetime, traffic: CandidateTraffic | None) -> bool:
+def reopened(record: CandidateStatus, now: datetime, traffic: MeasuredTraffic | None) -> bool:
     """Whether a Lost or Inconclusive candidate may be tried again: the traffic shifted since its verdict, or (an
     Inconclusive one) its retry wait is over."""
     if record.verdict not in (CandidateVerdict.LOST, CandidateVerdict.INCONCLUSIVE):
@@ -148,7 +109,7 @@ def reopened(record: CandidateStatus, now: datetime, traffic: CandidateTraffic |
 
 
 def next_candidate(
-    records: Sequence[CandidateStatus], now: datetime, traffic: CandidateTraffic | None = None
+    records: Sequence[CandidateStatus], now: datetime, traffic: MeasuredTraffic | None = None
 ) -> int | None:
     """The index of the candidate to try now: the first Untried, or the first Lost / Inconclusive re-opened by a
     traffic shift (or, Inconclusive, by its retry wait). A Won or Trialling candidate is not tried."""
@@ -190,7 +151,7 @@ def verdict_of(trial: TrialStatus, tolerance: float) -> CandidateVerdict:
 
 
 def concluded(
-    record: CandidateStatus, trial: TrialStatus, tolerance: float, traffic: CandidateTraffic | None = None
+    record: CandidateStatus, trial: TrialStatus, tolerance: float, traffic: MeasuredTraffic | None = None
 ) -> CandidateStatus:
     """The record after its trial ended: verdict, both sides' figures, the evidence time, the traffic they were
     measured on, and (Inconclusive) the retry wait."""

@@ -6,7 +6,7 @@ on one pod only, behind the same Service, while the other pods keep the incumben
 chosen.
 
 Its life is a small state machine over `status.trial` (the typed record; the operator reads back only its intents,
-hashes, times, phase, `extended`, `experiment` and `incumbent_tpot_before_ms`):
+hashes, times, phase, `extended`, `experiment`, `incumbent_tpot_before_ms` and `traffic`):
 
     Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it;
                                                                                  a candidate drafter or an experiment
@@ -23,7 +23,8 @@ hashes, times, phase, `extended`, `experiment` and `incumbent_tpot_before_ms`):
 
 An Inconclusive analysis after its extension rolls back rather than promotes (Argo Rollouts would pause for a
 person): automation must end in a known state, and the incumbent config is the one with evidence behind it. A rolled
-back config is not tried again before `retryAfter` (startedAt's end + spec.autotune.probeInterval).
+back config is not tried again before `retryAfter` (its end + spec.autotune.probeInterval) unless the traffic shifts
+from the traffic the trial ended on (`traffic`, as a losing candidate drafter is re-opened).
 
 The analysis is in the HPA's shape: one typed observation (`TrialObservation`, the two groups' figures over the same
 window and traffic) -> named gates in a fixed order (`GATES`) -> one outcome.
@@ -40,9 +41,10 @@ from typing import Any
 from specpilot.api import rollout, v1alpha1
 from specpilot.api.durations import parse_duration
 from specpilot.api.timestamps import format_time, parse_time
-from specpilot.api.v1alpha1 import TrialOutcome, TrialPhase, TrialStatus
+from specpilot.api.v1alpha1 import MeasuredTraffic, TrialOutcome, TrialPhase, TrialStatus
 from specpilot.autotune.model.speed import COMPARABLE_BATCH_FACTOR
 from specpilot.autotune.policy.state import TrialSpan
+from specpilot.autotune.policy.traffic import traffic_shift
 from specpilot.autotune.signals.measurements import Measurement, valid_value
 from specpilot.autotune.signals.promql import Signal
 from specpilot.reconcile import manifests
@@ -293,12 +295,16 @@ def start(
     )
 
 
-def blocks_retry(trial: TrialStatus | None, target: SpeculationIntent, now: datetime) -> bool:
-    """A config rolled back by its trial is not tried again before retryAfter. A candidate drafter's trial says
-    nothing of the declared drafter's configs: its retry wait is the candidate's own (status.candidates)."""
+def blocks_retry(
+    trial: TrialStatus | None, target: SpeculationIntent, now: datetime, traffic: MeasuredTraffic | None
+) -> bool:
+    """A config rolled back by its trial is not tried again before retryAfter, unless the traffic (`traffic`, the
+    incumbents' now) shifted from the traffic the trial ended on: its verdict says nothing of other traffic. A
+    candidate drafter's trial says nothing of the declared drafter's configs: its retry wait is the candidate's own
+    (status.candidates)."""
     if trial is None or trial.phase is not TrialPhase.ROLLED_BACK or trial.retry_after is None:
         return False
-    if trial.candidate_name is not None:
+    if trial.candidate_name is not None or traffic_shift(trial.traffic, traffic) is not None:
         return False
     return trial_intent(trial) == target and now < parse_time(trial.retry_after)
 
