@@ -307,6 +307,9 @@ def test_experiment_on_an_unprofiled_gpu_keeps_only_a_measured_gain_and_the_prob
         rolled = ended("the first experiment ended")
         assert rolled["phase"] == "RolledBack", rolled
         assert rolled["speedup"] < 1, rolled
+        # the traffic it ended on, stored through the API server's schema: a shift from it re-opens the experiment
+        assert rolled["traffic"]["configHash"] == speculating_hash, rolled
+        assert 0 < rolled["traffic"]["acceptanceRate"] < 1, rolled
         print(f"\nexperiment rolled back: {rolled['reason']}")
         wait_for("the trial pod gone", lambda: deployment("-canary") is None, 60, 1)
         assert runs(deployment(), speculating=True, replicas=3)
