@@ -182,6 +182,11 @@ def test_a_rolled_back_config_is_tried_again_before_its_retry_time_once_the_traf
     assert cluster.status["trial"]["phase"] == "Running"
     assert cluster.status["trial"]["intent"]["enabled"] is False
     assert not speculating(cluster.canary)
+    started = [e.message for e in cluster.events if e.reason == "TrialStarted"][-1]
+    assert started.endswith(
+        f"(tried again before its retryAfter {trial['retryAfter']}: the traffic shifted since its rollback, "
+        "acceptance 0.20 -> 0.02)"
+    ), started
 
 
 def test_trial_pod_loading_is_not_analysed() -> None:

@@ -202,7 +202,9 @@ def test_a_rollback_holds_until_its_retry_time_unless_the_traffic_shifts(
     assert step.ended is TrialPhase.ROLLED_BACK
     record = step.trial.model_copy(update={"traffic": then})
     assert trials.blocks_retry(record, OFF, T0 + timedelta(minutes=5), now) is blocked
+    assert (trials.reopened_by(record, OFF, T0 + timedelta(minutes=5), now) is None) is blocked  # the words for people
     assert not trials.blocks_retry(record, OFF, T0 + timedelta(minutes=13), now)  # past retryAfter either way
+    assert trials.reopened_by(record, OFF, T0 + timedelta(minutes=13), now) is None  # nothing held it
 
 
 @pytest.mark.parametrize(

@@ -501,6 +501,9 @@ def _with_trial(
         if trials.blocks_retry(record, decision.target, now, traffic_now):
             gate = f"trial rolled back; not tried again before {record.retry_after} unless the traffic shifts"
             decision = replace(decision, actuate=False, gate=gate)
+        elif shift := trials.reopened_by(record, decision.target, now, traffic_now):
+            why = f"tried again before its retryAfter {record.retry_after}: the traffic shifted since its rollback"
+            decision = replace(decision, reason=f"{decision.reason} ({why}, {shift})")
     return record, decision, state
 
 

@@ -295,18 +295,30 @@ def start(
     )
 
 
+def _barred(trial: TrialStatus | None, target: SpeculationIntent, now: datetime) -> bool:
+    """`target` is a config its trial rolled back, and its retryAfter is still ahead. A candidate drafter's trial
+    says nothing of the declared drafter's configs: its retry wait is the candidate's own (status.candidates)."""
+    if trial is None or trial.phase is not TrialPhase.ROLLED_BACK or trial.retry_after is None:
+        return False
+    if trial.candidate_name is not None:
+        return False
+    return trial_intent(trial) == target and now < parse_time(trial.retry_after)
+
+
 def blocks_retry(
     trial: TrialStatus | None, target: SpeculationIntent, now: datetime, traffic: MeasuredTraffic | None
 ) -> bool:
     """A config rolled back by its trial is not tried again before retryAfter, unless the traffic (`traffic`, the
-    incumbents' now) shifted from the traffic the trial ended on: its verdict says nothing of other traffic. A
-    candidate drafter's trial says nothing of the declared drafter's configs: its retry wait is the candidate's own
-    (status.candidates)."""
-    if trial is None or trial.phase is not TrialPhase.ROLLED_BACK or trial.retry_after is None:
-        return False
-    if trial.candidate_name is not None or traffic_shift(trial.traffic, traffic) is not None:
-        return False
-    return trial_intent(trial) == target and now < parse_time(trial.retry_after)
+    incumbents' now) shifted from the traffic the trial ended on: its verdict says nothing of other traffic."""
+    return _barred(trial, target, now) and traffic_shift(trial.traffic if trial else None, traffic) is None
+
+
+def reopened_by(
+    trial: TrialStatus | None, target: SpeculationIntent, now: datetime, traffic: MeasuredTraffic | None
+) -> str | None:
+    """The traffic shift, in words, that lets a config its trial rolled back be tried again before retryAfter; None
+    where no retry wait holds it or the traffic did not shift."""
+    return traffic_shift(trial.traffic, traffic) if trial is not None and _barred(trial, target, now) else None
 
 
 @dataclass(frozen=True)
