@@ -299,6 +299,7 @@ def test_experiment_on_an_unprofiled_gpu_keeps_only_a_measured_gain_and_the_prob
         assert first["experiment"] is True, first
         assert first["intent"]["enabled"] is False, first
         assert first["incumbentTpotBeforeMs"] > 0, first
+        assert first["trafficBefore"]["configHash"] == speculating_hash, first  # what that figure was measured on
         posted = wait_for("the TrialStarted event", lambda: [e["message"] for e in events(
             kube_cluster, kube_namespace, EXPERIMENT) if e["reason"] == "TrialStarted"], 30, 1)  # fmt: skip
         assert posted[0].startswith("one pod first: experiment:"), posted

@@ -373,6 +373,7 @@ def test_an_experiment_measures_plain_on_one_pod_and_keeps_it_only_if_faster(
     trial = cluster.status["trial"]
     assert (trial["phase"], trial["experiment"], trial["intent"]["enabled"]) == ("Running", True, False)
     assert trial["incumbentTpotBeforeMs"] == 40.0
+    assert trial["trafficBefore"] == {"configHash": trial["incumbentConfigHash"], "acceptanceRate": 0.3}
     started = next(e for e in cluster.events if e.reason == "TrialStarted")
     assert started.message.startswith("one pod first: experiment: acceptance 0.30 < disableBelow 0.50"), started
     assert "at saturation (4 requests waiting on average)" in started.message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -271,6 +272,52 @@ def test_an_experiment_ends_early_only_on_a_decisive_gain_over_the_incumbents_be
         assert step.trial.reason is not None
         assert "decisive before" in step.trial.reason
         assert step.ended is (TrialPhase.PROMOTED if tpot < 0.010 else TrialPhase.ROLLED_BACK)
+
+
+@pytest.mark.parametrize(
+    ("during", "phase"),
+    [
+        # the incumbents' acceptance held (0.40 -> 0.36): plain at 7 ms is 1.43x faster than the incumbents during the
+        # trial but only 1.05x faster than they ran before it (7.35 ms), not beyond the 10% tolerance: rolled back
+        (ended_on(0.36, config="inchash"), TrialPhase.ROLLED_BACK),
+        # their acceptance fell (0.40 -> 0.15) during the trial: the figure from before it was measured on other
+        # traffic and is set aside; the comparison on the same traffic promotes plain
+        (ended_on(0.15, config="inchash"), TrialPhase.PROMOTED),
+        (None, TrialPhase.ROLLED_BACK),  # nothing measured of the traffic now: no shift assumed
+    ],
+)
+def test_the_yardstick_from_before_an_experiment_holds_only_while_the_traffic_does(
+    during: v1alpha1.MeasuredTraffic | None, phase: TrialPhase
+) -> None:
+    trial = trials.start(intent=OFF, config_hash="trialhash", incumbent=ON, incumbent_hash="inchash",
+                         action="DisableSpeculation", now=T0, experiment=True, incumbent_tpot_before_ms=7.35,
+                         traffic_before=ended_on(0.40, config="inchash"))  # fmt: skip
+    assert trials.to_status(trial)["trafficBefore"] == {"configHash": "inchash", "acceptanceRate": 0.4,
+                                                        "outputTokensP50": 200.0}  # fmt: skip
+    seen = replace(observe(0.007), incumbent_traffic=during)
+    step = trials.advance(trial, spec=spec(), ready=True, observation=seen, now=T0)
+    assert step.ended is None  # set aside, the guard against a flattering backlog is the whole span
+    step = trials.advance(step.trial, spec=spec(), ready=True, observation=seen, now=T0 + timedelta(minutes=3))
+    assert step.ended is phase, step.trial.reason
+    assert step.trial.reason is not None
+    assert ("figure from before the trial set aside" in step.trial.reason) is (phase is TrialPhase.PROMOTED)
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "kept"),
+    [
+        (ended_on(0.40), ended_on(0.36), True),
+        (ended_on(0.40), ended_on(0.20), False),
+        (ended_on(0.40), ended_on(0.40, output=100.0), False),  # outputs half as long
+        (None, ended_on(0.20), True),  # a trial recorded without its traffic keeps its yardstick
+    ],
+)
+def test_yardstick_before(before: v1alpha1.MeasuredTraffic | None, now: v1alpha1.MeasuredTraffic, kept: bool) -> None:
+    trial = trials.start(intent=OFF, config_hash="trialhash", incumbent=ON, incumbent_hash="on",
+                         action="DisableSpeculation", now=T0, experiment=True, incumbent_tpot_before_ms=9.0,
+                         traffic_before=before)  # fmt: skip
+    figure, why = trials.yardstick_before(trial, now)
+    assert (figure, why == "") == ((9.0, True) if kept else (None, False))
 
 
 def test_inconclusive_extends_once_then_rolls_back() -> None:

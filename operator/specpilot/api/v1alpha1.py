@@ -1362,7 +1362,7 @@ class TrialStatus(_Model):
     """The one-pod trial of a speculation config (progressive actuation, docs/rollout.md).
 
     The operator reads back only the typed record of the trial (intents, hashes, times, phase, extended, experiment,
-    incumbentTpotBeforeMs, traffic); the figures, speedup and reason are evidence for people.
+    incumbentTpotBeforeMs, trafficBefore, traffic); the figures, speedup and reason are evidence for people.
     """
 
     intent: IntentStatus = Field(description="The speculation config on trial (what the trial pod runs).")
@@ -1399,6 +1399,12 @@ class TrialStatus(_Model):
         "time per output token over the window that started it. While the trial pod restarts the incumbents carry "
         "its traffic, and the backlog can slow them for the whole analysis; the trial pod must beat them as they ran "
         "before too.",
+    )
+    traffic_before: MeasuredTraffic | None = Field(
+        None,
+        description="The incumbents' traffic over the window that started the trial, which incumbentTpotBeforeMs was "
+        "measured on: once the traffic during the trial has shifted from it, that yardstick no longer applies and "
+        "only the comparison on the same traffic counts.",
     )
     ended_at: str | None = Field(None, description="When the trial was promoted, rolled back or abandoned.")
     retry_after: str | None = Field(

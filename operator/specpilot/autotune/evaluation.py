@@ -377,7 +377,8 @@ def conclude(
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
         actuated = True
         promoted = desired_intent(spec, state).drafter
-        running = _Running(current, promoted, valid_value(measurements, Signal.TPOT_MEAN))
+        traffic = _running_traffic(status, measurements)
+        running = _Running(current, promoted, valid_value(measurements, Signal.TPOT_MEAN), traffic)
         record = _announce_actuation(spec, status, decision, running, now, events) or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
@@ -480,6 +481,14 @@ def _action_events(action: str, reason: str) -> list[Event]:
     return [Event("Warning" if kind is Action.DISABLE else "Normal", name, reason)]
 
 
+def _running_traffic(
+    status: Mapping[str, Any], measurements: Mapping[str, Measurement]
+) -> v1alpha1.MeasuredTraffic | None:
+    """The traffic the pods of the running config (status.effective.configHash) measured this window."""
+    running_hash = (status.get("effective") or {}).get("configHash")
+    return traffic_of(measurements, str(running_hash)) if running_hash else None
+
+
 def _with_trial(
     spec: v1alpha1.SpeculativeDeploymentSpec,
     status: Mapping[str, Any],
@@ -496,8 +505,7 @@ def _with_trial(
     if running is not None:
         record, state = _trial_turn(spec, status, running, state, measured[0], measured[1], now, events)
     elif record is not None and decision.actuate:
-        incumbent_hash = (status.get("effective") or {}).get("configHash")
-        traffic_now = traffic_of(measured[0], str(incumbent_hash)) if incumbent_hash else None
+        traffic_now = _running_traffic(status, measured[0])
         if trials.blocks_retry(record, decision.target, now, traffic_now):
             gate = f"trial rolled back; not tried again before {record.retry_after} unless the traffic shifts"
             decision = replace(decision, actuate=False, gate=gate)
@@ -540,7 +548,7 @@ def _candidate_turn(
     if turn.quiet or before is not None or (record is not None and record.phase is v1alpha1.TrialPhase.RUNNING):
         return record, records, state, []
     incumbent_hash = (status.get("effective") or {}).get("configHash")
-    traffic_now = traffic_of(turn.measurements, str(incumbent_hash)) if incumbent_hash else None
+    traffic_now = _running_traffic(status, turn.measurements)
     index = drafters.next_candidate(records, now, traffic_now) if drafters.untried_reason(spec) is None else None
     if index is None:
         return record, records, state, []
@@ -564,6 +572,7 @@ def _candidate_turn(
         now=now,
         candidate_name=candidate.name,
         incumbent_tpot_before_ms=_ms(valid_value(turn.measurements, Signal.TPOT_MEAN)),
+        traffic_before=traffic_now,
     )
     records[index] = drafters.trialling(records[index], now)
     state = record_candidate_trial(state, current, target, now, reason)
@@ -600,6 +609,7 @@ class _Running:
     config: SpeculationIntent
     drafter: v1alpha1.SpeculationCandidate | None  # the promoted candidate drafter, which a trial pod keeps
     tpot_mean_s: float | None  # the yardstick from before a trial that must measure its gain (trial.measured_gain)
+    traffic: v1alpha1.MeasuredTraffic | None  # the traffic that yardstick was measured on (trial.yardstick_before)
 
 
 def _announce_actuation(
@@ -643,6 +653,7 @@ def _start_trial(
         now=now,
         experiment=decision.experiment,
         incumbent_tpot_before_ms=_ms(running.tpot_mean_s),
+        traffic_before=running.traffic,
     )
 
 
@@ -663,6 +674,7 @@ def _trial_turn(
     """One evaluation of a running trial: abandoned when its config is no longer wanted, else advanced (wait,
     analyse, promote or roll back). `slot` measures the one-pod slot (status.effective.canary's config hash)."""
     wanted = trials.may_run(spec, trial) and _still_wanted(spec, state, trial)
+    incumbent_traffic = traffic_of(measurements, trial.incumbent_config_hash)
     if not wanted:
         step = trials.abandon(trial, now, "its config is no longer the one autotune wants (spec, mode or pin changed)")
     else:
@@ -672,11 +684,11 @@ def _trial_turn(
             candidate=trials.GroupFigures.of(slot if ready and slot is not None else {}),
             incumbent=trials.GroupFigures.of(measurements),
             incumbent_pods=int(status.get("readyReplicas") or 0),
+            incumbent_traffic=incumbent_traffic,
         )
         step = trials.advance(trial, spec=spec, ready=ready, observation=observation, now=now)
     if step.ended is not None:
-        ended_on = traffic_of(measurements, trial.incumbent_config_hash)
-        step = replace(step, trial=step.trial.model_copy(update={"traffic": ended_on}))
+        step = replace(step, trial=step.trial.model_copy(update={"traffic": incumbent_traffic}))
     if step.event is not None:
         events.append(Event(*step.event))
     if step.ended is v1alpha1.TrialPhase.PROMOTED and trial.action:

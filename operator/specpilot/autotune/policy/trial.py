@@ -6,7 +6,7 @@ on one pod only, behind the same Service, while the other pods keep the incumben
 chosen.
 
 Its life is a small state machine over `status.trial` (the typed record; the operator reads back only its intents,
-hashes, times, phase, `extended`, `experiment`, `incumbent_tpot_before_ms` and `traffic`):
+hashes, times, phase, `extended`, `experiment`, `incumbent_tpot_before_ms`, `traffic_before` and `traffic`):
 
     Running --ready--> analysis at readyAt + window + 2 scrapes --Successful--> Promoted (every pod rolls to it;
                                                                                  a candidate drafter or an experiment
@@ -121,6 +121,7 @@ class TrialObservation:
     candidate: GroupFigures
     incumbent: GroupFigures
     incumbent_pods: int = 1
+    incumbent_traffic: MeasuredTraffic | None = None  # what the incumbents serve now (acceptance, length mix)
 
 
 @dataclass(frozen=True)
@@ -273,12 +274,13 @@ def incumbent_intent(trial: TrialStatus) -> SpeculationIntent:
 def start(
     *, intent: SpeculationIntent, config_hash: str, incumbent: SpeculationIntent, incumbent_hash: str, action: str,
     now: datetime, candidate_name: str | None = None, experiment: bool = False,
-    incumbent_tpot_before_ms: float | None = None,
+    incumbent_tpot_before_ms: float | None = None, traffic_before: MeasuredTraffic | None = None,
 ) -> TrialStatus:  # fmt: skip
     """The record of a new trial, written to status before its pod is created. `candidate_name`: the trial pod runs
     that spec.speculation.candidates element's drafter instead of the declared one. `experiment`: nothing priced the
     change. Both are promoted only on a measured gain (`needs_gain`), over the incumbents as they ran before the
-    trial too (`incumbent_tpot_before_ms`, `measured_gain`)."""
+    trial too (`incumbent_tpot_before_ms`, `measured_gain`) while the traffic holds (`traffic_before`)."""
+    guarded = experiment or candidate_name is not None
     return TrialStatus.model_validate(
         {
             "intent": intent_to_dict(intent),
@@ -290,7 +292,8 @@ def start(
             "phase": TrialPhase.RUNNING,
             "startedAt": format_time(now),
             "experiment": experiment,
-            "incumbentTpotBeforeMs": incumbent_tpot_before_ms if experiment or candidate_name else None,
+            "incumbentTpotBeforeMs": incumbent_tpot_before_ms if guarded else None,
+            "trafficBefore": traffic_before.model_dump(by_alias=True) if guarded and traffic_before else None,
         }
     )
 
@@ -351,10 +354,12 @@ def advance(
     assert trial.analysis_at is not None
     settings = AnalysisSettings.of(spec)
     verdict = analyse(observation, settings)
+    before_ms, stale = yardstick_before(trial, observation.incumbent_traffic)
     if needs_gain(trial):
-        verdict = measured_gain(verdict, observation.candidate, trial.incumbent_tpot_before_ms)
+        verdict = measured_gain(verdict, observation.candidate, before_ms)
+        verdict = replace(verdict, reason=f"{verdict.reason}; {stale}") if stale else verdict
     early = now < parse_time(trial.analysis_at)
-    if early and not _may_end_early(trial, verdict, settings.tolerance):
+    if early and not _may_end_early(trial, verdict, settings.tolerance, before_ms):
         return Step(trial)
     if early:
         verdict = replace(verdict, reason=f"{verdict.reason} (decisive before {trial.analysis_at}: {DECISIVE_BAR})")
@@ -396,13 +401,25 @@ def advance(
     return _rolled_back(trial, spec, now, verdict.reason)
 
 
-def _may_end_early(trial: TrialStatus, verdict: Analysis, tolerance: float) -> bool:
+def _may_end_early(trial: TrialStatus, verdict: Analysis, tolerance: float, before_ms: float | None) -> bool:
     """Whether this verdict ends the trial before analysisAt: a decisive one, and for a gain to measure only when it
-    was also measured against the incumbents before the trial (`incumbentTpotBeforeMs`); without that figure the
-    comparison during the trial, which the backlog of the trial pod's own restart can flatter, waits for the span."""
+    was also measured against the incumbents before the trial (`before_ms`, yardstick_before); without that figure
+    the comparison during the trial, which the backlog of the trial pod's own restart can flatter, waits for the
+    span."""
     promising = verdict.outcome is TrialOutcome.SUCCESSFUL
-    unguarded = needs_gain(trial) and promising and not trial.incumbent_tpot_before_ms
+    unguarded = needs_gain(trial) and promising and not before_ms
     return decisive(verdict, tolerance) and not unguarded
+
+
+def yardstick_before(trial: TrialStatus, traffic_now: MeasuredTraffic | None) -> tuple[float | None, str]:
+    """The incumbents' mean TPOT from before the trial (`incumbentTpotBeforeMs`) while the traffic holds, with ""; once
+    the incumbents' traffic (`traffic_now`) has shifted from the traffic that figure was measured on
+    (`trafficBefore`), None and why: the incumbents before the trial served other traffic, and only the comparison
+    during the trial, on the same traffic, applies (it then waits for the whole analysis span)."""
+    shift = traffic_shift(trial.traffic_before, traffic_now)
+    if shift is None or not trial.incumbent_tpot_before_ms:
+        return trial.incumbent_tpot_before_ms, ""
+    return None, f"the incumbents' figure from before the trial set aside: the traffic shifted since ({shift})"
 
 
 def needs_gain(trial: TrialStatus) -> bool:
