@@ -394,3 +394,41 @@ def test_an_experiment_measures_plain_on_one_pod_and_keeps_it_only_if_faster(
         assert "not faster beyond 10%" in cluster.status["trial"]["reason"]
         before = "40.00 ms on the incumbents before the trial (-5%)"
         assert (before in cluster.status["trial"]["reason"]) is (incumbents_tpot > 0.040)
+
+
+def with_rate(window: dict[str, Measurement], requests_per_s: float) -> dict[str, Measurement]:
+    return {**window, str(Signal.REQUEST_RATE): m(Signal.REQUEST_RATE, requests_per_s)}
+
+
+def test_an_experiment_at_saturation_is_a_disable_for_load_undone_when_the_request_rate_falls() -> None:
+    """Plain measured faster at saturation says nothing of the traffic after it: the experiment is a disable for load
+    at the request rate it was measured at, and speculation comes back (one pod first) once the rate falls below it
+    beyond the tolerance; at the same rate it stays off."""
+    cluster = three_replicas()
+    saturated = with_rate(unexplained(), 10.0)
+    evaluate_until_actuated(cluster, saturated)
+    assert cluster.status["trial"]["experiment"] is True
+    cluster.settle()
+    for _ in range(10):
+        cluster.advance(1)
+        cluster.evaluate(saturated, trial_pod(0.030))
+        if cluster.status["trial"]["phase"] != "Running":
+            break
+    assert cluster.status["trial"]["phase"] == "Promoted", cluster.status["trial"]
+    off = cluster.status["autotune"]["off"]
+    assert (off["kind"], off["requestRate"]) == ("load", 10.0), off
+    cluster.settle()
+    plain = trial_pod(0.030)
+    reasons = []
+    for _ in range(5):  # the same rate, within the tolerance: the disable holds
+        cluster.advance(1)
+        held = cluster.evaluate(with_rate(plain, 9.5))
+        assert not held.actuated, held.decision
+        reasons.append(held.decision["reason"])
+    assert "next probe after" in reasons[-1], reasons  # decided, past the rollout's settling, and held
+    assert not speculating(cluster.deployment)
+    evaluate_until_actuated(cluster, with_rate(plain, 4.0))
+    decision = cluster.outcomes[-1][1].decision
+    assert decision["reason"].startswith("load back under the crossover: 4.00 requests/s"), decision
+    assert cluster.status["trial"]["phase"] == "Running"
+    assert cluster.status["trial"]["intent"]["enabled"] is True  # speculation back on one pod first

@@ -412,7 +412,7 @@ def _acceptance_only(
         why = "adaptive verification lowers acceptance by design"
     elif predicted is None and rollout.can_trial(inputs.spec) and doubt:
         return _experiment(inputs, off_target, f"{reason} {doubt}, no measured speed comparison yet ({missing})",
-                           evidence)  # fmt: skip
+                           evidence, saturated=bool(saturation(inputs)))  # fmt: skip
     elif predicted is None:
         why = f"no usable cost model ({prediction})"
     elif predicted >= 1.0:
@@ -481,18 +481,23 @@ def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
     return f"on hardware its profile does not describe ({fit.note})"
 
 
-def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
+def _experiment(
+    inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any], *, saturated: bool
+) -> Proposal:
     """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance and
     `doubt` (saturation, or windows the only profile cannot explain) say it may not: measure instead of guessing.
     Plain goes to one pod beside the speculating ones on the same traffic (a one-pod trial), and is promoted only
     when that pod is measured faster beyond the tolerance; otherwise the trial rolls back and is not tried again
     before probeInterval. Only where a pod can be spared (rollout.can_trial): elsewhere the config holds, as
-    acceptance alone never switches speculation off."""
+    acceptance alone never switches speculation off. An experiment started by saturation measures plain at that
+    load only: it is a disable for load (OffReason.LOAD), and speculation comes back once the request rate falls
+    below the one it was measured at, as after any disable for load."""
     reason = (
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"
     )
-    return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=OffReason.CANARY, experiment=True)
+    kind = OffReason.LOAD if saturated else OffReason.CANARY
+    return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=kind, experiment=True)
 
 
 @dataclass(frozen=True)
