@@ -227,7 +227,7 @@ def test_with_neither_a_model_nor_a_comparison_the_only_action_is_a_one_pod_expe
     assert decision.experiment is (action is Action.DISABLE)
     if decision.experiment:  # its actuation through a trial: test_progressive
         assert "at saturation" in decision.reason
-        assert decision.off_kind is OffReason.LOAD  # measured at this load only: back on when the rate falls
+        assert decision.off_kind is OffReason.SATURATION  # measured at this load only: back on when the rate falls
         assert "kept only if faster beyond 10%" in decision.reason
 
 

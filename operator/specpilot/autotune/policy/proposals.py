@@ -490,13 +490,14 @@ def _experiment(
     when that pod is measured faster beyond the tolerance; otherwise the trial rolls back and is not tried again
     before probeInterval. Only where a pod can be spared (rollout.can_trial): elsewhere the config holds, as
     acceptance alone never switches speculation off. An experiment started by saturation measures plain at that
-    load only: it is a disable for load (OffReason.LOAD), and speculation comes back once the request rate falls
-    below the one it was measured at, as after any disable for load."""
+    load only (OffReason.SATURATION): speculation comes back once the request rate falls below the one it was
+    measured at, as after a disable for load; its probe is not gated on the rate, which past capacity, or with
+    clients that wait for each answer, is moved by the config itself."""
     reason = (
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"
     )
-    kind = OffReason.LOAD if saturated else OffReason.CANARY
+    kind = OffReason.SATURATION if saturated else OffReason.CANARY
     return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=kind, experiment=True)
 
 
@@ -927,7 +928,7 @@ def _propose_while_off(
 
     rate = valid_value(m, Signal.REQUEST_RATE)
     load = _load_since_off(off, rate, tolerance)
-    if off is not None and off.kind is OffReason.LOAD and load is LoadSinceOff.LOWER:
+    if off is not None and off.kind in (OffReason.LOAD, OffReason.SATURATION) and load is LoadSinceOff.LOWER:
         return Proposal(
             Action.ENABLE,
             on_target,

@@ -68,6 +68,9 @@ class OffReason(StrEnum):
     ACCEPTANCE = "acceptance"  # the drafter is poor on this traffic: only a probe or a canary can tell otherwise
     LOAD = "load"  # the drafter is fine but the batch is too large: back on when the load falls
     CANARY = "canary"  # a plain canary was faster on the same traffic
+    # an experiment at saturation measured plain faster at that load: back on when the request rate falls below the
+    # one it was measured at; its probe is not gated on the rate, which at saturation is the config's own
+    SATURATION = "saturation"
 
 
 @dataclass(frozen=True)
