@@ -412,7 +412,7 @@ def _acceptance_only(
         why = "adaptive verification lowers acceptance by design"
     elif predicted is None and rollout.can_trial(inputs.spec) and doubt:
         return _experiment(inputs, off_target, f"{reason} {doubt}, no measured speed comparison yet ({missing})",
-                           evidence, saturated=bool(saturation(inputs)))  # fmt: skip
+                           evidence)  # fmt: skip
     elif predicted is None:
         why = f"no usable cost model ({prediction})"
     elif predicted >= 1.0:
@@ -481,9 +481,7 @@ def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
     return f"on hardware its profile does not describe ({fit.note})"
 
 
-def _experiment(
-    inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any], *, saturated: bool
-) -> Proposal:
+def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
     """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance and
     `doubt` (saturation, or windows the only profile cannot explain) say it may not: measure instead of guessing.
     Plain goes to one pod beside the speculating ones on the same traffic (a one-pod trial), and is promoted only
@@ -497,7 +495,7 @@ def _experiment(
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"
     )
-    kind = OffReason.SATURATION if saturated else OffReason.CANARY
+    kind = OffReason.SATURATION if saturation(inputs) else OffReason.CANARY
     return Proposal(Action.DISABLE, off_target, reason, evidence, off_kind=kind, experiment=True)
 
 

@@ -14,9 +14,9 @@ from specpilot.api.v1alpha1 import MeasuredTraffic
 from specpilot.autotune.signals.measurements import Measurement, valid_value
 from specpilot.autotune.signals.promql import Signal
 
-# A shift in the traffic that re-opens a verdict: acceptance (under the same incumbent config)
-# moved by at least ACCEPTANCE_SHIFT (absolute), or the median output or mean prompt length changed by LENGTH_SHIFT
-# times or more either way. Smaller moves are the ordinary drift of one window to the next.
+# A shift in the traffic that re-opens a verdict: acceptance (under the same incumbent config) moved by at least
+# ACCEPTANCE_SHIFT (absolute), or the median output or mean prompt length changed by LENGTH_SHIFT times or more either
+# way. Smaller moves are the ordinary drift of one window to the next.
 ACCEPTANCE_SHIFT = 0.15
 LENGTH_SHIFT = 2.0
 
