@@ -40,10 +40,18 @@ from specpilot.autotune.policy.agreement import (
 from specpilot.autotune.policy.backlog import Priced
 from specpilot.autotune.policy.budget import record_actuation
 from specpilot.autotune.policy.decision import decide, evaluate_alone, prices_its_own_gain
-from specpilot.autotune.policy.state import Action, OffReason, OffRecord, PolicyState, Proposal, Streak
+from specpilot.autotune.policy.state import (
+    AcceptanceSeen,
+    Action,
+    OffReason,
+    OffRecord,
+    PolicyState,
+    Proposal,
+    Streak,
+)
 from specpilot.autotune.signals.measurements import Measurement
 from specpilot.autotune.signals.promql import Signal
-from specpilot.vllm.intent import SpeculationIntent
+from specpilot.vllm.intent import SpeculationIntent, intent_to_dict
 
 T0, MINUTE, ON, OFF = tp.T0, tp.MINUTE, tp.ON, tp.OFF
 
@@ -1280,6 +1288,100 @@ def test_windows_that_contradict_another_gpus_profile_start_an_experiment_at_any
     if decision.experiment:
         assert decision.reason.startswith("experiment: acceptance 0.30 < disableBelow 0.50"), decision.reason
         assert decision.off_kind is OffReason.CANARY
+
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+@pytest.mark.parametrize(
+    ("case", "product", "replicas", "requests", "seen", "action", "in_reason"),
+    [
+        # another GPU, no usable model, no queue: this config first measured 0.50 and now 0.30, so the prior's "pays
+        # at this batch" was said at another acceptance; plain is measured on one pod
+        ("A100, fell 0.50 -> 0.30", A100, 2, 800, AcceptanceSeen(ON, 0.50, T0 - 30 * MINUTE), Action.DISABLE,
+         "after a fall from 0.50 in this config's first window (2026-11-26T11:30:00Z), on hardware its profile"),
+        # a fall smaller than the shift is the drift of one window to the next: acceptance alone holds
+        ("A100, fell 0.40 -> 0.30", A100, 2, 800, AcceptanceSeen(ON, 0.40, T0 - 30 * MINUTE), Action.KEEP,
+         "acceptance alone never switches speculation off"),
+        # a window of 400 requests is below ten times the minimum (50): too noisy to read a fall from
+        ("A100, fell, thin window", A100, 2, 400, AcceptanceSeen(ON, 0.50, T0 - 30 * MINUTE), Action.KEEP,
+         "acceptance alone never switches speculation off"),
+        # the record is another config's (K 2): it says nothing of the running K 3
+        ("A100, K 2's record", A100, 2, 800, AcceptanceSeen(SpeculationIntent(True, 2), 0.50, T0 - 30 * MINUTE),
+         Action.KEEP, "acceptance alone never switches speculation off"),
+        # one replica: an experiment would be an outage, so it holds
+        ("A100, one replica", A100, 1, 800, AcceptanceSeen(ON, 0.50, T0 - 30 * MINUTE), Action.KEEP,
+         "acceptance alone never switches speculation off"),
+        # the calibrated set-up: its model prices the fall, which is no doubt about it
+        ("calibrated H100", "NVIDIA-H100-80GB-HBM3", 2, 800, AcceptanceSeen(ON, 0.50, T0 - 30 * MINUTE), Action.KEEP,
+         "acceptance alone never switches speculation off"),
+    ],
+)  # fmt: skip
+def test_a_fall_in_acceptance_on_another_gpus_profile_starts_an_experiment(
+    case: str, product: str, replicas: int, requests: float, seen: AcceptanceSeen, action: Action, in_reason: str
+) -> None:
+    """Low acceptance at a small batch with no queue, no plain comparison and no usable model: on a GPU without a
+    calibrated profile, a fall of the running config's acceptance by the traffic shift since its first window starts
+    the one-pod experiment; a smaller fall, a window too thin to read it from, another config's record, one replica
+    or a calibrated set-up hold."""
+    spec = with_replicas(gpu_spec(product, 80.0), replicas)
+    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030, requests=requests)
+    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
+    state = PolicyState(acceptance_seen=seen)
+    decision = evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
+    assert decision.action is action, decision.reason
+    assert in_reason in decision.reason, decision.reason
+    assert decision.experiment is (action is Action.DISABLE)
+    if decision.experiment:
+        assert decision.off_kind is OffReason.CANARY
+
+
+@pytest.mark.parametrize(
+    ("first", "first_requests", "then", "current_then", "experiment", "record"),
+    [
+        # the fall from the first window, read back from the stored status
+        (0.50, 800, 0.30, ON, True, (ON, 0.50)),
+        # within the shift
+        (0.40, 800, 0.30, ON, False, (ON, 0.40)),
+        # another config went in: its own first window is the record
+        (0.50, 800, 0.30, SpeculationIntent(True, 2), False, (SpeculationIntent(True, 2), 0.30)),
+        # a first window below ten times the requests minimum is no record: the next one is
+        (0.50, 400, 0.30, ON, False, (ON, 0.30)),
+    ],
+)
+def test_the_first_windows_acceptance_is_stored_and_read_back_per_config(
+    first: float,
+    first_requests: float,
+    then: float,
+    current_then: SpeculationIntent,
+    experiment: bool,
+    record: tuple[SpeculationIntent, float],
+) -> None:
+    """Seam: the acceptance of the running config's first settled window with the evidence a fall needs goes into
+    status.autotune, survives the JSON round trip, and the later window's fall is measured from it; a config change
+    starts a new record."""
+    spec = with_replicas(gpu_spec(A100, 80.0), 2)
+    fit = fit_settings_for(spec)
+
+    def window(acceptance: float, requests: float = 800) -> dict[str, Measurement]:
+        measured = tp.observed(acceptance=acceptance, batch=20, tpot_s=0.030, requests=requests)
+        measured[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
+        return measured
+
+    decision, state = decide(tp.inputs(spec, window(first, first_requests), fit=fit), PolicyState(), T0)
+    assert not decision.experiment, decision.reason  # the first window is the record, not a fall
+    stored = json.loads(json.dumps(state.to_dict()))
+    if first_requests >= 500:
+        assert stored["acceptanceSeen"] == {"intent": intent_to_dict(ON), "rate": first, "at": "2026-11-26T12:00:00Z"}
+    else:
+        assert stored["acceptanceSeen"] is None
+    later = T0 + 10 * MINUTE
+    decision, state = decide(tp.inputs(spec, window(then), current_then, fit=fit), PolicyState.from_dict(stored), later)
+    assert decision.experiment is experiment, decision.reason
+    assert ("after a fall from" in decision.reason) is experiment
+    kept = state.acceptance_seen
+    assert kept is not None
+    assert (kept.intent, kept.rate) == record
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,7 @@ from specpilot.autotune.policy.state import (
     deployment_fingerprint,
     spec_fingerprints,
 )
+from specpilot.autotune.policy.traffic import acceptance_for_fall, acceptance_seen_after
 from specpilot.autotune.signals.measurements import Measurement, count_errors, valid_value
 from specpilot.autotune.signals.promql import Signal
 from specpilot.reconcile import manifests
@@ -214,6 +215,9 @@ def _observe(inputs: PolicyInputs, state: PolicyState, now: datetime) -> PolicyS
         min_requests=at.min_samples.requests,
         now=now,
     )
+    acceptance = acceptance_for_fall(inputs.measurements, at.min_samples.requests)
+    seen = acceptance_seen_after(state.acceptance_seen, inputs.current, acceptance, now)
+    state = replace(state, acceptance_seen=seen)
     spacing = timedelta(seconds=inputs.window.seconds)
     if entry is not None:
         state = replace(state, baseline=record(state.baseline, entry, min_spacing=spacing, now=now))

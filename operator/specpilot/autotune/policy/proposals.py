@@ -103,6 +103,7 @@ from specpilot.autotune.policy.state import (
     Proposal,
     refit_action,
 )
+from specpilot.autotune.policy.traffic import acceptance_fell, acceptance_for_fall
 from specpilot.autotune.signals.measurements import Measurement, positions, valid_value, why_not_valid
 from specpilot.autotune.signals.promql import LATENCY_SIGNALS, Signal
 from specpilot.autotune.signals.reach import correct_positions
@@ -375,7 +376,7 @@ def _below_disable_without_comparison(
             f"off: {plan.reason}"
         )
         return Proposal(refit_action(plan.support), plan.proposed, reason, evidence)
-    doubt = saturation(inputs) or _prior_contradicted(inputs, step_model)
+    doubt = saturation(inputs) or _prior_contradicted(inputs, step_model) or _acceptance_fell(inputs, state, step_model)
     return _acceptance_only(inputs, reason, (predicted, prediction), missing, evidence, plan, doubt)
 
 
@@ -391,11 +392,12 @@ def _acceptance_only(
     """Acceptance below disableBelow without a measured speed comparison: acceptance alone never switches speculation
     off. Where the drafts add so few tokens per step that no hardware makes speculation measurably faster
     (_speedup_ceiling), the disable acts. A usable cost model that prices speculation slower than plain supports the
-    disable. With no usable model and a `doubt` (saturation, _prior_contradicted), the disable is an experiment on
-    one pod where one can be spared. Otherwise the config holds, with acceptance as a warning in the reason: under
-    adaptive verification (which lowers acceptance by design), where a usable model prices speculation no slower than
-    plain, and where there is no usable model and no doubt (too few requests for a mean TPOT, a small batch).
-    `model_says`: the speed-up over plain a usable model predicts (None without one) and why (_predicted_speedup)."""
+    disable. With no usable model and a `doubt` (saturation, _prior_contradicted, _acceptance_fell), the disable is an
+    experiment on one pod where one can be spared. Otherwise the config holds, with acceptance as a warning in the
+    reason: under adaptive verification (which lowers acceptance by design), where a usable model prices speculation no
+    slower than plain, and where there is no usable model and no doubt (too few requests for a mean TPOT, a small
+    batch). `model_says`: the speed-up over plain a usable model predicts (None without one) and why
+    (_predicted_speedup)."""
     predicted, prediction = model_says
     off_target = inputs.current.without_speculation()
     ceiling = _speedup_ceiling(inputs)
@@ -481,16 +483,34 @@ def _prior_contradicted(inputs: PolicyInputs, step_model: StepModel) -> str:
     return f"on hardware its profile does not describe ({fit.note})"
 
 
+def _acceptance_fell(inputs: PolicyInputs, state: PolicyState, step_model: StepModel) -> str:
+    """On a GPU without a calibrated profile and with no usable model, the running config's acceptance fell by
+    traffic.ACCEPTANCE_SHIFT or more since its first window. What held the config there is the prior's claim that
+    speculation pays at this batch, a claim about another GPU, made at the acceptance the config had: each draft now
+    adds fewer tokens, and on a GPU whose roofline ridge is unknown that can turn a win into a loss at the same batch.
+    Empty otherwise: a calibrated profile or a usable fit prices the fall itself."""
+    if inputs.fit.calibrated or step_model.model is not None:
+        return ""
+    acceptance = acceptance_for_fall(inputs.measurements, inputs.spec.autotune.min_samples.requests)
+    fell = acceptance_fell(state.acceptance_seen, inputs.current, acceptance)
+    if fell is None:
+        return ""
+    return (
+        f"after a fall from {fell.rate:.2f} in this config's first window ({format_time(fell.at)}), on hardware "
+        "its profile does not describe"
+    )
+
+
 def _experiment(inputs: PolicyInputs, off_target: SpeculationIntent, doubt: str, evidence: dict[str, Any]) -> Proposal:
     """Neither a usable cost model nor a measured comparison can say whether speculation pays, and acceptance and
-    `doubt` (saturation, or windows the only profile cannot explain) say it may not: measure instead of guessing.
-    Plain goes to one pod beside the speculating ones on the same traffic (a one-pod trial), and is promoted only
-    when that pod is measured faster beyond the tolerance; otherwise the trial rolls back and is not tried again
-    before probeInterval. Only where a pod can be spared (rollout.can_trial): elsewhere the config holds, as
-    acceptance alone never switches speculation off. An experiment started by saturation measures plain at that
-    load only (OffReason.SATURATION): speculation comes back once the request rate falls below the one it was
-    measured at, as after a disable for load; its probe is not gated on the rate, which past capacity, or with
-    clients that wait for each answer, is moved by the config itself."""
+    `doubt` (saturation, windows the only profile cannot explain, or a fall in acceptance there) say it may not: measure
+    instead of guessing. Plain goes to one pod beside the speculating ones on the same traffic (a one-pod trial), and is
+    promoted only when that pod is measured faster beyond the tolerance; otherwise the trial rolls back and is not tried
+    again before probeInterval. Only where a pod can be spared (rollout.can_trial): elsewhere the config holds, as
+    acceptance alone never switches speculation off. An experiment started by saturation measures plain at that load
+    only (OffReason.SATURATION): speculation comes back once the request rate falls below the one it was measured at, as
+    after a disable for load; its probe is not gated on the rate, which past capacity, or with clients that wait for
+    each answer, is moved by the config itself."""
     reason = (
         f"experiment: {doubt} and no usable cost model; measuring plain on one pod beside the speculating ones, "
         f"kept only if faster beyond {inputs.spec.autotune.latency.regression_tolerance:.0%}"

@@ -109,6 +109,24 @@ class OffRecord:
 
 
 @dataclass(frozen=True)
+class AcceptanceSeen:
+    """The acceptance the running config was first measured at, in its first settled window since it went in that
+    holds the evidence a fall needs (traffic.acceptance_for_fall): the acceptance its holding rests on where no model
+    prices it (traffic.acceptance_fell)."""
+
+    intent: SpeculationIntent
+    rate: float
+    at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"intent": intent_to_dict(self.intent), "rate": self.rate, "at": format_time(self.at)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> AcceptanceSeen:
+        return cls(intent_from_dict(raw["intent"]), float(raw["rate"]), parse_time(raw["at"]))
+
+
+@dataclass(frozen=True)
 class PolicyState:
     """Controller memory; `to_dict`/`from_dict` round-trip it through status.autotune."""
 
@@ -141,6 +159,7 @@ class PolicyState:
     # autotune's last actuation to the rollout's completion, less its trial's analysis (measured_restart_s); None
     # until one was measured, when the profile's assumption prices it
     restart_measured_s: float | None = None
+    acceptance_seen: AcceptanceSeen | None = None  # the running config's first measured acceptance (traffic.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +216,7 @@ class PolicyState:
             "backlogDropped": self.backlog_dropped,
             "requestRates": [r.to_list() for r in self.request_rates],
             "restartMeasuredSeconds": self.restart_measured_s,
+            "acceptanceSeen": None if self.acceptance_seen is None else self.acceptance_seen.to_dict(),
         }
 
     @classmethod
@@ -261,6 +281,7 @@ class PolicyState:
             restart_measured_s=None
             if raw.get("restartMeasuredSeconds") is None
             else float(raw["restartMeasuredSeconds"]),
+            acceptance_seen=None if not raw.get("acceptanceSeen") else AcceptanceSeen.from_dict(raw["acceptanceSeen"]),
         )
 
     @classmethod
@@ -294,6 +315,7 @@ FRESH_RECORDS: dict[str, Any] = {
     "streak": None,
     "backlog_since": None,
     "backlog_dropped": None,
+    "acceptance_seen": None,
 }
 
 
