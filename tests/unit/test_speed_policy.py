@@ -43,6 +43,7 @@ from specpilot.autotune.policy.decision import decide, evaluate_alone, prices_it
 from specpilot.autotune.policy.state import (
     AcceptanceSeen,
     Action,
+    Decision,
     OffReason,
     OffRecord,
     PolicyState,
@@ -1254,6 +1255,25 @@ def contradicting_windows() -> tuple[StepSample, ...]:
     )
 
 
+def decided_without_queue(product: str, replicas: int, state: PolicyState, requests: float = 800) -> Decision:
+    """One evaluation at acceptance 0.30 below disableBelow, batch 20, no request waiting, no plain comparison, on
+    `product` at `replicas`: where an experiment needs a doubt other than saturation."""
+    spec = with_replicas(gpu_spec(product, 80.0), replicas)
+    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030, requests=requests)
+    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
+    return evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
+
+
+def assert_experiment_or_hold(decision: Decision, action: Action, in_reason: str) -> None:
+    """A disable here is an experiment (a canary disable), and a hold is no experiment."""
+    assert decision.action is action, decision.reason
+    assert in_reason in decision.reason, decision.reason
+    assert decision.experiment is (action is Action.DISABLE)
+    if decision.experiment:
+        assert decision.reason.startswith("experiment: acceptance 0.30 < disableBelow 0.50"), decision.reason
+        assert decision.off_kind is OffReason.CANARY
+
+
 @pytest.mark.parametrize(
     ("case", "product", "replicas", "samples", "action", "in_reason"),
     [
@@ -1277,17 +1297,8 @@ def test_windows_that_contradict_another_gpus_profile_start_an_experiment_at_any
     """Low acceptance at a small batch with no queue, no plain comparison and no usable model: on a GPU without a
     calibrated profile whose own windows refuse the prior's shape, the only action is a one-pod experiment; with too
     few windows to say so, on one replica, or on a calibrated set-up, the config holds."""
-    spec = with_replicas(gpu_spec(product, 80.0), replicas)
-    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030)
-    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
-    state = PolicyState(step_samples=samples)
-    decision = evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
-    assert decision.action is action, decision.reason
-    assert in_reason in decision.reason, decision.reason
-    assert decision.experiment is (action is Action.DISABLE)
-    if decision.experiment:
-        assert decision.reason.startswith("experiment: acceptance 0.30 < disableBelow 0.50"), decision.reason
-        assert decision.off_kind is OffReason.CANARY
+    decision = decided_without_queue(product, replicas, PolicyState(step_samples=samples))
+    assert_experiment_or_hold(decision, action, in_reason)
 
 
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -1324,16 +1335,8 @@ def test_a_fall_in_acceptance_on_another_gpus_profile_starts_an_experiment(
     calibrated profile, a fall of the running config's acceptance by the traffic shift since its first window starts
     the one-pod experiment; a smaller fall, a window too thin to read it from, another config's record, one replica
     or a calibrated set-up hold."""
-    spec = with_replicas(gpu_spec(product, 80.0), replicas)
-    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030, requests=requests)
-    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
-    state = PolicyState(acceptance_seen=seen)
-    decision = evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
-    assert decision.action is action, decision.reason
-    assert in_reason in decision.reason, decision.reason
-    assert decision.experiment is (action is Action.DISABLE)
-    if decision.experiment:
-        assert decision.off_kind is OffReason.CANARY
+    decision = decided_without_queue(product, replicas, PolicyState(acceptance_seen=seen), requests=requests)
+    assert_experiment_or_hold(decision, action, in_reason)
 
 
 @pytest.mark.parametrize(
