@@ -80,6 +80,9 @@ MALFORMED = (
     Malformed("autotune-streak", {"autotune": {"version": 1, "streak": {"key": "k", "action": "Explode",
                                                                          "count": "many", "since": "never"}}},
               ("autotune", "streak"), "MalformedAutotuneStatus", "status.autotune is malformed", heals=True),
+    Malformed("autotune-acceptance-seen", {"autotune": {"version": 1, "acceptanceSeen": {"intent": {"enabled": True},
+                                                                                          "rate": "high"}}},
+              ("autotune", "acceptanceSeen"), "MalformedAutotuneStatus", "status.autotune is malformed", heals=True),
 )  # fmt: skip
 
 

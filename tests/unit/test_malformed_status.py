@@ -116,6 +116,28 @@ def test_a_policy_state_with_a_time_without_zone_starts_fresh_and_says_why(autot
     assert "has no time zone" in problem
 
 
+@pytest.mark.parametrize(
+    ("seen", "error"),
+    [
+        ({"intent": {"enabled": True, "numSpeculativeTokens": 3}, "rate": "high", "at": "2026-11-29T07:00:00Z"},
+         "ValueError"),
+        ({"rate": 0.36, "at": "2026-11-29T07:00:00Z"}, "KeyError"),
+        ({"intent": {"enabled": True, "numSpeculativeTokens": 3}, "rate": 0.36, "at": "2026-11-29T07:00:00"},
+         "has no time zone"),
+        ("0.36", "TypeError"),
+    ],
+    ids=["rate", "intent-missing", "at-without-zone", "not-an-object"],
+)  # fmt: skip
+def test_a_malformed_acceptance_record_starts_fresh_and_says_why(seen: Any, error: str) -> None:
+    """status.autotune.acceptanceSeen as a status edit or a foreign build may leave it: a fresh state and the reason,
+    never a crash in the evaluation that reads it."""
+    fresh, problem = PolicyState.from_status({"version": 1, "acceptanceSeen": seen})
+    assert fresh == PolicyState()
+    assert problem is not None
+    assert "status.autotune is malformed" in problem
+    assert error in problem
+
+
 @pytest.mark.parametrize("field", ["retryAfter", "trialStarted", "evidenceTime"])
 def test_a_candidate_record_with_a_time_without_zone_is_dropped(field: str) -> None:
     """An unreadable status.candidates element is dropped: its candidate starts Untried again (read_records)."""
