@@ -1255,13 +1255,18 @@ def contradicting_windows() -> tuple[StepSample, ...]:
     )
 
 
+def without_queue(acceptance: float, requests: float = 800) -> dict[str, Measurement]:
+    """One window at batch 20, 30 ms per token and no request waiting, with this acceptance and these requests."""
+    measurements = tp.observed(acceptance=acceptance, batch=20, tpot_s=0.030, requests=requests)
+    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
+    return measurements
+
+
 def decided_without_queue(product: str, replicas: int, state: PolicyState, requests: float = 800) -> Decision:
     """One evaluation at acceptance 0.30 below disableBelow, batch 20, no request waiting, no plain comparison, on
     `product` at `replicas`: where an experiment needs a doubt other than saturation."""
     spec = with_replicas(gpu_spec(product, 80.0), replicas)
-    measurements = tp.observed(acceptance=0.30, batch=20, tpot_s=0.030, requests=requests)
-    measurements[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
-    return evaluate_alone(tp.inputs(spec, measurements, fit=fit_settings_for(spec)), state, T0)
+    return evaluate_alone(tp.inputs(spec, without_queue(0.30, requests), fit=fit_settings_for(spec)), state, T0)
 
 
 def assert_experiment_or_hold(decision: Decision, action: Action, in_reason: str) -> None:
@@ -1365,13 +1370,7 @@ def test_the_first_windows_acceptance_is_stored_and_read_back_per_config(
     starts a new record."""
     spec = with_replicas(gpu_spec(A100, 80.0), 2)
     fit = fit_settings_for(spec)
-
-    def window(acceptance: float, requests: float = 800) -> dict[str, Measurement]:
-        measured = tp.observed(acceptance=acceptance, batch=20, tpot_s=0.030, requests=requests)
-        measured[Signal.WAITING_REQUESTS] = tp.m(Signal.WAITING_REQUESTS, 0.0)
-        return measured
-
-    decision, state = decide(tp.inputs(spec, window(first, first_requests), fit=fit), PolicyState(), T0)
+    decision, state = decide(tp.inputs(spec, without_queue(first, first_requests), fit=fit), PolicyState(), T0)
     assert not decision.experiment, decision.reason  # the first window is the record, not a fall
     stored = json.loads(json.dumps(state.to_dict()))
     if first_requests >= 500:
@@ -1379,7 +1378,9 @@ def test_the_first_windows_acceptance_is_stored_and_read_back_per_config(
     else:
         assert stored["acceptanceSeen"] is None
     later = T0 + 10 * MINUTE
-    decision, state = decide(tp.inputs(spec, window(then), current_then, fit=fit), PolicyState.from_dict(stored), later)
+    decision, state = decide(
+        tp.inputs(spec, without_queue(then), current_then, fit=fit), PolicyState.from_dict(stored), later
+    )
     assert decision.experiment is experiment, decision.reason
     assert ("after a fall from" in decision.reason) is experiment
     kept = state.acceptance_seen

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import tests.unit.test_policy as tp
 from specpilot.autotune.policy.state import AcceptanceSeen
 from specpilot.autotune.policy.traffic import FALL_EVIDENCE, acceptance_fell, acceptance_for_fall, acceptance_seen_after
 from specpilot.autotune.signals.measurements import Measurement, MeasurementClass
@@ -56,8 +57,7 @@ def test_a_fall_counts_from_the_same_configs_record_by_the_shift(
 
 def window(requests: float | None, acceptance: float | None) -> dict[str, Measurement]:
     def m(signal: Signal, value: float | None) -> Measurement:
-        klass = MeasurementClass.VALID if value is not None else MeasurementClass.NO_DATA
-        return Measurement(signal.value, f"q_{signal.value}", klass, value, None, "")
+        return tp.m(signal, value, MeasurementClass.VALID if value is not None else MeasurementClass.NO_DATA)
 
     return {
         Signal.REQUESTS_IN_WINDOW.value: m(Signal.REQUESTS_IN_WINDOW, requests),
