@@ -19,13 +19,16 @@ docs/design/decisions.md), so the winner cannot be swapped by traffic here; the 
 analysis of the same window with a minimum sample above what was sent must be Inconclusive: too little evidence
 changes nothing. Then the traffic changes (the same prompts sampled at
 temperature 1): the incumbents' traffic as the operator records it with a verdict (traffic_of) must read
-as a shift that re-opens a loser (acceptance), while the unchanged traffic does not.
+as a shift that re-opens a loser (acceptance), while the unchanged traffic does not; and the same two windows, the
+first as the running config's stored record, must read as the fall in acceptance that starts an experiment where no
+calibrated profile describes the GPU, at a requests minimum both windows hold ten times over and not above it.
 
 Two real servers (~60 s to start on the 2-core machine when idle) and 2 x 30 s of load.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -49,9 +52,17 @@ from specpilot.api.v1alpha1 import CandidateVerdict, TrialPhase
 from specpilot.autotune.evaluate import measure
 from specpilot.autotune.policy import drafters
 from specpilot.autotune.policy import trial as trials
-from specpilot.autotune.policy.traffic import traffic_of, traffic_shift
-from specpilot.autotune.signals.measurements import Measurement
-from specpilot.autotune.signals.promql import Scope
+from specpilot.autotune.policy.state import PolicyState
+from specpilot.autotune.policy.traffic import (
+    FALL_EVIDENCE,
+    acceptance_fell,
+    acceptance_for_fall,
+    acceptance_seen_after,
+    traffic_of,
+    traffic_shift,
+)
+from specpilot.autotune.signals.measurements import Measurement, valid_value
+from specpilot.autotune.signals.promql import Scope, Signal
 from specpilot.vllm.dialects import render_command
 from specpilot.vllm.intent import SpeculationIntent
 
@@ -239,3 +250,30 @@ def test_the_drafter_measured_faster_is_kept_on_real_servers(
     assert shift is not None, (greedy, shifted)
     assert shift.startswith("acceptance"), shift
     assert traffic_shift(greedy, greedy) is None
+    assert_fall_read_from(figures["draft"], sampled)
+
+
+def assert_fall_read_from(first: Mapping[str, Measurement], later: Mapping[str, Measurement]) -> None:
+    """The fall in acceptance that starts an experiment on a GPU without a calibrated profile, read from the same two
+    real windows of the draft model as the operator files them: the first window's acceptance is the running
+    config's record (status.autotune.acceptanceSeen, through its JSON), and the sampled window falls from it by the
+    traffic shift. Both windows must hold FALL_EVIDENCE times the requests minimum; under a minimum they do not hold
+    that often, neither window is read, so no record is kept and no fall is seen."""
+    sent = min(valid_value(w, Signal.REQUESTS_IN_WINDOW) or 0.0 for w in (first, later))
+    minimum = int(sent // FALL_EVIDENCE)
+    assert minimum >= 1, f"{sent:.0f} requests in a window: too few to read a fall at any minimum"
+    running = SpeculationIntent(enabled=True, num_speculative_tokens=3)  # DRAFT_MODEL's K
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    seen = acceptance_seen_after(None, running, acceptance_for_fall(first, minimum), at)
+    assert seen is not None
+    stored = PolicyState(acceptance_seen=seen).to_dict()
+    record = PolicyState.from_dict(json.loads(json.dumps(stored))).acceptance_seen
+    print(f"record: {stored['acceptanceSeen']}; later: {acceptance_for_fall(later, minimum)}")
+    assert record == seen
+    assert acceptance_fell(record, running, acceptance_for_fall(later, minimum)) == record
+    assert acceptance_fell(record, running, acceptance_for_fall(first, minimum)) is None  # no fall from itself
+    # a minimum the windows hold fewer than FALL_EVIDENCE times: neither is read, so nothing is recorded or fallen
+    thin = int(sent) + 1
+    assert acceptance_for_fall(first, thin) is None
+    assert acceptance_for_fall(later, thin) is None
+    assert acceptance_seen_after(None, running, acceptance_for_fall(first, thin), at) is None
