@@ -262,7 +262,8 @@ def assert_fall_read_from(first: Mapping[str, Measurement], later: Mapping[str, 
     sent = min(valid_value(w, Signal.REQUESTS_IN_WINDOW) or 0.0 for w in (first, later))
     minimum = int(sent // FALL_EVIDENCE)
     assert minimum >= 1, f"{sent:.0f} requests in a window: too few to read a fall at any minimum"
-    running = SpeculationIntent(enabled=True, num_speculative_tokens=3)  # DRAFT_MODEL's K
+    declared = spec_for(DRAFT_MODEL, NGRAM).speculation  # the draft model running, as in run_trial
+    running = SpeculationIntent(enabled=True, num_speculative_tokens=declared.num_speculative_tokens)
     at = datetime(2026, 1, 1, tzinfo=UTC)
     seen = acceptance_seen_after(None, running, acceptance_for_fall(first, minimum), at)
     assert seen is not None
