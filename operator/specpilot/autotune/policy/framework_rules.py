@@ -25,7 +25,7 @@ with the reason) and its evidence. `events_for` posts one event when a condition
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -196,30 +196,10 @@ def quantization_penalty(
 ) -> Finding:
     """Compare the first window of `current` with the last window, before it, of a config differing only in
     quantization; the same load bucket and traffic mix, or inconclusive."""
-    # This config's current run: its windows since the last window of any other config (A -> B -> A compares
-    # the second A with B, not with the first A).
-    last_other = max((w.at for w in record if w.config != current), default=None)
-    mine = sorted(
-        (w for w in record if w.config == current and (last_other is None or w.at > last_other)), key=lambda w: w.at
-    )
-    if not mine:
-        return Finding(
-            QUANTIZATION_PENALTY, "Unknown", "NoEvidence", "no settled acceptance window for this config yet"
-        )
-    first = mine[0]
-    earlier = sorted((w for w in record if w.at < first.at), key=lambda w: w.at)
-    # Only the config that ran right before is compared, and only when quantization is all that changed.
-    before_all = [w for w in earlier if earlier and w.config == earlier[-1].config]
-    if not before_all or not current.same_except_quantization(before_all[-1].config):
-        what = "no earlier config" if not before_all else f"the previous config was {before_all[-1].config.describe()}"
-        return Finding(
-            QUANTIZATION_PENALTY,
-            "False",
-            "NoQuantizationChange",
-            f"{what}; now {current.describe()}",
-        )
-    previous = before_all[-1].config
-    before_same_config = [w for w in before_all if w.config == previous]
+    pair = _quantization_pair(record, current)
+    if isinstance(pair, Finding):
+        return pair
+    first, previous, before_same_config = pair
     before = next((w for w in reversed(before_same_config) if w.bucket == first.bucket), None)
     evidence: dict[str, Any] = {"after": first.to_dict(), "tolerance": tolerance}
     change = _change_text(previous, current)
@@ -248,6 +228,52 @@ def quantization_penalty(
             f"{first.short_fraction:.0%} after, more than {TRAFFIC_MIX_TOLERANCE:.0%} apart)",
             evidence,
         )
+    recommend = lambda: recommend_after_penalty(previous, current, version, engine)  # noqa: E731
+    return _acceptance_drop(before, first, change, evidence, tolerance, recommend)
+
+
+def _quantization_pair(
+    record: Sequence[AcceptanceWindow], current: ConfigKey
+) -> tuple[AcceptanceWindow, ConfigKey, list[AcceptanceWindow]] | Finding:
+    """The first window of `current`'s run, the config that ran right before it and that config's windows; a
+    Finding where there is nothing to compare: no settled window yet, or a previous config that differs in more than
+    quantization."""
+    # This config's current run: its windows since the last window of any other config (A -> B -> A compares
+    # the second A with B, not with the first A).
+    last_other = max((w.at for w in record if w.config != current), default=None)
+    mine = sorted(
+        (w for w in record if w.config == current and (last_other is None or w.at > last_other)), key=lambda w: w.at
+    )
+    if not mine:
+        return Finding(
+            QUANTIZATION_PENALTY, "Unknown", "NoEvidence", "no settled acceptance window for this config yet"
+        )
+    first = mine[0]
+    earlier = sorted((w for w in record if w.at < first.at), key=lambda w: w.at)
+    # Only the config that ran right before is compared, and only when quantization is all that changed.
+    before_all = [w for w in earlier if earlier and w.config == earlier[-1].config]
+    if not before_all or not current.same_except_quantization(before_all[-1].config):
+        what = "no earlier config" if not before_all else f"the previous config was {before_all[-1].config.describe()}"
+        return Finding(
+            QUANTIZATION_PENALTY,
+            "False",
+            "NoQuantizationChange",
+            f"{what}; now {current.describe()}",
+        )
+    previous = before_all[-1].config
+    return first, previous, [w for w in before_all if w.config == previous]
+
+
+def _acceptance_drop(
+    before: AcceptanceWindow,
+    first: AcceptanceWindow,
+    change: str,
+    evidence: dict[str, Any],
+    tolerance: float,
+    recommend: Callable[[], str],
+) -> Finding:
+    """The verdict on two windows at the same load and traffic mix: a penalty where acceptance fell by more than
+    `tolerance`, with the step `recommend` gives after it; kept otherwise."""
     drop = before.acceptance - first.acceptance
     numbers = (
         f"acceptance {before.acceptance:.2f} ({_count(before.draft_tokens)} draft tokens, "
@@ -256,7 +282,7 @@ def quantization_penalty(
     )
     evidence["drop"] = round(drop, 4)
     if drop > tolerance:
-        step = recommend_after_penalty(previous, current, version, engine)
+        step = recommend()
         evidence["recommendation"] = step
         return Finding(
             QUANTIZATION_PENALTY,
