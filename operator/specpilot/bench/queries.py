@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -228,60 +229,12 @@ class SimQueryClient:
         if signal is Signal.REQUESTS_IN_WINDOW:
             parts = _hist_parts(s, span, n.e2e_latency)
             return None if parts is None else parts[3] * w
-        if signal is Signal.ACCEPTANCE_RATE:
-            return _ratio(_rate(s, span, n.accepted_tokens), _rate(s, span, n.draft_tokens))
-        if signal is Signal.MEAN_ACCEPTANCE_LENGTH:
-            if n.drafts is None:
-                return None
-            ratio = _ratio(_rate(s, span, n.accepted_tokens), _rate(s, span, n.drafts))
-            return None if ratio is None else (1 + ratio if n.mean_acceptance_length_includes_bonus else ratio)
-        if signal is Signal.ACCEPTANCE_BY_POSITION:
-            if n.drafts is None or n.accepted_per_position is None or len(s) < 2:
-                return None
-            drafts = _rate(s, span, n.drafts)
-            series = _counter(s[-1], n.accepted_per_position)
-            if not drafts or series is None:
-                return None
-            out: dict[str, float] = {}
-            for labels in series:
-                r = _rate(s, span, n.accepted_per_position, labels)
-                if r is not None:
-                    out[labels[0]] = r / drafts
-            return out or None
-        if signal in (Signal.TPOT_P50, Signal.TPOT_P99, Signal.TPOT_MEAN):
-            if n.per_token_latency is None:
-                return None
-            parts = _hist_parts(s, span, n.per_token_latency)
-            if parts is None:
-                return None
-            if signal is Signal.TPOT_MEAN:
-                return _ratio(parts[2], parts[3])
-            return histogram_quantile(0.5 if signal is Signal.TPOT_P50 else 0.99, parts[0], parts[1])
-        quantiles = {
-            Signal.TTFT_P50: (n.time_to_first_token, 0.5),
-            Signal.TTFT_P99: (n.time_to_first_token, 0.99),
-            Signal.E2E_P50: (n.e2e_latency, 0.5),
-            Signal.E2E_P99: (n.e2e_latency, 0.99),
-        }
-        if signal in quantiles:
-            name, q = quantiles[signal]
-            parts = _hist_parts(s, span, name)
-            return None if parts is None else histogram_quantile(q, parts[0], parts[1])
-        gauges = {  # (metric, the *_over_time of each pod's series, the aggregation across pods)
-            Signal.RUNNING_REQUESTS: (n.running_requests, "avg", "sum"),
-            Signal.BATCH_SIZE: (n.running_requests, "avg", "avg"),
-            Signal.BATCH_SIZE_PEAK: (n.running_requests, "max", "max"),
-            Signal.WAITING_REQUESTS: (n.waiting_requests, "avg", "sum"),
-            Signal.KV_CACHE_USAGE: (n.kv_cache_usage, "avg", "max"),
-        }
-        if signal in gauges:
-            name, how, across = gauges[signal]
-            if any(x.pods for x in s):
-                return _across_pods(s, name, how, across)
-            values = [x.gauges[name] for x in s if name in x.gauges]
-            if not values:
-                return None
-            return max(values) if how == "max" else sum(values) / len(values)
+        if signal in _ACCEPTANCE:
+            return self._acceptance(signal, s, span)
+        if signal in _LATENCY:
+            return self._latency(signal, s, span)
+        if signal in _GAUGES:
+            return _gauge(s, *_GAUGES[signal](n))
         if signal is Signal.REQUEST_RATE:
             parts = _hist_parts(s, span, n.e2e_latency)
             return None if parts is None else parts[3]
@@ -297,6 +250,50 @@ class SimQueryClient:
         if signal is Signal.TTFT_WITHIN_DEADLINE:
             return self._ttft_within_deadline(s, span)
         return None
+
+    def _acceptance(self, signal: Signal, s: list[Sample], span: Range) -> float | dict[str, float] | None:
+        """Accepted over drafted tokens, the mean acceptance length, or the acceptance at each draft position."""
+        n = self.names
+        if signal is Signal.ACCEPTANCE_RATE:
+            return _ratio(_rate(s, span, n.accepted_tokens), _rate(s, span, n.draft_tokens))
+        if n.drafts is None:
+            return None
+        if signal is Signal.MEAN_ACCEPTANCE_LENGTH:
+            ratio = _ratio(_rate(s, span, n.accepted_tokens), _rate(s, span, n.drafts))
+            return None if ratio is None else (1 + ratio if n.mean_acceptance_length_includes_bonus else ratio)
+        if n.accepted_per_position is None or len(s) < 2:
+            return None
+        drafts = _rate(s, span, n.drafts)
+        series = _counter(s[-1], n.accepted_per_position)
+        if not drafts or series is None:
+            return None
+        out: dict[str, float] = {}
+        for labels in series:
+            r = _rate(s, span, n.accepted_per_position, labels)
+            if r is not None:
+                out[labels[0]] = r / drafts
+        return out or None
+
+    def _latency(self, signal: Signal, s: list[Sample], span: Range) -> float | None:
+        """A TPOT quantile or mean, or a TTFT or end-to-end quantile, from the histogram's rated buckets."""
+        n = self.names
+        if signal in (Signal.TPOT_P50, Signal.TPOT_P99, Signal.TPOT_MEAN):
+            if n.per_token_latency is None:
+                return None
+            parts = _hist_parts(s, span, n.per_token_latency)
+            if parts is None:
+                return None
+            if signal is Signal.TPOT_MEAN:
+                return _ratio(parts[2], parts[3])
+            return histogram_quantile(0.5 if signal is Signal.TPOT_P50 else 0.99, parts[0], parts[1])
+        name, q = {
+            Signal.TTFT_P50: (n.time_to_first_token, 0.5),
+            Signal.TTFT_P99: (n.time_to_first_token, 0.99),
+            Signal.E2E_P50: (n.e2e_latency, 0.5),
+            Signal.E2E_P99: (n.e2e_latency, 0.99),
+        }[signal]
+        parts = _hist_parts(s, span, name)
+        return None if parts is None else histogram_quantile(q, parts[0], parts[1])
 
     def _ttft_within_deadline(self, s: list[Sample], span: Range) -> float | None:
         """The TTFT histogram's bucket at promql.ttft_bound(deadline) over its count, both rated."""
@@ -325,6 +322,38 @@ class SimQueryClient:
         if float(bound) not in bounds:
             return None  # no such bucket: an empty result, as Prometheus gives for a bucket edge that is not there
         return _ratio(cumulative[bounds.index(float(bound))], count)
+
+
+_ACCEPTANCE = frozenset({Signal.ACCEPTANCE_RATE, Signal.MEAN_ACCEPTANCE_LENGTH, Signal.ACCEPTANCE_BY_POSITION})
+_LATENCY = frozenset(
+    {
+        Signal.TPOT_P50,
+        Signal.TPOT_P99,
+        Signal.TPOT_MEAN,
+        Signal.TTFT_P50,
+        Signal.TTFT_P99,
+        Signal.E2E_P50,
+        Signal.E2E_P99,
+    }
+)
+# each gauge: (its metric, the *_over_time of each pod's series, the aggregation across pods)
+_GAUGES: dict[Signal, Callable[[MetricNames], tuple[str, str, str]]] = {
+    Signal.RUNNING_REQUESTS: lambda n: (n.running_requests, "avg", "sum"),
+    Signal.BATCH_SIZE: lambda n: (n.running_requests, "avg", "avg"),
+    Signal.BATCH_SIZE_PEAK: lambda n: (n.running_requests, "max", "max"),
+    Signal.WAITING_REQUESTS: lambda n: (n.waiting_requests, "avg", "sum"),
+    Signal.KV_CACHE_USAGE: lambda n: (n.kv_cache_usage, "avg", "max"),
+}
+
+
+def _gauge(samples: list[Sample], name: str, over_time: str, across: str) -> float | None:
+    """A gauge over the window: per pod then across pods where the samples have pods, else over the one series."""
+    if any(x.pods for x in samples):
+        return _across_pods(samples, name, over_time, across)
+    values = [x.gauges[name] for x in samples if name in x.gauges]
+    if not values:
+        return None
+    return max(values) if over_time == "max" else sum(values) / len(values)
 
 
 def _across_pods(samples: list[Sample], name: str, over_time: str, across: str) -> float | None:
