@@ -350,32 +350,18 @@ def conclude(
     if current is None:
         return AutotuneOutcome({}, [], [])
     in_progress, since = rollout_state(status, deployment)
-    trial = trials.running(status)
     window = window or effective_window(spec.autotune)
-    inputs = PolicyInputs(
-        spec=spec,
-        current=current,
-        measurements=measurements,
-        window=window,
-        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
-        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
-        reevaluate_token=token,
-        last_handled_reevaluate=status.get("lastHandledReevaluate"),
-        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
-        rollout_in_progress=in_progress or trial is not None,
-        config_since=since,
-        canary=None if trial is not None else canary,
-        fit=fit or fit_settings_for(spec),
-        promoted_trial=trials.promoted_span(status),
-    )
+    inputs = _policy_inputs(
+        spec, annotations, status, current, (measurements, canary), window, fit or fit_settings_for(spec), halted,
+        (in_progress, since),
+    )  # fmt: skip
     decision, state = decide(inputs, state, now)
     record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)
     actuations = list(status.get("actuations") or [])
-    actuated = False
-    if decision.actuate and not halted:
+    actuated = decision.actuate and not halted
+    if actuated:
         state = record_actuation(state, decision, current, now, spec.autotune.budget)
         actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
-        actuated = True
         promoted = desired_intent(spec, state).drafter
         traffic = _running_traffic(status, measurements)
         running = _Running(current, promoted, valid_value(measurements, Signal.TPOT_MEAN), traffic)
@@ -405,6 +391,40 @@ def conclude(
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
+
+
+def _policy_inputs(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    annotations: Mapping[str, str],
+    status: Mapping[str, Any],
+    current: SpeculationIntent,
+    measured: tuple[Mapping[str, Measurement], Mapping[str, Measurement] | None],
+    window: Window,
+    fit: FitSettings,
+    halted: str | None,
+    rolling: tuple[bool, datetime | None],
+) -> PolicyInputs:
+    """What the policy decides from: the measurements (and the canary's, unless a trial pod holds its slot), the
+    pause annotation or a halt, the reevaluate token, and whether a rollout or a trial is under way."""
+    measurements, canary = measured
+    in_progress, since = rolling
+    trial = trials.running(status)
+    return PolicyInputs(
+        spec=spec,
+        current=current,
+        measurements=measurements,
+        window=window,
+        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
+        reevaluate_token=annotations.get(v1alpha1.ANNOTATION_REEVALUATE),
+        last_handled_reevaluate=status.get("lastHandledReevaluate"),
+        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
+        rollout_in_progress=in_progress or trial is not None,
+        config_since=since,
+        canary=None if trial is not None else canary,
+        fit=fit,
+        promoted_trial=trials.promoted_span(status),
+    )
 
 
 def _recommendation(
