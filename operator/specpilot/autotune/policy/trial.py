@@ -342,7 +342,6 @@ def advance(
     now: datetime,
 ) -> Step:
     """Move a Running trial on by one evaluation: wait for its pod, wait for the analysis, then conclude."""
-    stamp = format_time(now)
     if trial.ready_at is None:
         if not ready:
             if now - parse_time(trial.started_at) > readiness_deadline(spec):
@@ -350,7 +349,7 @@ def advance(
                 return _rolled_back(trial, spec, now, why)
             return Step(trial)
         analysis_at = format_time(now + rollout.analysis_span(spec))
-        trial = trial.model_copy(update={"ready_at": stamp, "analysis_at": analysis_at})
+        trial = trial.model_copy(update={"ready_at": format_time(now), "analysis_at": analysis_at})
     assert trial.analysis_at is not None
     settings = AnalysisSettings.of(spec)
     verdict = analyse(observation, settings)
@@ -374,24 +373,25 @@ def advance(
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
     )
-    tolerance = settings.tolerance
-    candidate = trial.candidate_name
-    if (
-        verdict.outcome is TrialOutcome.SUCCESSFUL
-        and needs_gain(trial)
-        and not faster_with_margin(verdict.speedup, tolerance)
-    ):
+    return _conclude(trial, verdict, spec, now)
+
+
+def _conclude(trial: TrialStatus, verdict: Analysis, spec: v1alpha1.SpeculativeDeploymentSpec, now: datetime) -> Step:
+    """The end of an analysis by its verdict: promoted, recommended, rolled back, or extended once when
+    Inconclusive."""
+    stamp, tolerance, candidate = format_time(now), AnalysisSettings.of(spec).tolerance, trial.candidate_name
+    successful = verdict.outcome is TrialOutcome.SUCCESSFUL
+    if successful and needs_gain(trial) and not faster_with_margin(verdict.speedup, tolerance):
         why = f"{_challenger(trial)} not faster beyond {tolerance:.0%}: {verdict.reason}"
         return _rolled_back(trial.model_copy(update={"reason": f"{verdict.gate}: {why}"}), spec, now, why)
-    recommend_only = candidate is not None and spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO
-    if verdict.outcome is TrialOutcome.SUCCESSFUL and recommend_only:
+    if successful and candidate is not None and spec.autotune.mode is not v1alpha1.AutotuneMode.AUTO:
         done = trial.model_copy(update={"phase": TrialPhase.RECOMMENDED, "ended_at": stamp})
         message = (
             f"candidate {candidate} recommended, not promoted (spec.autotune.mode {spec.autotune.mode.value}); "
             f"its pod is removed and the incumbent config stays: {verdict.reason}"
         )
         return Step(done, TrialPhase.RECOMMENDED, ("Normal", "TrialRecommended", message))
-    if verdict.outcome is TrialOutcome.SUCCESSFUL:
+    if successful:
         done = trial.model_copy(update={"phase": TrialPhase.PROMOTED, "ended_at": stamp})
         return Step(done, TrialPhase.PROMOTED, ("Normal", "TrialPromoted", f"promoted to every pod: {verdict.reason}"))
     if verdict.outcome is TrialOutcome.INCONCLUSIVE and not trial.extended:
