@@ -350,11 +350,24 @@ def conclude(
     if current is None:
         return AutotuneOutcome({}, [], [])
     in_progress, since = rollout_state(status, deployment)
+    trial = trials.running(status)
     window = window or effective_window(spec.autotune)
-    inputs = _policy_inputs(
-        spec, annotations, status, current, (measurements, canary), window, fit or fit_settings_for(spec), halted,
-        (in_progress, since),
-    )  # fmt: skip
+    inputs = PolicyInputs(
+        spec=spec,
+        current=current,
+        measurements=measurements,
+        window=window,
+        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
+        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
+        reevaluate_token=token,
+        last_handled_reevaluate=status.get("lastHandledReevaluate"),
+        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
+        rollout_in_progress=in_progress or trial is not None,
+        config_since=since,
+        canary=None if trial is not None else canary,
+        fit=fit or fit_settings_for(spec),
+        promoted_trial=trials.promoted_span(status),
+    )
     decision, state = decide(inputs, state, now)
     record, decision, state = _with_trial(spec, status, decision, state, (measurements, canary), now, events)
     actuations = list(status.get("actuations") or [])
@@ -391,40 +404,6 @@ def conclude(
         fields["trial"] = trials.to_status(record)
         conditions.append(trial_condition(record))
     return AutotuneOutcome(fields, conditions, events, actuated, decision.to_dict())
-
-
-def _policy_inputs(
-    spec: v1alpha1.SpeculativeDeploymentSpec,
-    annotations: Mapping[str, str],
-    status: Mapping[str, Any],
-    current: SpeculationIntent,
-    measured: tuple[Mapping[str, Measurement], Mapping[str, Measurement] | None],
-    window: Window,
-    fit: FitSettings,
-    halted: str | None,
-    rolling: tuple[bool, datetime | None],
-) -> PolicyInputs:
-    """What the policy decides from: the measurements (and the canary's, unless a trial pod holds its slot), the
-    pause annotation or a halt, the reevaluate token, and whether a rollout or a trial is under way."""
-    measurements, canary = measured
-    in_progress, since = rolling
-    trial = trials.running(status)
-    return PolicyInputs(
-        spec=spec,
-        current=current,
-        measurements=measurements,
-        window=window,
-        paused=annotations.get(v1alpha1.ANNOTATION_PAUSE, "").lower() == "true" or bool(halted),
-        pause_reason=f"halted: {halted}" if halted else PAUSED_BY_ANNOTATION,
-        reevaluate_token=annotations.get(v1alpha1.ANNOTATION_REEVALUATE),
-        last_handled_reevaluate=status.get("lastHandledReevaluate"),
-        # a trial pod beside the incumbents is a rollout in progress: its outcome, not a new decision, comes next
-        rollout_in_progress=in_progress or trial is not None,
-        config_since=since,
-        canary=None if trial is not None else canary,
-        fit=fit,
-        promoted_trial=trials.promoted_span(status),
-    )
 
 
 def _recommendation(

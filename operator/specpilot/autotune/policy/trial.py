@@ -373,13 +373,15 @@ def advance(
             "reason": f"{verdict.gate}: {verdict.reason}",
         }
     )
-    return _conclude(trial, verdict, spec, now)
+    return _conclude(trial, verdict, spec, now, settings.tolerance)
 
 
-def _conclude(trial: TrialStatus, verdict: Analysis, spec: v1alpha1.SpeculativeDeploymentSpec, now: datetime) -> Step:
+def _conclude(
+    trial: TrialStatus, verdict: Analysis, spec: v1alpha1.SpeculativeDeploymentSpec, now: datetime, tolerance: float
+) -> Step:
     """The end of an analysis by its verdict: promoted, recommended, rolled back, or extended once when
-    Inconclusive."""
-    stamp, tolerance, candidate = format_time(now), AnalysisSettings.of(spec).tolerance, trial.candidate_name
+    Inconclusive. `tolerance`: spec.autotune.latency.regressionTolerance, as the analysis read it."""
+    stamp, candidate = format_time(now), trial.candidate_name
     successful = verdict.outcome is TrialOutcome.SUCCESSFUL
     if successful and needs_gain(trial) and not faster_with_margin(verdict.speedup, tolerance):
         why = f"{_challenger(trial)} not faster beyond {tolerance:.0%}: {verdict.reason}"
