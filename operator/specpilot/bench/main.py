@@ -29,9 +29,16 @@ from specpilot.sim.presets import GPU_CLASS_COPIES, PERTURBATIONS, TRUE_PROFILES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _run_arguments(p)
+    _client_arguments(p)
+    add_trace_arguments(p)
+    _deployment_arguments(p)
+    _output_arguments(p)
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    """Which scenarios, seeds and clock, and how many processes run them."""
     p.add_argument("--scenario", action="append", default=[], help="run only this scenario (repeatable)")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--report", type=Path, default=Path("bench-report"), help="folder for the JSON and PNG plots")
     p.add_argument(
         "--seed",
         type=seed_list,
@@ -44,6 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time-compressed scenarios (x0.1), the controller's time constants and the simulator's restarts with them",
     )
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
+
+
+def _client_arguments(p: argparse.ArgumentParser) -> None:
+    """How long clients wait for a first token."""
     patience = p.add_mutually_exclusive_group()
     patience.add_argument(
         "--client-timeout",
@@ -62,7 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="clients wait forever for their first token (a sensitivity run: past capacity the queue grows without "
         "bound)",
     )
-    add_trace_arguments(p)
+
+
+def _deployment_arguments(p: argparse.ArgumentParser) -> None:
+    """The hardware the simulator runs and the deployment every scenario's CR declares."""
     p.add_argument(
         "--true-profile",
         choices=("calibrated", *PERTURBATIONS, *GPU_CLASS_COPIES),
@@ -100,8 +115,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=AutotuneObjective.THROUGHPUT.value,
         help="spec.autotune.objective of specpilot's CR in every scenario (the oracles do not read it)",
     )
+
+
+def _output_arguments(p: argparse.ArgumentParser) -> None:
+    """What is printed and stored, and against which stored run."""
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--report", type=Path, default=Path("bench-report"), help="folder for the JSON and PNG plots")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run in parallel processes")
     p.add_argument(
         "--against",
         type=Path,
