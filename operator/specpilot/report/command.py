@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -22,7 +23,7 @@ from specpilot.api.durations import parse_duration, parse_span
 from specpilot.api.loading import STDIN, load_documents, printable, speculative_deployments
 from specpilot.api.timestamps import parse_time
 from specpilot.autotune.signals.promql import Scope, Window
-from specpilot.report.analysis import Actuation, analyse, render_markdown
+from specpilot.report.analysis import Actuation, Report, analyse, render_markdown
 from specpilot.report.candidates import candidate_records, render_candidates
 from specpilot.report.prometheus import RangeClient
 from specpilot.report.queries import build_range_queries
@@ -107,64 +108,92 @@ def _until(text: str) -> datetime:
         raise ValueError(f"--until: {err}") from None
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What one report reads: the object, its series' scope and the step-aligned period."""
+
+    doc: dict[str, Any]
+    spec: v1alpha1.SpeculativeDeploymentSpec
+    namespace: str
+    name: str
+    url: str
+    headers: dict[str, str]
+    start_s: int
+    end_s: int
+    step_s: int
+
+
+def _request(args: argparse.Namespace) -> _Request:
+    """The command line and the object read into a request; InvalidSpec, OSError or ValueError on bad input."""
+    doc = _load(args)
+    resource = v1alpha1.parse_resource(doc)
+    meta, spec = resource.metadata, resource.spec
+    prom = spec.autotune.prometheus
+    url = args.prometheus or (prom.url if prom else None)
+    if not url:
+        raise ValueError("no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url")
+    end = _until(args.until) if args.until else datetime.now(UTC)
+    span = parse_span(args.since)
+    scrape = parse_duration(spec.autotune.scrape_interval)
+    step_s = int(max(parse_span(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
+    headers = dict(h.split("=", 1) for h in args.header if "=" in h)
+    if len(headers) != len(args.header):
+        raise ValueError("--header takes NAME=VALUE")
+    if args.bearer_token_file:
+        headers["Authorization"] = f"Bearer {args.bearer_token_file.read_text().strip()}"
+    # Align windows to the step so reruns over the same period give the same windows.
+    end_s = int(end.timestamp()) // step_s * step_s
+    start_s = end_s - int(span) // step_s * step_s
+    namespace = args.namespace or str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or "")
+    return _Request(doc, spec, namespace, name, url.rstrip("/"), headers, start_s, end_s, step_s)
+
+
 def run_report(args: argparse.Namespace, open_client: OpenClient) -> int:
     from specpilot.report.prometheus import ReportQueryError, run_range_queries
 
     try:
-        doc = _load(args)
-        resource = v1alpha1.parse_resource(doc)
-        meta = resource.metadata
-        name = str(meta.get("name") or "")
-        namespace = args.namespace or str(meta.get("namespace") or "default")
-        spec = resource.spec
-        prom = spec.autotune.prometheus
-        url = args.prometheus or (prom.url if prom else None)
-        if not url:
-            raise ValueError("no Prometheus URL: pass --prometheus or set spec.autotune.prometheus.url")
-        end = _until(args.until) if args.until else datetime.now(UTC)
-        span = parse_span(args.since)
-        scrape = parse_duration(spec.autotune.scrape_interval)
-        step_s = int(max(parse_span(args.step) if args.step else span / MAX_POINTS, 4 * scrape, 1))
-        headers = dict(h.split("=", 1) for h in args.header if "=" in h)
-        if len(headers) != len(args.header):
-            raise ValueError("--header takes NAME=VALUE")
-        if args.bearer_token_file:
-            headers["Authorization"] = f"Bearer {args.bearer_token_file.read_text().strip()}"
+        req = _request(args)
     except v1alpha1.InvalidSpec as err:
         print("\n".join(printable(f"{args.target}: {p}") for p in err.problems), file=sys.stderr)
         return 1
     except (OSError, ValueError) as err:
         print(printable(f"error: {err}"), file=sys.stderr)
         return 1
-    # Align windows to the step so reruns over the same period give the same windows.
-    end_s = int(end.timestamp()) // step_s * step_s
-    start_s = end_s - int(span) // step_s * step_s
-    names = metric_names_for(VllmVersion.parse(spec.engine.version))
-    scope = Scope(namespace=namespace, deployment=name, config_hash=None)
-    queries = build_range_queries(names, scope, Window(step_s, step_s, ""))
+    names = metric_names_for(VllmVersion.parse(req.spec.engine.version))
+    scope = Scope(namespace=req.namespace, deployment=req.name, config_hash=None)
+    queries = build_range_queries(names, scope, Window(req.step_s, req.step_s, ""))
     started = time.monotonic()
     try:
         timeout_s = parse_duration(args.timeout)
-        with open_client(url.rstrip("/"), headers, args.insecure_skip_verify, timeout_s) as client:
-            data = run_range_queries(
-                client, queries, datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), step_s
-            )
+        with open_client(req.url, req.headers, args.insecure_skip_verify, timeout_s) as client:
+            start, end = datetime.fromtimestamp(req.start_s, UTC), datetime.fromtimestamp(req.end_s, UTC)
+            data = run_range_queries(client, queries, start, end, req.step_s)
     except (ReportQueryError, ValueError) as err:  # ValueError: a URL, header or timeout the client refuses
-        print(printable(f"error: Prometheus {url}: {err}"), file=sys.stderr)
+        print(printable(f"error: Prometheus {req.url}: {err}"), file=sys.stderr)
         return 1
     report = analyse(
         data,
-        namespace=namespace,
-        name=name,
-        start=start_s,
-        end=end_s,
-        step_s=step_s,
+        namespace=req.namespace,
+        name=req.name,
+        start=req.start_s,
+        end=req.end_s,
+        step_s=req.step_s,
         config_label=scope.config_hash_label,
-        actuations=_actuations(dict(doc.get("status") or {})),
+        actuations=_actuations(dict(req.doc.get("status") or {})),
     )
+    out_dir = args.output_dir or Path(f"specpilot-report-{req.namespace}-{req.name}")
+    written = _write(report, req.doc, out_dir)
+    print(printable(f"wrote {out_dir / 'report.md'} and {written} ({len(queries)} range queries, "
+                    f"{(req.end_s - req.start_s) // req.step_s} windows of {req.step_s} s, "
+                    f"{time.monotonic() - started:.1f} s)"))  # fmt: skip
+    return 0
+
+
+def _write(report: Report, doc: Mapping[str, Any], out_dir: Path) -> str:
+    """Draw the plots, write report.md and print the verdict and the candidates' table; the plots' file names."""
     from specpilot.report.plots import draw_all  # matplotlib loads slowly: only once there is something to draw
 
-    out_dir = args.output_dir or Path(f"specpilot-report-{namespace}-{name}")
     plots = draw_all(report, out_dir)
     candidates = render_candidates(candidate_records(doc.get("status")))
     markdown = render_markdown(report, [p.name for p in plots])
@@ -172,7 +201,4 @@ def run_report(args: argparse.Namespace, open_client: OpenClient) -> int:
     print(f"{report.verdict.headline}\n")
     for line in candidates[4:]:  # the table and the notes, without the heading
         print(printable(line))
-    print(printable(f"wrote {out_dir / 'report.md'} and {', '.join(p.name for p in plots)} ({len(queries)} range "
-                    f"queries, {(end_s - start_s) // step_s} windows of {step_s} s, "
-                    f"{time.monotonic() - started:.1f} s)"))  # fmt: skip
-    return 0
+    return ", ".join(p.name for p in plots)
