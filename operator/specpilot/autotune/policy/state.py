@@ -83,6 +83,27 @@ class Streak:
     since: datetime
     waiting: float | None = None  # the window's mean queue at the first proposal: the backlog's trend (backlog.py)
 
+    def to_dict(self) -> dict[str, Any]:
+        waiting = {} if self.waiting is None else {"waiting": self.waiting}
+        return {
+            "key": self.key,
+            "action": self.action.value,
+            "count": self.count,
+            "since": format_time(self.since),
+            **waiting,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Streak:
+        waiting = raw.get("waiting")
+        return cls(
+            key=str(raw["key"]),
+            action=Action(raw["action"]),
+            count=int(raw["count"]),
+            since=parse_time(raw["since"]),
+            waiting=None if waiting is None else float(waiting),
+        )
+
 
 @dataclass(frozen=True)
 class ActuationRecord:
@@ -96,6 +117,29 @@ class ActuationRecord:
     probe: bool = False
     reversal: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at": format_time(self.at),
+            "action": self.action.value,
+            "from": self.from_intent,
+            "to": self.to_intent,
+            "reason": self.reason,
+            "probe": self.probe,
+            "reversal": self.reversal,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ActuationRecord:
+        return cls(
+            at=parse_time(raw["at"]),
+            action=Action(raw["action"]),
+            from_intent=dict(raw["from"]),
+            to_intent=dict(raw["to"]),
+            reason=str(raw.get("reason", "")),
+            probe=bool(raw.get("probe", False)),
+            reversal=bool(raw.get("reversal", False)),
+        )
+
 
 @dataclass(frozen=True)
 class OffRecord:
@@ -106,6 +150,29 @@ class OffRecord:
     acceptance: float | None = None  # the window's acceptance when it was switched off (absent in older states)
     # the offered load then, in finished requests per second: unlike the batch, the config does not move it
     request_rate: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        acceptance = {} if self.acceptance is None else {"acceptance": self.acceptance}
+        rate = {} if self.request_rate is None else {"requestRate": self.request_rate}
+        return {
+            "kind": self.kind.value,
+            "at": format_time(self.at),
+            "batch": self.batch,
+            "detail": self.detail,
+            **acceptance,
+            **rate,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> OffRecord:
+        return cls(
+            kind=OffReason(raw["kind"]),
+            at=parse_time(raw["at"]),
+            batch=_pf(raw.get("batch")),
+            detail=str(raw.get("detail", "")),
+            acceptance=_pf(raw.get("acceptance")),
+            request_rate=_pf(raw.get("requestRate")),
+        )
 
 
 @dataclass(frozen=True)
@@ -171,40 +238,12 @@ class PolicyState:
             "metricsAvailable": self.metrics_available,
             "paused": self.paused,
             "throttled": self.throttled,
-            "streak": None
-            if self.streak is None
-            else {
-                "key": self.streak.key,
-                "action": self.streak.action.value,
-                "count": self.streak.count,
-                "since": format_time(self.streak.since),
-                **({} if self.streak.waiting is None else {"waiting": self.streak.waiting}),
-            },
+            "streak": None if self.streak is None else self.streak.to_dict(),
             "lastRecommendation": self.last_recommendation,
-            "actuations": [
-                {
-                    "at": format_time(a.at),
-                    "action": a.action.value,
-                    "from": a.from_intent,
-                    "to": a.to_intent,
-                    "reason": a.reason,
-                    "probe": a.probe,
-                    "reversal": a.reversal,
-                }
-                for a in self.actuations
-            ],
+            "actuations": [a.to_dict() for a in self.actuations],
             "selected": None if self.selected is None else intent_to_dict(self.selected),
             "drafter": self.drafter,
-            "off": None
-            if self.off is None
-            else {
-                "kind": self.off.kind.value,
-                "at": format_time(self.off.at),
-                "batch": self.off.batch,
-                "detail": self.off.detail,
-                **({} if self.off.acceptance is None else {"acceptance": self.off.acceptance}),
-                **({} if self.off.request_rate is None else {"requestRate": self.off.request_rate}),
-            },
+            "off": None if self.off is None else self.off.to_dict(),
             "probeStarted": _t(self.probe_started),
             "lastProbe": _t(self.last_probe),
             "baseline": [e.to_dict() for e in self.baseline],
@@ -224,8 +263,7 @@ class PolicyState:
         """Read status.autotune; a missing or foreign-version document starts fresh (nothing to trust in it)."""
         if not raw or raw.get("version") != STATE_VERSION:
             return cls()
-        streak = raw.get("streak")
-        off = raw.get("off")
+        streak, off, seen = raw.get("streak"), raw.get("off"), raw.get("acceptanceSeen")
         return cls(
             spec_fingerprint=raw.get("specFingerprint"),
             intent_fingerprint=raw.get("intentFingerprint"),
@@ -234,40 +272,12 @@ class PolicyState:
             metrics_available=raw.get("metricsAvailable"),
             paused=bool(raw.get("paused", False)),
             throttled=bool(raw.get("throttled", False)),
-            streak=None
-            if not streak
-            else Streak(
-                key=str(streak["key"]),
-                action=Action(streak["action"]),
-                count=int(streak["count"]),
-                since=parse_time(streak["since"]),
-                waiting=None if streak.get("waiting") is None else float(streak["waiting"]),
-            ),
+            streak=None if not streak else Streak.from_dict(streak),
             last_recommendation=raw.get("lastRecommendation"),
-            actuations=tuple(
-                ActuationRecord(
-                    at=parse_time(a["at"]),
-                    action=Action(a["action"]),
-                    from_intent=dict(a["from"]),
-                    to_intent=dict(a["to"]),
-                    reason=str(a.get("reason", "")),
-                    probe=bool(a.get("probe", False)),
-                    reversal=bool(a.get("reversal", False)),
-                )
-                for a in raw.get("actuations") or ()
-            ),
+            actuations=tuple(ActuationRecord.from_dict(a) for a in raw.get("actuations") or ()),
             selected=None if not raw.get("selected") else intent_from_dict(raw["selected"]),
             drafter=None if not raw.get("drafter") else str(raw["drafter"]),
-            off=None
-            if not off
-            else OffRecord(
-                kind=OffReason(off["kind"]),
-                at=parse_time(off["at"]),
-                batch=None if off.get("batch") is None else float(off["batch"]),
-                detail=str(off.get("detail", "")),
-                acceptance=None if off.get("acceptance") is None else float(off["acceptance"]),
-                request_rate=None if off.get("requestRate") is None else float(off["requestRate"]),
-            ),
+            off=None if not off else OffRecord.from_dict(off),
             probe_started=_pt(raw.get("probeStarted")),
             last_probe=_pt(raw.get("lastProbe")),
             baseline=tuple(BaselineEntry.from_dict(e) for e in raw.get("baseline") or ()),
@@ -276,12 +286,10 @@ class PolicyState:
             step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
             step_sampled=_pt(raw.get("stepSampled")),
             backlog_since=_pt(raw.get("backlogSince")),
-            backlog_dropped=None if raw.get("backlogDropped") is None else float(raw["backlogDropped"]),
+            backlog_dropped=_pf(raw.get("backlogDropped")),
             request_rates=tuple(RateSample.from_list(r) for r in raw.get("requestRates") or ()),
-            restart_measured_s=None
-            if raw.get("restartMeasuredSeconds") is None
-            else float(raw["restartMeasuredSeconds"]),
-            acceptance_seen=None if not raw.get("acceptanceSeen") else AcceptanceSeen.from_dict(raw["acceptanceSeen"]),
+            restart_measured_s=_pf(raw.get("restartMeasuredSeconds")),
+            acceptance_seen=None if not seen else AcceptanceSeen.from_dict(seen),
         )
 
     @classmethod
@@ -325,6 +333,10 @@ def _t(at: datetime | None) -> str | None:
 
 def _pt(text: Any) -> datetime | None:
     return None if not text else parse_time(str(text))
+
+
+def _pf(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 PAUSED_BY_ANNOTATION = "annotation specpilot.dev/pause=true"
