@@ -373,12 +373,8 @@ def conclude(
     actuations = list(status.get("actuations") or [])
     actuated = decision.actuate and not halted
     if actuated:
-        state = record_actuation(state, decision, current, now, spec.autotune.budget)
-        actuations = [*actuations, actuation_entry(decision, current, now, spec.autotune.mode)][-ACTUATION_HISTORY:]
-        promoted = desired_intent(spec, state).drafter
-        traffic = _running_traffic(status, measurements)
-        running = _Running(current, promoted, valid_value(measurements, Signal.TPOT_MEAN), traffic)
-        record = _announce_actuation(spec, status, decision, running, now, events) or record
+        state, actuations, started = _applied(spec, status, decision, state, current, measurements, now, events)
+        record = started or record
     events.extend(Event(e.type, e.reason, e.message) for e in decision.events)
     quiet = actuated or inputs.paused or in_progress  # a candidate trial starts only when nothing else is under way
     turn = _CandidateTurn(current, measurements, quiet, now)
@@ -609,6 +605,27 @@ class _Running:
     drafter: v1alpha1.SpeculationCandidate | None  # the promoted candidate drafter, which a trial pod keeps
     tpot_mean_s: float | None  # the yardstick from before a trial that must measure its gain (trial.measured_gain)
     traffic: v1alpha1.MeasuredTraffic | None  # the traffic that yardstick was measured on (trial.yardstick_before)
+
+
+def _applied(
+    spec: v1alpha1.SpeculativeDeploymentSpec,
+    status: Mapping[str, Any],
+    decision: Decision,
+    state: PolicyState,
+    current: SpeculationIntent,
+    measurements: Mapping[str, Measurement],
+    now: datetime,
+    events: list[Event],
+) -> tuple[PolicyState, list[Any], v1alpha1.TrialStatus | None]:
+    """An applied decision counted against the budget, appended to status.actuations (the newest
+    ACTUATION_HISTORY kept) and announced; the state, the actuations and the trial it starts, if any."""
+    state = record_actuation(state, decision, current, now, spec.autotune.budget)
+    entry = actuation_entry(decision, current, now, spec.autotune.mode)
+    actuations = [*(status.get("actuations") or []), entry][-ACTUATION_HISTORY:]
+    promoted = desired_intent(spec, state).drafter
+    traffic = _running_traffic(status, measurements)
+    running = _Running(current, promoted, valid_value(measurements, Signal.TPOT_MEAN), traffic)
+    return state, actuations, _announce_actuation(spec, status, decision, running, now, events)
 
 
 def _announce_actuation(
