@@ -782,7 +782,6 @@ def _plan(
     """
     spec = inputs.spec
     at = spec.autotune
-    version = VllmVersion.parse(spec.engine.version)
     if not at.batch_threshold.tune or at.overrides.pin_batch_threshold or state.probe_started is not None:
         return None
     support = fit_support(threshold_support_for(spec)[0])
@@ -801,6 +800,28 @@ def _plan(
     if profile is None:
         return None
     profile = with_output_length(profile, mean_output_tokens(m))
+    plan = _plan_at(inputs, state, now, profile, batch, step_model.model)
+    rivals = step_model.fit.rivals
+    if not rivals or not (plan.disable or plan.proposed is not None):
+        return plan
+    priced = [(r, _plan(inputs, state, now, acceptance, batch, StepModel(r.model, r, r.note))) for r in rivals]
+    return agreed_by_rivals(plan, priced)
+
+
+def _plan_at(
+    inputs: PolicyInputs,
+    state: PolicyState,
+    now: datetime,
+    profile: AcceptanceProfile,
+    batch: float,
+    model: StepCostModel,
+) -> ThresholdPlan:
+    """plan_threshold for this window: the running config, the load record and the window's measurements, the steps
+    priced with `model`."""
+    spec = inputs.spec
+    at = spec.autotune
+    m = inputs.measurements
+    support = fit_support(threshold_support_for(spec)[0])
     load = dict(state.load) or {load_bucket(batch): 1.0}
     tpot_on = valid_value(m, Signal.TPOT_MEAN)
     base = summary(
@@ -811,8 +832,8 @@ def _plan(
         now=now,
         max_age=BASELINE_MAX_AGE,
     )
-    plan = plan_threshold(
-        version=version,
+    return plan_threshold(
+        version=VllmVersion.parse(spec.engine.version),
         support=support,
         current=inputs.current,
         method=spec.speculation.method.value,
@@ -823,7 +844,7 @@ def _plan(
         batch_now=batch,
         tpot_on_ms=None if tpot_on is None else tpot_on * 1000,
         tpot_off_ms=None if base is None else base.tpot_mean_ms,
-        settings=replace(inputs.fit, model=step_model.model),
+        settings=replace(inputs.fit, model=model),
         drafter_memory=drafter_memory(spec, m),
         forecast=_forecast(inputs, state.request_rates),
         anchor=None if state.streak is None else anchor_intent(state.streak.key, refit_action(support).value),
@@ -833,11 +854,6 @@ def _plan(
         tpot_spread_ms=_tpot_spread_ms(m),
         peak_ratio=_rate_peak(state.request_rates, inputs.fit),
     )
-    rivals = step_model.fit.rivals
-    if not rivals or not (plan.disable or plan.proposed is not None):
-        return plan
-    priced = [(r, _plan(inputs, state, now, acceptance, batch, StepModel(r.model, r, r.note))) for r in rivals]
-    return agreed_by_rivals(plan, priced)
 
 
 def agreed_by_rivals(plan: ThresholdPlan, rivals: Sequence[tuple[StepFit, ThresholdPlan | None]]) -> ThresholdPlan:
