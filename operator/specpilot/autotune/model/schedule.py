@@ -735,12 +735,8 @@ def plan_threshold(
     # a schedule's K = 0 ranges pay the drafter tax; one K for every batch size has none, and the comparison prices
     # it against off alone, which an acceptance-only disable must not contradict (proposals._fit_beats_off)
     if support is not ThresholdSupport.THRESHOLD:
-        off = compare_with_off(
-            refit.profile, model, refit.proposed, max_k=refit.max_k, load=batches,
-            restart_cost_s=settings.restart_cost_s if off_cost_s is None else off_cost_s, horizon_s=settings.horizon_s,
-            drafter_memory=drafter_memory,
-        )  # fmt: skip
-        evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
+        restart_s = settings.restart_cost_s if off_cost_s is None else off_cost_s
+        off = _versus_off(refit, batches, restart_s, settings.horizon_s, drafter_memory, evidence)
         if off.off_wins:
             return ThresholdPlan(
                 support, None, 0.0, math.inf, False, off.reason, evidence, disable=True, off=off,
@@ -757,6 +753,24 @@ def plan_threshold(
         f"{shown} {judged.reason}", evidence, off=off, gain_now=judged.gain_now, gain_at_load=judged.gain_at_load,
         vs_anchor=judged.versus, off_cost_s=off_cost_s, restart_free=free,
     )  # fmt: skip
+
+
+def _versus_off(
+    refit: _Refit,
+    batches: Mapping[int, float],
+    restart_cost_s: float,
+    horizon_s: float,
+    drafter_memory: DrafterMemory | None,
+    evidence: dict[str, Any],
+) -> OffComparison:
+    """The proposal against speculation off over the load record, its K = 0 ranges priced at the drafter's tax;
+    recorded in `evidence` as k0Tax."""
+    off = compare_with_off(
+        refit.profile, refit.model, refit.proposed, max_k=refit.max_k, load=batches, restart_cost_s=restart_cost_s,
+        horizon_s=horizon_s, drafter_memory=drafter_memory,
+    )  # fmt: skip
+    evidence["k0Tax"] = {"reason": off.reason, **off.evidence}
+    return off
 
 
 def _usable_model(
