@@ -210,7 +210,30 @@ def build_deployment(
         LABEL_CONFIG_HASH: config_hash,
     }
     pod_annotations = {ANNOTATION_CONFIG_HASH: config_hash, ANNOTATION_SPECULATION: "on" if speculation else "off"}
-    container: dict[str, Any] = {
+    pod_spec = _pod_spec(spec, _container(spec, command))
+    metadata = _metadata(owner, "inference-server", canary_name(owner.name) if canary else None)
+    metadata["labels"].update(selector)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {**metadata, "annotations": {ANNOTATION_CONFIG_HASH: config_hash}},
+        "spec": {
+            "replicas": spec.replicas if replicas is None else replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": rollout.max_surge(spec), "maxUnavailable": rollout.max_unavailable(spec)},
+            },
+            "progressDeadlineSeconds": pod_replacement_seconds(spec),
+            "revisionHistoryLimit": 3,
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
+        },
+    }
+
+
+def _container(spec: v1alpha1.SpeculativeDeploymentSpec, command: Sequence[str]) -> dict[str, Any]:
+    """The vLLM container: the command line, the serving port, probes and the drain's preStop."""
+    return {
         "name": "vllm",
         "image": spec.engine.image,
         "command": list(command),
@@ -224,6 +247,10 @@ def build_deployment(
         "livenessProbe": _http_probe(10, 6),
         "securityContext": container_security_context(),
     }
+
+
+def _pod_spec(spec: v1alpha1.SpeculativeDeploymentSpec, container: dict[str, Any]) -> dict[str, Any]:
+    """The pod around the container: grace period, volumes, placement, and no API token or Service env vars."""
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "terminationGracePeriodSeconds": termination_grace_seconds(spec),
@@ -243,24 +270,7 @@ def build_deployment(
         pod_spec["tolerations"] = [
             t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.resources.tolerations
         ]
-    metadata = _metadata(owner, "inference-server", canary_name(owner.name) if canary else None)
-    metadata["labels"].update(selector)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {**metadata, "annotations": {ANNOTATION_CONFIG_HASH: config_hash}},
-        "spec": {
-            "replicas": spec.replicas if replicas is None else replicas,
-            "selector": {"matchLabels": selector},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": rollout.max_surge(spec), "maxUnavailable": rollout.max_unavailable(spec)},
-            },
-            "progressDeadlineSeconds": pod_replacement_seconds(spec),
-            "revisionHistoryLimit": 3,
-            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
-        },
-    }
+    return pod_spec
 
 
 def build_service(spec: v1alpha1.SpeculativeDeploymentSpec, owner: Owner) -> dict[str, Any]:
