@@ -49,6 +49,7 @@ from specpilot.autotune.model.schedule import (
     FitSettings,
     Forecast,
     ThresholdPlan,
+    ThresholdSupport,
     fit_support,
     model_consistency,
     payback_seconds,
@@ -800,7 +801,7 @@ def _plan(
     if profile is None:
         return None
     profile = with_output_length(profile, mean_output_tokens(m))
-    plan = _plan_at(inputs, state, now, profile, batch, step_model.model)
+    plan = _plan_at(inputs, state, now, profile, batch, step_model.model, support)
     rivals = step_model.fit.rivals
     if not rivals or not (plan.disable or plan.proposed is not None):
         return plan
@@ -815,13 +816,13 @@ def _plan_at(
     profile: AcceptanceProfile,
     batch: float,
     model: StepCostModel,
+    support: ThresholdSupport,
 ) -> ThresholdPlan:
     """plan_threshold for this window: the running config, the load record and the window's measurements, the steps
-    priced with `model`."""
+    priced with `model`, the fit of the kind the engine honours (`support`, fit_support)."""
     spec = inputs.spec
     at = spec.autotune
     m = inputs.measurements
-    support = fit_support(threshold_support_for(spec)[0])
     load = dict(state.load) or {load_bucket(batch): 1.0}
     tpot_on = valid_value(m, Signal.TPOT_MEAN)
     base = summary(
