@@ -95,13 +95,12 @@ class Streak:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Streak:
-        waiting = raw.get("waiting")
         return cls(
             key=str(raw["key"]),
             action=Action(raw["action"]),
             count=int(raw["count"]),
             since=parse_time(raw["since"]),
-            waiting=None if waiting is None else float(waiting),
+            waiting=_opt_float(raw.get("waiting")),
         )
 
 
@@ -168,10 +167,10 @@ class OffRecord:
         return cls(
             kind=OffReason(raw["kind"]),
             at=parse_time(raw["at"]),
-            batch=_pf(raw.get("batch")),
+            batch=_opt_float(raw.get("batch")),
             detail=str(raw.get("detail", "")),
-            acceptance=_pf(raw.get("acceptance")),
-            request_rate=_pf(raw.get("requestRate")),
+            acceptance=_opt_float(raw.get("acceptance")),
+            request_rate=_opt_float(raw.get("requestRate")),
         )
 
 
@@ -286,9 +285,9 @@ class PolicyState:
             step_samples=tuple(StepSample.from_dict(s) for s in raw.get("stepSamples") or ()),
             step_sampled=_pt(raw.get("stepSampled")),
             backlog_since=_pt(raw.get("backlogSince")),
-            backlog_dropped=_pf(raw.get("backlogDropped")),
+            backlog_dropped=_opt_float(raw.get("backlogDropped")),
             request_rates=tuple(RateSample.from_list(r) for r in raw.get("requestRates") or ()),
-            restart_measured_s=_pf(raw.get("restartMeasuredSeconds")),
+            restart_measured_s=_opt_float(raw.get("restartMeasuredSeconds")),
             acceptance_seen=None if not seen else AcceptanceSeen.from_dict(seen),
         )
 
@@ -335,7 +334,7 @@ def _pt(text: Any) -> datetime | None:
     return None if not text else parse_time(str(text))
 
 
-def _pf(value: Any) -> float | None:
+def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
