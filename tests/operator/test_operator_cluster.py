@@ -86,8 +86,9 @@ def test_create_builds_children_with_owner_refs_and_status(
     operator = start_operator()
     apply(kube_cluster, kube_namespace, speculative_deployment("llama"))
     deployment = wait_for("Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "llama"))
-    service = get(kube_cluster, kube_namespace, "service", "llama")
-    assert service is not None
+    service = wait_for(
+        "Service (applied after the Deployment)", lambda: get(kube_cluster, kube_namespace, "service", "llama")
+    )
     cr = get(kube_cluster, kube_namespace, "specdeploy", "llama")
     assert cr is not None
     for child in (deployment, service):
@@ -384,8 +385,9 @@ def test_canary_replica_runs_the_other_mode_behind_the_same_service(
     assert canary["metadata"]["ownerReferences"][0]["uid"] == cr["metadata"]["uid"]
 
     # the Service's selector takes all three pods; each Deployment's ReplicaSet owns only its own
-    service = get(kube_cluster, kube_namespace, "service", "llama")
-    assert service is not None
+    service = wait_for(
+        "Service (applied after the Deployments)", lambda: get(kube_cluster, kube_namespace, "service", "llama")
+    )
     selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
     serving = wait_for(
         "three running pods behind the Service",
