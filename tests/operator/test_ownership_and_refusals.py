@@ -51,12 +51,9 @@ def test_chat_and_chat_canary_coexist_without_touching_each_other(
 ) -> None:
     operator = start_operator()
     apply(kube_cluster, kube_namespace, speculative_deployment("chat-canary"))
-    # Status (Ready: RolloutInProgress) is written before the children are applied, so wait for the Deployment.
-    wait_for(
-        "chat-canary Ready", lambda: condition(get(kube_cluster, kube_namespace, "specdeploy", "chat-canary"), "Ready")
-    )
+    # The Deployment, not the Ready condition: status is written before the children are applied.
     theirs = wait_for(
-        "chat-canary's Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "chat-canary"), 60
+        "chat-canary's Deployment", lambda: get(kube_cluster, kube_namespace, "deployment", "chat-canary")
     )
     apply(
         kube_cluster,
