@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_leader_election_arguments(p_run)
     p_run.set_defaults(func=_cmd_run)
     add_evaluate_command(sub)
-    # --- specpilot report (issue 11): logic in specpilot/report/, imported lazily (matplotlib is slow to load) ---
+    # --- specpilot report: logic in specpilot/report/, imported lazily (matplotlib is slow to load) ---
     from specpilot.cli.report import open_range_client
     from specpilot.report.command import add_report_command
 
@@ -404,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ------------------------------------------------------------------------------ simulator and benchmark (issue 9)
+# ------------------------------------------------------------------------------ simulator and benchmark
 def _add_simulator_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`simulate` (a vLLM stand-in serving the operator's command line) and `bench` (the decision benchmark)."""
     from specpilot.bench import loadgen

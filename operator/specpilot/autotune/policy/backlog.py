@@ -1,4 +1,4 @@
-"""A restart while requests queue: wait, or pay for the dropped work (pure; issue 13, the spike scenario).
+"""A restart while requests queue: wait, or pay for the dropped work (pure).
 
 Every actuation restarts vLLM pods (the speculative config is fixed at engine start): the requests they run and the
 requests queued on them (vLLM's `num_requests_waiting`) are aborted, and the arrivals during the restart find no ready

@@ -1,4 +1,4 @@
-"""The rest of the seed framework's judgements, made from measurements (pure; issue 14).
+"""The rest of the seed framework's judgements, made from measurements (pure).
 
 A platform engineer makes four calls by hand today; the operator makes them here and says why, in conditions and
 events, without changing the running config itself (a recommendation, never a silent change):

@@ -13,7 +13,7 @@ separately, the denominator guarded with `> 0` so "nothing drafted" is an empty 
 aggregates without `by`, except `le` inside histogram_quantile and `position` for per-position acceptance, so a
 scope that matches several pods still yields exactly one series; the window is at least four scrape intervals.
 
-Fleet rounds (issue 12). Every builder takes a `Selection`: one `Scope` renders exactly the per-deployment query
+Fleet rounds. Every builder takes a `Selection`: one `Scope` renders exactly the per-deployment query
 above; a `ScopeSet` renders the same query for many deployments at once, with set matchers on the scope labels and
 those labels added to every `by` (and `on`), so one answer carries one series per deployment.
 `measurements.split_answer` cuts it back into the answers the per-deployment queries would have given.
