@@ -25,11 +25,14 @@ Two rules for a change whose gain is priced (the scenarios that show them: docs/
   holding while the time stable so far is below the payback overshoots it by up to an interval. A shed whose
   rollout costs no serving at the load now (the fit's `restart_free`: the pods left serving carry every arrival
   within the TPOT objective) has nothing to repay, whatever its gain: it waits only for the agreeing evaluations.
-- A fit that sheds speculation further than the streak's first proposal agrees with it (`sheds`, `further_shed`):
-  K lower or equal at every batch size. While a measurement window fills with a drifted acceptance the fit falls a
-  step per evaluation; those steps are one decision in the safe direction (less speculation:
-  fast toward safe), and the newest, furthest fit is the one applied. A fit moving back toward more speculation
-  still starts a new streak unless its boundaries are within the tolerance.
+- Agreement by direction for sheds (`sheds`, `shed_alike`): proposals that each shed speculation from the running
+  config (K lower or equal at every batch size, lower at some) are one decision in the safe direction, whatever
+  their action and however far each sheds: a fit falling a step per evaluation while its window fills, or a disable
+  and a refit taking turns while the acceptance hovers where they tie. Compared by key, each turn would restart the
+  streak and nothing would ever be applied. The newest proposal is the one applied: every evaluation of the streak
+  said "less speculation than now", and the newest says how much with the most data (fast toward safe; the HPA
+  likewise applies its newest recommendation in a direction without a stabilization window). A proposal toward more
+  speculation sheds nothing: it continues a streak only by key or by effect.
 """
 
 from __future__ import annotations
@@ -137,15 +140,13 @@ def sheds(current: SpeculationIntent, target: SpeculationIntent, max_num_seqs: i
     return all(b <= a for a, b in zip(now, new, strict=True)) and new != now
 
 
-def further_shed(anchor: str, key: str, current: SpeculationIntent, max_num_seqs: int) -> bool:
-    """Does the proposal `key` shed speculation at least as far as the streak's first proposal `anchor`, both the
-    same action and both shedding from the running `current`? (A fit falling while its window fills.)"""
+def shed_alike(anchor: str, key: str, current: SpeculationIntent, max_num_seqs: int) -> bool:
+    """Do the streak's first proposal `anchor` and the proposal `key` both shed speculation from the running
+    `current`, whatever their actions? (Agreement by direction.)"""
     first, second = _split(anchor), _split(key)
-    if first is None or second is None or first[0] != second[0]:
+    if first is None or second is None:
         return False
-    if not (sheds(current, first[1], max_num_seqs) and sheds(current, second[1], max_num_seqs)):
-        return False
-    return first[1] == second[1] or sheds(first[1], second[1], max_num_seqs)
+    return sheds(current, first[1], max_num_seqs) and sheds(current, second[1], max_num_seqs)
 
 
 def stabilized(stable: timedelta, span: timedelta, *, priced: bool, interval: timedelta) -> bool:

@@ -57,8 +57,8 @@ from specpilot.autotune.model.stepfit import (
 from specpilot.autotune.policy.agreement import (
     agree_by_effect,
     experiment_wait,
-    further_shed,
     keys_agree,
+    shed_alike,
     sheds,
     stabilization_for,
     stabilized,
@@ -480,19 +480,18 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
     max_num_seqs = r.inputs.spec.engine.max_num_seqs
     shed = sheds(r.inputs.current, proposal.target, max_num_seqs)
     agrees = streak is not None and keys_agree(streak.key, key)
-    # the proposal continues the streak: the same decision, a further shed of it, or the same shape with boundaries
-    # past the tolerance that the cost model cannot tell from the anchor's (agreement.py)
-    further = (
-        streak is not None and not agrees and shed and further_shed(streak.key, key, r.inputs.current, max_num_seqs)
-    )
+    # the proposal continues the streak: the same decision, a shed like the anchor's (agreement by direction), or
+    # the same shape with boundaries past the tolerance that the cost model cannot tell from the anchor's
+    # (agreement.py)
+    alike = streak is not None and not agrees and shed and shed_alike(streak.key, key, r.inputs.current, max_num_seqs)
     gain_vs_anchor = _largest_gain_vs_anchor(proposal)
     by_effect = (
         streak is not None
         and not agrees
-        and not further
+        and not alike
         and agree_by_effect(streak.key, key, gain_vs_anchor, r.inputs.fit.min_gain)
     )
-    wait = _stabilization(r, state, proposal, shed=shed, continues=agrees or further or by_effect)
+    wait = _stabilization(r, state, proposal, shed=shed, continues=agrees or alike or by_effect)
     needed = at.agreeing_evaluations
     interval = timedelta(seconds=parse_duration(at.interval))
     if r.fresh_token:
@@ -503,9 +502,9 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
         agreed = streak.count >= needed and stabilized(r.now - streak.since, wait.window, priced=wait.payback,
                                                        interval=interval)  # fmt: skip
         streak = replace(streak, count=streak.count + 1, key=key if agreed else streak.key)
-    elif streak is not None and further:
-        # a further shed than the streak's first proposal: the same decision in the safe direction, newest applied
-        streak = replace(streak, count=streak.count + 1, key=key)
+    elif streak is not None and alike:
+        # another shed from the running config: the same decision in the safe direction, the newest applied
+        streak = replace(streak, count=streak.count + 1, key=key, action=proposal.action)
     else:
         streak = Streak(key, proposal.action, 1, r.now, r.value(Signal.WAITING_REQUESTS))
     state = replace(state, streak=streak)
