@@ -576,9 +576,8 @@ def shifted(intent: SpeculationIntent, by: int) -> SpeculationIntent:
         ("agreed, held", 5, 10, 2, "newest", 6),
         # still gathering agreement: the first proposal stays the anchor (no creeping into agreement)
         ("agreeing", 1, 1, 2, "first", 2),
-        # the newest fit sheds less than the streak's first, beyond the tolerance, but still sheds from the running
-        # K = 3: the same decision by direction, the newest applies
-        ("agreed, a lesser shed", 5, 10, -30, "newest", 6),
+        # agreed, but the newest fit moved back toward more speculation, beyond the tolerance: a fresh streak
+        ("agreed, another fit", 5, 10, -30, "newest", 1),
         # the newest fit sheds further than the streak's first, beyond the tolerance: the same decision, newest applies
         ("agreeing, a further shed", 1, 1, 30, "newest", 2),
     ],
@@ -610,7 +609,7 @@ def test_an_agreed_streak_follows_a_drifting_fit(
         ("more K, then a shed", Proposal(Action.CHANGE_K, SpeculationIntent(True, 4), "", {}), 1, False),
     ],
 )
-def test_a_shed_continues_a_streak_of_sheds_whatever_its_action(
+def test_a_shed_continues_a_streak_of_sheds_of_another_action(
     case: str, anchor: Proposal, count_after: int, acts: bool
 ) -> None:
     spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
@@ -677,15 +676,12 @@ def test_a_boundary_that_moved_where_the_model_sees_a_tie_keeps_the_streak(
     case: str, first_boundary_by: int, all_boundaries_by: int, count_after: int, by_effect: bool
 ) -> None:
     """Through the stored status, like the operator: the streak's first proposal is read back from its key, the
-    newest fit is priced against it at every batch size, and only a difference the model can see starts over. The
-    pods run K = 2 everywhere, so the fit (K = 3 at low batch) is no shed, and only the tolerance or the effect can
-    continue its streak (sheds agree by direction: test_sheds_from_the_running_config_agree_by_direction)."""
+    newest fit is priced against it at every batch size, and only a difference the model can see starts over."""
     spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
     spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
     state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
     measurements = tp.tuned_observation(batch=180)
-    running = replace(tp.ON, batch_schedule=((1, 256, 2),))
-    newest = evaluate_alone(tp.inputs(spec, measurements, current=running), state, T0).target
+    newest = evaluate_alone(tp.inputs(spec, measurements), state, T0).target
     assert newest.batch_schedule == ((1, 74, 3), (75, 170, 2), (171, 256, 1))
     (lo1, hi1, k1), (lo2, hi2, k2), last = newest.batch_schedule
     anchor = shifted(replace(newest, batch_schedule=((lo1, hi1 + first_boundary_by, k1), (lo2 + first_boundary_by,
@@ -694,7 +690,7 @@ def test_a_boundary_that_moved_where_the_model_sees_a_tie_keeps_the_streak(
     streak = Streak(first, Action.CHANGE_THRESHOLD, 2, T0 - 2 * MINUTE)
     stored, malformed = PolicyState.from_status(json.loads(json.dumps(replace(state, streak=streak).to_dict())))
     assert malformed is None
-    decision, after = decide(tp.inputs(spec, measurements, current=running), stored, T0)
+    decision, after = decide(tp.inputs(spec, measurements), stored, T0)
     versus = decision.evidence["threshold"]["vsAnchor"]
     assert versus["anchor"] == schedule_text(anchor.batch_schedule)
     assert (abs(versus["largestGain"]) < 0.03) is by_effect
@@ -812,17 +808,18 @@ def key(intent: SpeculationIntent, action: Action = Action.CHANGE_THRESHOLD) -> 
         (key(FIT_321), key(FIT_21), True),  # the drafter-degraded fit falling as its window fills
         (key(FIT_321), key(FIT_1), True),
         (key(FIT_21), key(FIT_21), True),
-        (key(FIT_1), key(FIT_21), True),  # back toward more speculation, yet less than the running K = 3
+        (key(FIT_1), key(FIT_21), False),  # the same action back toward more speculation: a fit not settled
+        (key(FIT_3_0), key(FIT_1), False),  # the same action, neither further than the other
         # temperature-shift: a disable and a refit taking turns, both less speculation than the running K = 3
         (key(K3.without_speculation(), Action.DISABLE), key(FIT_1), True),
         (key(FIT_321), key(K3.without_speculation(), Action.DISABLE), True),
-        (key(FIT_3_0), key(FIT_1), True),  # neither sheds further than the other: each sheds from K = 3
+        (key(FIT_1), key(replace(K3, num_speculative_tokens=2), Action.CHANGE_K), True),  # another action, K 2 < 3
         (key(K3), key(FIT_1), False),  # the streak's first proposes no shed
-        (key(FIT_1), key(replace(K3, num_speculative_tokens=4), Action.CHANGE_K), False),  # more speculation
+        (key(FIT_1, Action.DISABLE), key(replace(K3, num_speculative_tokens=4), Action.CHANGE_K), False),  # more K
         ("garbage", key(FIT_1), False),
     ],
 )
-def test_sheds_from_the_running_config_agree_by_direction(anchor: str, newest: str, expected: bool) -> None:
+def test_sheds_agree_by_direction(anchor: str, newest: str, expected: bool) -> None:
     assert shed_alike(anchor, newest, K3, 256) is expected
 
 
@@ -838,9 +835,8 @@ def test_sheds_from_the_running_config_agree_by_direction(anchor: str, newest: s
         # the drafter-degraded sequence: each window's fit sheds further than the last, beyond the boundary
         # tolerance; one streak from the first, installed once the newest repays the restart
         ("falling fit", 180, [0.6, 0.5, 0.4] + [0.3] * 9, [2], "1m7s", ((1, 33, 2), (34, 256, 1))),
-        # a fit rising back toward more speculation, still less than the running K = 3: the same decision by
-        # direction, the newest fit installed once three evaluations have said "shed"
-        ("rising fit", 180, [0.3, 0.3, 0.6] + [0.6] * 9, [2], "1m50s", ((1, 30, 3), (31, 170, 2), (171, 256, 1))),
+        # a fit rising back toward more speculation is another decision: the streak starts again at evaluation 2
+        ("rising fit", 180, [0.3, 0.3, 0.6] + [0.6] * 9, [4], "1m50s", ((1, 30, 3), (31, 170, 2), (171, 256, 1))),
     ],
 )
 def test_a_priced_change_waits_for_its_payback_not_the_whole_stabilization(

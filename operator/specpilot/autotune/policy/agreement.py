@@ -25,14 +25,15 @@ Two rules for a change whose gain is priced (the scenarios that show them: docs/
   holding while the time stable so far is below the payback overshoots it by up to an interval. A shed whose
   rollout costs no serving at the load now (the fit's `restart_free`: the pods left serving carry every arrival
   within the TPOT objective) has nothing to repay, whatever its gain: it waits only for the agreeing evaluations.
-- Agreement by direction for sheds (`sheds`, `shed_alike`): proposals that each shed speculation from the running
-  config (K lower or equal at every batch size, lower at some) are one decision in the safe direction, whatever
-  their action and however far each sheds: a fit falling a step per evaluation while its window fills, or a disable
-  and a refit taking turns while the acceptance hovers where they tie. Compared by key, each turn would restart the
-  streak and nothing would ever be applied. The newest proposal is the one applied: every evaluation of the streak
-  said "less speculation than now", and the newest says how much with the most data (fast toward safe; the HPA
-  likewise applies its newest recommendation in a direction without a stabilization window). A proposal toward more
-  speculation sheds nothing: it continues a streak only by key or by effect.
+- Sheds agree by direction (`sheds`, `shed_alike`): while every proposal sheds speculation from the running config
+  (K lower or equal at every batch size, lower at some), they are one decision in the safe direction (fast toward
+  safe), and the newest is the one applied. Across actions any two sheds agree: a disable and a refit take turns
+  while the acceptance hovers where they tie, two readings of one piece of evidence, and compared by key each turn
+  would restart the streak and nothing would ever be applied. Within one action a proposal agrees only when it
+  sheds at least as far as the streak's first: a fit falls a step per evaluation while its window fills with a
+  drifted acceptance, whereas a fit moving back toward more speculation is a model that has not settled, and starts
+  a new streak unless its boundaries are within the tolerance or its effect is. A proposal toward more speculation
+  sheds nothing: it continues a streak only by key or by effect.
 """
 
 from __future__ import annotations
@@ -142,11 +143,15 @@ def sheds(current: SpeculationIntent, target: SpeculationIntent, max_num_seqs: i
 
 def shed_alike(anchor: str, key: str, current: SpeculationIntent, max_num_seqs: int) -> bool:
     """Do the streak's first proposal `anchor` and the proposal `key` both shed speculation from the running
-    `current`, whatever their actions? (Agreement by direction.)"""
+    `current`, as another action or, as the same action, `key` at least as far? (Agreement by direction.)"""
     first, second = _split(anchor), _split(key)
     if first is None or second is None:
         return False
-    return sheds(current, first[1], max_num_seqs) and sheds(current, second[1], max_num_seqs)
+    if not (sheds(current, first[1], max_num_seqs) and sheds(current, second[1], max_num_seqs)):
+        return False
+    if first[0] != second[0]:
+        return True
+    return first[1] == second[1] or sheds(first[1], second[1], max_num_seqs)
 
 
 def stabilized(stable: timedelta, span: timedelta, *, priced: bool, interval: timedelta) -> bool:
