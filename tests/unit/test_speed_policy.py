@@ -434,12 +434,17 @@ def test_keys_agree_needs_the_same_action() -> None:
     assert keys_agree(Proposal(Action.ENABLE, on, "", {}).key(), Proposal(Action.ENABLE, on, "x", {}).key())
 
 
-def test_jittering_fitted_schedules_reach_agreement_and_install() -> None:
-    """Fault (b) of the benchmark: the streak survives a fitted boundary that moved by one since its first window."""
+def tuned_at_batch_180() -> tuple[SpeculativeDeploymentSpec, PolicyState, dict[str, Measurement]]:
+    """A tuned schedule (3 agreeing evaluations over 2m, maxNumSeqs 256), a heavy load record and a window at batch
+    180, where the fit sheds from the running K = 3."""
     spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
     spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
-    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
-    measurements = tp.tuned_observation(batch=180)
+    return spec, PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE), tp.tuned_observation(batch=180)
+
+
+def test_jittering_fitted_schedules_reach_agreement_and_install() -> None:
+    """Fault (b) of the benchmark: the streak survives a fitted boundary that moved by one since its first window."""
+    spec, state, measurements = tuned_at_batch_180()
     first = evaluate_alone(tp.inputs(spec, measurements), state, T0)
     assert first.action is Action.CHANGE_THRESHOLD
     schedule = first.target.batch_schedule
@@ -585,10 +590,7 @@ def shifted(intent: SpeculationIntent, by: int) -> SpeculationIntent:
 def test_an_agreed_streak_follows_a_drifting_fit(
     case: str, count: int, minutes: int, by: int, anchor_after: str, count_after: int
 ) -> None:
-    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
-    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
-    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
-    measurements = tp.tuned_observation(batch=180)
+    spec, state, measurements = tuned_at_batch_180()
     newest = evaluate_alone(tp.inputs(spec, measurements), state, T0).target
     first = Proposal(Action.CHANGE_THRESHOLD, shifted(newest, by), "", {}).key()
     streak = Streak(first, Action.CHANGE_THRESHOLD, count, T0 - minutes * MINUTE)
@@ -612,10 +614,7 @@ def test_an_agreed_streak_follows_a_drifting_fit(
 def test_a_shed_continues_a_streak_of_sheds_of_another_action(
     case: str, anchor: Proposal, count_after: int, acts: bool
 ) -> None:
-    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
-    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
-    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
-    measurements = tp.tuned_observation(batch=180)
+    spec, state, measurements = tuned_at_batch_180()
     newest = evaluate_alone(tp.inputs(spec, measurements), state, T0)
     assert newest.action is Action.CHANGE_THRESHOLD
     streak = Streak(anchor.key(), anchor.action, 2, T0 - 2 * MINUTE)
@@ -677,10 +676,7 @@ def test_a_boundary_that_moved_where_the_model_sees_a_tie_keeps_the_streak(
 ) -> None:
     """Through the stored status, like the operator: the streak's first proposal is read back from its key, the
     newest fit is priced against it at every batch size, and only a difference the model can see starts over."""
-    spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
-    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
-    state = PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE)
-    measurements = tp.tuned_observation(batch=180)
+    spec, state, measurements = tuned_at_batch_180()
     newest = evaluate_alone(tp.inputs(spec, measurements), state, T0).target
     assert newest.batch_schedule == ((1, 74, 3), (75, 170, 2), (171, 256, 1))
     (lo1, hi1, k1), (lo2, hi2, k2), last = newest.batch_schedule
