@@ -435,8 +435,8 @@ def test_keys_agree_needs_the_same_action() -> None:
 
 
 def tuned_at_batch_180() -> tuple[SpeculativeDeploymentSpec, PolicyState, dict[str, Measurement]]:
-    """A tuned schedule (3 agreeing evaluations over 2m, maxNumSeqs 256), a heavy load record and a window at batch
-    180, where the fit sheds from the running K = 3."""
+    """A tuned schedule (3 agreeing evaluations over 2m, maxNumSeqs 256), a load record at batch 8 and a window at
+    batch 180, where the fit sheds from the running K = 3."""
     spec = tp.make_spec(agreeingEvaluations=3, stabilization="2m", batchThreshold={"tune": True, "min": 4, "max": 256})
     spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"max_num_seqs": 256})})
     return spec, PolicyState(load={8: 7200.0}, load_updated=T0 - MINUTE), tp.tuned_observation(batch=180)
