@@ -125,3 +125,36 @@ def test_a_bad_stored_run_fails_before_anything_runs(tmp_path: Path) -> None:
     missing = bench("--against", str(tmp_path / "absent.json"))
     assert missing.returncode == 2
     assert missing.stderr.startswith(f"error: --against {tmp_path / 'absent.json'}: cannot read it (")
+
+
+def test_the_decision_trace_holds_every_evaluation_and_the_events_of_each_actuation(tmp_path: Path) -> None:
+    """`--decisions FILE`: specpilot's closed loop evaluation by evaluation, each line a JSON object; the evaluation
+    that acted is followed by the trial it started, and the evaluations that did not say which gate held them."""
+    path = tmp_path / "decisions.jsonl"
+    done = bench("--specpilot-only", "--replicas", "2", "-o", "json", "--decisions", str(path))
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {(e["scenario"], e["seed"], e["replicas"], e["policy"]) for e in entries} == {
+        ("steady-low", 1, 2, "specpilot")
+    }
+    decisions = [e for e in entries if e["kind"] == "decision"]
+    events = [e for e in entries if e["kind"] == "event"]
+    assert [e["t"] for e in entries] == sorted(e["t"] for e in entries)
+    acted = [d for d in decisions if d["actuate"]]
+    assert len(acted) == row["trials"] >= 1, "every actuation at two replicas starts a one-pod trial"
+    started = [e for e in events if e["reason"] == "TrialStarted"]
+    assert [e["t"] for e in started] == [d["t"] for d in acted]
+    assert entries.index(started[0]) == entries.index(acted[0]) + 1, "the event follows the evaluation that posted it"
+    held = [d for d in decisions if not d["actuate"]]
+    assert held, "the evaluations that acted on nothing are in the trace too"
+    assert all(isinstance(d["reason"], str) and d["reason"] for d in held)
+    assert any(d["gate"] == "rollout in progress" for d in held), "a gate named while the trial pod restarts"
+
+
+def test_a_decision_trace_that_cannot_be_written_fails_before_anything_runs(tmp_path: Path) -> None:
+    path = tmp_path / "absent" / "decisions.jsonl"
+    done = bench("--specpilot-only", "--decisions", str(path))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: --decisions {path}: cannot write it (")
+    assert done.stdout == "", "nothing ran"

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.api.durations import parse_duration
 from specpilot.api.v1alpha1 import AutotuneObjective
@@ -26,6 +26,9 @@ from specpilot.bench.scenarios import (
 )
 from specpilot.bench.trace import TraceError, read_trace
 from specpilot.sim.presets import GPU_CLASS_COPIES, PERTURBATIONS, TRUE_PROFILES, preset_named
+
+if TYPE_CHECKING:
+    from specpilot.bench.runner import PolicyRun
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -135,6 +138,14 @@ def _output_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run specpilot's closed loop alone, the same run as its row in a full run (no other row depends on the "
         "policy); with --against, judged by the stored run's oracle and controls",
+    )
+    p.add_argument(
+        "--decisions",
+        type=Path,
+        metavar="FILE",
+        help="write specpilot's closed loop evaluation by evaluation to FILE, one JSON object a line: each "
+        "evaluation's action, whether it acted, the gate that held it and its reason, and each event it posted, "
+        "with the scenario, seed, replicas and policy (specpilot, specpilot-lenient)",
     )
 
 
@@ -342,13 +353,17 @@ def main(args: argparse.Namespace) -> int:
     try:
         stored = _stored(args.against)
         chosen = _prepared(args)
+        _writable(args.decisions)
     except TraceError as err:
         print(f"error: --trace: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rows = _specpilot_rows(args, chosen) if args.specpilot_only else _all_rows(args, chosen)
+    rows, trace = _specpilot_rows(args, chosen) if args.specpilot_only else _all_rows(args, chosen)
+    if args.decisions is not None:
+        with args.decisions.open("w", encoding="utf-8") as out:
+            out.writelines(json.dumps(entry) + "\n" for entry in trace)
     if args.output == "json":
         print(json.dumps(rows, indent=2))
     if stored is not None:
@@ -369,6 +384,22 @@ def _stored(path: Path | None) -> dict[compare.Key, dict[str, Any]] | None:
     return compare.parse_stored_rows(text, f"--against {path}")
 
 
+def _writable(path: Path | None) -> None:
+    """--decisions FILE can be written (created empty now), checked before any simulation runs."""
+    if path is None:
+        return
+    try:
+        path.write_text("", encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--decisions {path}: cannot write it ({err})") from err
+
+
+def _traced(runs: list[PolicyRun], scenario: Scenario, seed: int, replicas: int) -> list[dict[str, Any]]:
+    """The closed loops' traces (PolicyRun.trace) of one scenario and seed, each entry saying whose it is."""
+    where = {"scenario": scenario.name, "seed": seed, "replicas": replicas}
+    return [{**where, "policy": run.policy, **entry} for run in runs for entry in run.trace]
+
+
 def _prepared(args: argparse.Namespace) -> list[Scenario]:
     """The chosen scenarios with every setting of the command line applied."""
     chosen = _chosen(args)
@@ -381,28 +412,34 @@ def _prepared(args: argparse.Namespace) -> list[Scenario]:
     return [with_client_timeout(s, args.client_timeout) for s in chosen]
 
 
-def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> list[dict[str, Any]]:
-    """specpilot's row alone on every scenario and seed, the scenarios in parallel (--jobs); printed as rows."""
+Rows = list[dict[str, Any]]
+
+
+def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[Rows, Rows]:
+    """specpilot's row alone on every scenario and seed, the scenarios in parallel (--jobs); printed as rows. With
+    the closed loops' traces."""
     from specpilot.bench.runner import rollout_layout, rows_of, specpilot_alone
 
     balancer = Balancer(args.balancer)
     jobs = [(s, seed, rollout_layout(s, args.replicas, balancer, args.max_surge)) for seed in args.seed for s in chosen]
     runs = specpilot_alone(jobs, args.jobs)
     rows = [row for (s, seed, _), run in zip(jobs, runs, strict=True) for row in rows_of([run], s, seed)]
+    trace = [e for (s, seed, lay), run in zip(jobs, runs, strict=True) for e in _traced([run], s, seed, lay.replicas)]
     if args.output == "table":
         print(report.table(rows))
         for run in runs:
             for line in run.notes:
                 print(f"   {run.scenario}: specpilot actuation: {line[:200]}")
-    return rows
+    return rows, trace
 
 
-def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> list[dict[str, Any]]:
+def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[Rows, Rows]:
     """Every policy, oracle and control on every scenario and seed, with the verdicts; bench.json and plots under
-    --report."""
+    --report. With the closed loops' traces."""
     from specpilot.bench.runner import rollout_layout, rows_of, run_scenario
 
     rows: list[dict[str, Any]] = []
+    trace: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     several = len(args.seed) > 1
     for seed in args.seed:
@@ -416,6 +453,7 @@ def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> list[dict[str
                 layout=layout,
             )
             scenario_rows = rows_of(runs, scenario, seed)
+            trace += _traced(runs, scenario, seed, layout.replicas)
             meta["verdicts"] = report.verdicts(scenario_rows, meta)
             rows += scenario_rows
             metas.append(meta)
@@ -430,7 +468,7 @@ def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> list[dict[str
         print(report.seeds_table(summary))
     args.report.mkdir(parents=True, exist_ok=True)
     report.write_json(rows, metas, args.report / "bench.json", summary)
-    return rows
+    return rows, trace
 
 
 def _print_scenario(

@@ -220,6 +220,8 @@ class PolicyRun:
     # same config, a one-pod trial and its rollback not), and the one-pod trials started
     changes: int = 0
     trials: int = 0
+    # a closed loop's every evaluation and event, in time order (`specpilot bench --decisions`); not in the rows
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
 
 def preset_for(scenario: Scenario) -> Preset:
@@ -584,7 +586,17 @@ def closed_loop_row(
     if isinstance(controller, OperatorController):  # its trials' events: started, verdict, promoted or rolled back
         run.notes += [e for e in controller.events if "Trial" in e or "Candidate" in e]
     run.notes = sorted(run.notes, key=lambda note: float(note.split("s ", 1)[0]))
+    run.trace = decision_trace(controller)
     return run
+
+
+def decision_trace(controller: SpecpilotController | OperatorController) -> list[dict[str, Any]]:
+    """The controller's evaluations ("decision": action, whether it acted, the gate that held it, the reason) and
+    the events it posted ("event"), by time, an event after the evaluation that posted it."""
+    decisions = [{"kind": "decision", **d} for d in controller.decisions]
+    posted = controller.event_records if isinstance(controller, OperatorController) else []
+    events = [{"kind": "event", **e} for e in posted]
+    return sorted(decisions + events, key=lambda entry: (entry["t"], entry["kind"] == "event"))
 
 
 def _run_jobs(jobs: list[tuple[Any, ...]], workers: int) -> list[PolicyRun]:

@@ -283,6 +283,7 @@ class OperatorController:
     clock_offset_s: float = 0.0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # "<t>s <reason>: <message>", the events the operator posts
+    event_records: list[dict[str, Any]] = field(default_factory=list)  # the same events: t, type, reason, message
 
     @classmethod
     def of(cls, document: dict[str, Any], time_scale: float = 1.0) -> OperatorController:
@@ -354,6 +355,9 @@ class OperatorController:
         )
         self.status["conditions"] = conditions
         self.events += [f"{now:.0f}s {e.reason}: {e.message}" for e in outcome.events]
+        self.event_records += [
+            {"t": now, "type": e.type, "reason": e.reason, "message": e.message} for e in outcome.events
+        ]
         decision = outcome.decision
         self.decisions.append({"t": now, "action": decision.get("action"), "actuate": outcome.actuated,
                                "reason": decision.get("reason"), "gate": decision.get("gate")})  # fmt: skip
