@@ -384,6 +384,10 @@ def _stored(path: Path | None) -> dict[compare.Key, dict[str, Any]] | None:
     return compare.parse_stored_rows(text, f"--against {path}")
 
 
+Rows = list[dict[str, Any]]
+Trace = list[dict[str, Any]]  # --decisions: one entry an evaluation or event
+
+
 def _writable(path: Path | None) -> None:
     """--decisions FILE can be written (created empty now), checked before any simulation runs."""
     if path is None:
@@ -394,7 +398,7 @@ def _writable(path: Path | None) -> None:
         raise ValueError(f"--decisions {path}: cannot write it ({err})") from err
 
 
-def _traced(runs: list[PolicyRun], scenario: Scenario, seed: int, replicas: int) -> list[dict[str, Any]]:
+def _traced(runs: list[PolicyRun], scenario: Scenario, seed: int, replicas: int) -> Trace:
     """The closed loops' traces (PolicyRun.trace) of one scenario and seed, each entry saying whose it is."""
     where = {"scenario": scenario.name, "seed": seed, "replicas": replicas}
     return [{**where, "policy": run.policy, **entry} for run in runs for entry in run.trace]
@@ -412,10 +416,7 @@ def _prepared(args: argparse.Namespace) -> list[Scenario]:
     return [with_client_timeout(s, args.client_timeout) for s in chosen]
 
 
-Rows = list[dict[str, Any]]
-
-
-def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[Rows, Rows]:
+def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[Rows, Trace]:
     """specpilot's row alone on every scenario and seed, the scenarios in parallel (--jobs); printed as rows. With
     the closed loops' traces."""
     from specpilot.bench.runner import rollout_layout, rows_of, specpilot_alone
@@ -423,8 +424,11 @@ def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[R
     balancer = Balancer(args.balancer)
     jobs = [(s, seed, rollout_layout(s, args.replicas, balancer, args.max_surge)) for seed in args.seed for s in chosen]
     runs = specpilot_alone(jobs, args.jobs)
-    rows = [row for (s, seed, _), run in zip(jobs, runs, strict=True) for row in rows_of([run], s, seed)]
-    trace = [e for (s, seed, lay), run in zip(jobs, runs, strict=True) for e in _traced([run], s, seed, lay.replicas)]
+    rows: Rows = []
+    trace: Trace = []
+    for (s, seed, lay), run in zip(jobs, runs, strict=True):
+        rows += rows_of([run], s, seed)
+        trace += _traced([run], s, seed, lay.replicas)
     if args.output == "table":
         print(report.table(rows))
         for run in runs:
@@ -433,13 +437,13 @@ def _specpilot_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[R
     return rows, trace
 
 
-def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[Rows, Rows]:
+def _all_rows(args: argparse.Namespace, chosen: list[Scenario]) -> tuple[Rows, Trace]:
     """Every policy, oracle and control on every scenario and seed, with the verdicts; bench.json and plots under
     --report. With the closed loops' traces."""
     from specpilot.bench.runner import rollout_layout, rows_of, run_scenario
 
-    rows: list[dict[str, Any]] = []
-    trace: list[dict[str, Any]] = []
+    rows: Rows = []
+    trace: Trace = []
     metas: list[dict[str, Any]] = []
     several = len(args.seed) > 1
     for seed in args.seed:

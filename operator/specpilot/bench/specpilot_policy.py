@@ -282,12 +282,16 @@ class OperatorController:
     status: dict[str, Any] = field(default_factory=dict)
     clock_offset_s: float = 0.0
     decisions: list[dict[str, Any]] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)  # "<t>s <reason>: <message>", the events the operator posts
-    event_records: list[dict[str, Any]] = field(default_factory=list)  # the same events: t, type, reason, message
+    event_records: list[dict[str, Any]] = field(default_factory=list)  # posted events: t, type, reason, message
 
     @classmethod
     def of(cls, document: dict[str, Any], time_scale: float = 1.0) -> OperatorController:
         return cls(v1alpha1.parse_resource(document).spec, document, time_scale)
+
+    @property
+    def events(self) -> list[str]:
+        """The posted events as text, "<t>s <reason>: <message>" (the rows' notes)."""
+        return [f"{e['t']:.0f}s {e['reason']}: {e['message']}" for e in self.event_records]
 
     @property
     def interval_s(self) -> float:
@@ -354,7 +358,6 @@ class OperatorController:
             self.status.get("conditions", []), outcome.conditions, generation=1, now=format_time(at)
         )
         self.status["conditions"] = conditions
-        self.events += [f"{now:.0f}s {e.reason}: {e.message}" for e in outcome.events]
         self.event_records += [
             {"t": now, "type": e.type, "reason": e.reason, "message": e.message} for e in outcome.events
         ]
