@@ -628,6 +628,9 @@ def test_a_shed_continues_a_streak_of_sheds_of_another_action(
 
 RANGES = SpeculationIntent(True, 4, None, ((1, 7, 4), (8, 34, 3), (35, 89, 2), (90, 256, 1)))
 MOVED = replace(RANGES, batch_schedule=((1, 12, 4), (13, 38, 3), (39, 95, 2), (96, 256, 1)))  # diurnal's drift
+# a K = 4 band appears at batch 1 only, where K = 4 and K = 3 tie (ridge-low diurnal, one replica, seed 3)
+EDGE_BAND = SpeculationIntent(True, 4, None, ((1, 27, 3), (28, 78, 2), (79, 256, 1)))
+WITH_K4_AT_ONE = replace(EDGE_BAND, batch_schedule=((1, 1, 4), (2, 28, 3), (29, 78, 2), (79, 256, 1)))
 
 
 @pytest.mark.parametrize(
@@ -638,9 +641,14 @@ MOVED = replace(RANGES, batch_schedule=((1, 12, 4), (13, 38, 3), (39, 95, 2), (9
         (RANGES, MOVED, 0.031, False),  # the model tells them apart: another decision
         (RANGES, MOVED, -0.03, False),
         (RANGES, MOVED, None, False),  # not priced (no fit this evaluation): only the tolerance counts
-        (RANGES, replace(MOVED, batch_schedule=((1, 12, 4), (13, 95, 2), (96, 256, 1))), 0.0, False),  # shape
-        (RANGES, replace(MOVED, num_speculative_tokens=5), 0.0, False),
-        (RANGES, replace(MOVED, disable_above_batch_size=200), 0.0, False),
+        # a band more or fewer, where the model cannot tell them apart, is the same decision; where it can, not
+        (RANGES, replace(MOVED, batch_schedule=((1, 12, 4), (13, 95, 2), (96, 256, 1))), 0.0, True),
+        (RANGES, replace(MOVED, batch_schedule=((1, 12, 4), (13, 95, 2), (96, 256, 1))), 0.04, False),
+        (EDGE_BAND, WITH_K4_AT_ONE, 0.004, True),
+        (EDGE_BAND, WITH_K4_AT_ONE, -0.05, False),
+        (RANGES, replace(MOVED, num_speculative_tokens=5), 0.0, True),
+        (RANGES, replace(MOVED, disable_above_batch_size=200), 0.0, True),
+        (RANGES, replace(MOVED, disable_above_batch_size=200), 0.2, False),
     ],
 )
 def test_fits_past_the_tolerance_agree_when_the_model_cannot_tell_them_apart(

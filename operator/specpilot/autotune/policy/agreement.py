@@ -110,20 +110,21 @@ def anchor_intent(anchor: str, action: str) -> SpeculationIntent | None:
 
 
 def agree_by_effect(anchor: str, key: str, largest_gain: float | None, min_gain: float) -> bool:
-    """Boundaries past the tolerance, yet the same decision: the same action and shape, and the cost model cannot
-    tell the two apart: `largest_gain` (the proposal over the anchor where they differ most, at any batch size up to
-    maxNumSeqs: schedule.plan_threshold's `vsAnchor`; None when not priced) within the fit's minimum gain, the
-    model's error.
+    """Boundaries past the tolerance, or a band more or fewer, yet the same decision: the same action, and the cost
+    model cannot tell the two apart: `largest_gain` (the proposal over the anchor where they differ most, at any batch
+    size up to maxNumSeqs: schedule.plan_threshold's `vsAnchor`; None when not priced) within the fit's minimum gain,
+    the model's error.
 
     A boundary sits where two K tie, so it is the least determined number of a fit: on a ramp it drifts past the
-    tolerance while the two schedules differ by less than the model's error at every batch size
-    (docs/design/decisions.md). The comparison is against the
-    streak's first proposal, never the previous one, so a drift that adds up to a real difference still breaks it.
+    tolerance while the two schedules differ by less than the model's error at every batch size, and at the edge of
+    the schedule a band appears or vanishes the same way (K = 4 at batch 1 only, where K = 4 and K = 3 tie), a
+    shape that differs while the effect does not (docs/design/decisions.md). The comparison is against the streak's
+    first proposal, never the previous one, so a drift that adds up to a real difference still breaks it.
     """
     if largest_gain is None:
         return False
     first, second = _split(anchor), _split(key)
-    if first is None or second is None or first[0] != second[0] or not same_shape(first[1], second[1]):
+    if first is None or second is None or first[0] != second[0]:
         return False
     return abs(largest_gain) < min_gain
 

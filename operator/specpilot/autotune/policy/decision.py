@@ -481,8 +481,7 @@ def _agree(v: _Verdict, state: PolicyState) -> tuple[_Wait, PolicyState]:
     shed = sheds(r.inputs.current, proposal.target, max_num_seqs)
     agrees = streak is not None and keys_agree(streak.key, key)
     # the proposal continues the streak: the same decision, a shed like the anchor's (agreement by direction), or
-    # the same shape with boundaries past the tolerance that the cost model cannot tell from the anchor's
-    # (agreement.py)
+    # the same action with boundaries (or bands) the cost model cannot tell from the anchor's (agreement.py)
     alike = streak is not None and not agrees and shed and shed_alike(streak.key, key, r.inputs.current, max_num_seqs)
     gain_vs_anchor = _largest_gain_vs_anchor(proposal)
     by_effect = (
