@@ -628,7 +628,7 @@ def test_a_shed_continues_a_streak_of_sheds_of_another_action(
 
 RANGES = SpeculationIntent(True, 4, None, ((1, 7, 4), (8, 34, 3), (35, 89, 2), (90, 256, 1)))
 MOVED = replace(RANGES, batch_schedule=((1, 12, 4), (13, 38, 3), (39, 95, 2), (96, 256, 1)))  # diurnal's drift
-# a K = 4 band appears at batch 1 only, where K = 4 and K = 3 tie (ridge-low diurnal, one replica, seed 3)
+# a band at the schedule's edge: K = 4 at batch 1 only, where K = 4 and K = 3 tie
 EDGE_BAND = SpeculationIntent(True, 4, None, ((1, 27, 3), (28, 78, 2), (79, 256, 1)))
 WITH_K4_AT_ONE = replace(EDGE_BAND, batch_schedule=((1, 1, 4), (2, 28, 3), (29, 78, 2), (79, 256, 1)))
 
