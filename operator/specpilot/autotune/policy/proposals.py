@@ -602,8 +602,8 @@ def _k0_window_proposal(
     filed: _Filed,
 ) -> Proposal | None:
     """A window spent entirely in a K = 0 range drafts nothing, so acceptance is NoData; yet that is exactly when
-    the K = 0 tax is paid. Found in the simulator: a schedule with K = 0 above 64 at a sustained batch of 181 held
-    ("acceptance NoData") forever. The K = 0 comparison then runs with the newest acceptance the baseline record
+    the K = 0 tax is paid, and a load that stays in that range would otherwise hold the schedule for as long as it
+    stays ("acceptance NoData"). The K = 0 comparison then runs with the newest acceptance the baseline record
     kept for this deployment, or enableAbove (generous to the K > 0 ranges, so off wins only on the tax), and may
     only propose off; nothing else is decided on a window without acceptance."""
     current = inputs.current

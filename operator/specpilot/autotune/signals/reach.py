@@ -5,11 +5,9 @@ drafts, every draft in the denominator. With one K that is the unconditional sur
 `num_speculative_tokens_per_batch_size` the K of a step follows the batch, so in a window that ran partly at K = 1
 position 2 is counted against drafts that never proposed it, and r_2 reads low by the share of those drafts.
 
-Found in the simulated closed loop on the local cluster: the operator installed [[1,62,2],[63,256,1]] at batch ~200;
-the next window read r = [0.69, 0.06] (true [0.69, 0.50]), so the fit concluded position 2 was worthless and
-installed K = 1 everywhere (+10.5% "gain"); in windows where the load was falling, part of the drafts ran at K = 1,
-r_2 read partly low, and the refit's predicted gain landed at the 3% install bar, a second restart in 2 of 6 runs.
-The schedule's own install biased the measurement that judged it.
+Read uncorrected, a schedule biases the measurement that judges it: under [[1,62,2],[63,256,1]] at batch ~200
+almost every draft runs at K = 1, r_2 reads near 0 where the drafter's true r_2 is 0.5, and the fit, seeing
+position 2 as worthless, proposes K = 1 everywhere for a "gain" that is the counter's denominator.
 
 What is known in a window: the mean K per draft, draft tokens / drafts = Σ_j r_j / acceptance rate (the
 per-position counters sum to the accepted counter). With two positive levels K_lo < K_hi (one boundary, what a fit at
